@@ -1,0 +1,3 @@
+"""Root conftest: load the harness plugin (options, profiles) for every test run."""
+
+pytest_plugins = ["fixtures.pytest_plugin"]

@@ -1,0 +1,150 @@
+"""Reference model of vLLM's encoder cache manager (``specs/encoder-cache.md`` section 1).
+
+Scope: the bookkeeping of one ``EncoderCacheManager``: which items are resident, who holds
+them, what eviction removes and what a pass reports as freed. Not in scope: tensors (the
+worker holds those), the scheduler's choice of items, budgets other than the compute budget
+handed to ``can_allocate``.
+
+The model stores only facts: resident entries (with the tick at which each last became
+unreferenced), the inputs each request has recorded, and the evictions of the current pass.
+Everything an implementation keeps as a counter (free slots, freeable slots, the freeable
+queue, per-request reference counts) is computed from those facts on demand.
+"""
+
+from __future__ import annotations
+
+from attrs import define, field
+
+from models.values import ReqView
+
+
+@define
+class Entry:
+    """A resident encoder output. ``unreferenced_at`` is the tick at which the last holder let
+    go (None while some request holds it): the freeable queue is these entries by that tick."""
+
+    num_embeds: int
+    unreferenced_at: int | None = None
+
+
+@define
+class EncoderCacheModel:
+    """What an encoder cache of ``cache_size`` embeddings must answer.
+
+    Entry lifecycle: 1. allocated (held by the allocating request); 2. held by every request
+    that recorded an input with its hash; 3. freeable once no request holds it (queued by the
+    moment it became so); 4. evicted by ``can_allocate`` oldest-freeable-first, reported once by
+    the pass's ``get_freed_mm_hashes`` unless it became resident again in the same pass.
+    """
+
+    cache_size: int
+    entries: dict[str, Entry] = field(factory=dict)
+    # request_id -> {input_id: mm_hash}: the inputs a request holds (scheduler view).
+    recorded: dict[str, dict[int, str]] = field(factory=dict)
+    evicted_this_pass: list[str] = field(factory=list)
+    tick: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        if self.cache_size < 1:
+            raise ValueError(f"cache_size must be at least 1 embedding, got {self.cache_size}")
+
+    # -- computed views (what the implementation counts) ------------------------------------
+
+    def holders(self, mm_hash: str) -> set[str]:
+        return {rid for rid, inputs in self.recorded.items() if mm_hash in inputs.values()}
+
+    @property
+    def num_free_slots(self) -> int:
+        return self.cache_size - sum(e.num_embeds for e in self.entries.values())
+
+    @property
+    def num_freeable_slots(self) -> int:
+        held = sum(e.num_embeds for h, e in self.entries.items() if self.holders(h))
+        return self.cache_size - held
+
+    def freeable_order(self) -> list[str]:
+        """Unreferenced resident hashes, the one that became unreferenced first at the front."""
+        idle = [h for h, e in self.entries.items() if e.unreferenced_at is not None]
+        return sorted(idle, key=lambda h: self.entries[h].unreferenced_at)
+
+    def is_resident(self, mm_hash: str) -> bool:
+        return mm_hash in self.entries
+
+    # -- the API -----------------------------------------------------------------------------
+
+    def check_and_update_cache(self, req: ReqView, input_id: int) -> bool:
+        mm_hash = req.mm_hash(input_id)
+        if mm_hash not in self.entries:
+            return False
+        self._record(req, input_id)
+        return True
+
+    def can_allocate(self, req: ReqView, input_id: int, encoder_compute_budget: int,
+                     num_embeds_to_schedule: int) -> bool:
+        needed = req.num_embeds(input_id)
+        if needed > encoder_compute_budget:
+            return False
+        needed += num_embeds_to_schedule
+        if needed > self.num_freeable_slots:
+            return False
+        for mm_hash in self.freeable_order():
+            if needed <= self.num_free_slots:
+                break
+            del self.entries[mm_hash]
+            self.evicted_this_pass.append(mm_hash)
+        return True
+
+    def allocate(self, req: ReqView, input_id: int) -> None:
+        mm_hash, num_embeds = req.mm_hash(input_id), req.num_embeds(input_id)
+        if mm_hash in self.entries:
+            raise ValueError(f"allocate({mm_hash!r}): already resident; the scheduler "
+                             "allocates only after check_and_update_cache returned False")
+        if num_embeds > self.num_free_slots:
+            raise ValueError(f"allocate({mm_hash!r}): {num_embeds} embeds but only "
+                             f"{self.num_free_slots} free; call can_allocate first")
+        self.entries[mm_hash] = Entry(num_embeds)
+        self._record(req, input_id)
+
+    def free_encoder_input(self, req: ReqView, input_id: int) -> None:
+        inputs = self.recorded.get(req.request_id, {})
+        mm_hash = inputs.pop(input_id, None)
+        if not inputs:
+            self.recorded.pop(req.request_id, None)
+        if mm_hash is not None:
+            self._note_if_unreferenced(mm_hash)
+
+    def free(self, req: ReqView) -> None:
+        for input_id in sorted(self.recorded.get(req.request_id, {})):
+            self.free_encoder_input(req, input_id)
+
+    def get_freed_mm_hashes(self) -> list[str]:
+        # Evicted-then-reallocated in the same pass is not reported: the worker must keep the
+        # tensor (vLLM issue #38551, the fix in seed 000).
+        freed = [h for h in self.evicted_this_pass if h not in self.entries]
+        self.evicted_this_pass = []
+        return freed
+
+    def get_cached_input_ids(self, req: ReqView) -> set[int]:
+        return set(self.recorded.get(req.request_id, {}))
+
+    def get_cached_num_encoder_embeds(self, req: ReqView, input_id: int) -> int | None:
+        entry = self.entries.get(req.mm_hash(input_id))
+        return None if entry is None else entry.num_embeds
+
+    def reset(self) -> None:
+        self.entries.clear()
+        self.recorded.clear()
+        self.evicted_this_pass.clear()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _record(self, req: ReqView, input_id: int) -> None:
+        self.recorded.setdefault(req.request_id, {})[input_id] = req.mm_hash(input_id)
+        self.entries[req.mm_hash(input_id)].unreferenced_at = None
+
+    def _note_if_unreferenced(self, mm_hash: str) -> None:
+        entry = self.entries.get(mm_hash)
+        if entry is None or self.holders(mm_hash) or entry.unreferenced_at is not None:
+            return
+        self.tick += 1
+        entry.unreferenced_at = self.tick

@@ -1,0 +1,384 @@
+"""EncoderCacheMachine: the encoder cache manager, step by step, against the reference model.
+
+Rules are the manager's API, called the way vLLM's scheduler calls it: ``can_allocate`` only
+for an item that is neither resident nor already approved in this pass, with
+``num_embeds_to_schedule`` = the embeds the current attempt already got approved; approved
+items are ``allocate``d in order; a new attempt (another request, or going back to an earlier
+input) abandons the unallocated approvals (as the scheduler does when KV allocation fails);
+``get_freed_mm_hashes`` ends the pass. A worker holding real encoder-output tensors applies
+the freed list, as the model runner would, so a wrong freed list shows up as a missing tensor.
+
+Each rule only *chooses* (from what is valid now); the ``do_*`` action it calls does the step.
+Actions take plain values, so a failing program can be replayed and minimized
+(``properties/harness.py``) and emitted as a reproducer.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, invariant, precondition, rule
+
+from fixtures.strategies import encoder_cache_worlds
+from models.encoder_cache import EncoderCacheModel
+from models.values import MmItem, ReqView
+from properties.harness import HarnessMachine, InvalidAction
+from sim import targets
+from sim.native.encoder_worker import EncoderWorker, encoder_output
+
+UNLIMITED_BUDGET = 10**6
+BUDGET_SLACK_UNLIMITED = 8
+
+HAZARDS = (
+    "can_allocate: evicts",
+    "can_allocate: no room",
+    "can_allocate: over compute budget",
+    "check_and_update_cache: freeable entry reused",
+    "evicted then reallocated in one pass",
+    "repeated item freed once",
+    "approval abandoned",
+    "get_freed_mm_hashes: reports evictions",
+)
+
+
+class EncoderCacheMachine(HarnessMachine):
+    subsystem = "encoder_cache"
+    HAZARDS = HAZARDS
+    REPRODUCER_IMPORTS = ("from models.values import MmItem, ReqView",)
+    REPRODUCER_HELPERS = '''
+
+def slots(cache):
+    """(num_free_slots, num_freeable_slots): the manager's two counters."""
+    return cache.num_free_slots, cache.num_freeable_slots
+'''
+
+    @staticmethod
+    def reproducer_subject(config: dict) -> str:
+        return f'cache = make(target, "encoder_cache", cache_size={config["cache_size"]})'
+
+    @initialize(world=encoder_cache_worlds())
+    def setup(self, world):
+        cache_size, requests = world
+        self.world = world
+        self.requests: tuple[ReqView, ...] = requests
+        self.model = EncoderCacheModel(cache_size)
+        self.cache = targets.make(self.target_name, "encoder_cache", cache_size=cache_size)
+        self.worker = EncoderWorker()
+        self.approved: list[tuple[ReqView, int]] = []   # the current attempt's approvals
+        self.slots_shown = (cache_size, cache_size)      # what the reproducer last asserted
+        self.passes_since_reset = 0
+        self.trace.config.update(cache_size=cache_size, target=self.target_name)
+        self.trace.world = world
+        self.trace.setup += [f"{r.request_id} = {r!r}" for r in requests]
+
+    # -- rules: choose a valid step, then act ------------------------------------------------
+
+    @rule(data=st.data())
+    def check_and_update_cache(self, data):
+        # Mostly ask for resident items the request does not hold through this input yet
+        # (new holders are where reuse, repeat and freeable-queue bugs live).
+        resident = [(r, i) for r, i in self._inputs()
+                    if self._resident(r, i) and i not in self._recorded(r)]
+        ask_anything = not resident or data.draw(st.booleans(), label="ask_anything")
+        r, i = data.draw(st.sampled_from(self._inputs() if ask_anything else resident),
+                         label="input")
+        self.act("check_and_update_cache", r, i)
+
+    @precondition(lambda self: self._allocatable())
+    @rule(data=st.data())
+    def can_allocate(self, data):
+        # One argument, so Hypothesis ranks this rule with the other one-argument rules
+        # (it prefers rules with fewer arguments); the rest is drawn here.
+        r, i = data.draw(st.sampled_from(self._allocatable()), label="input")
+        budget_slack = data.draw(st.integers(-1, BUDGET_SLACK_UNLIMITED), label="budget_slack")
+        extra_to_schedule = data.draw(st.integers(0, 2), label="extra_to_schedule")
+        self.act("can_allocate", r, i, budget_slack, extra_to_schedule)
+
+    @precondition(lambda self: getattr(self, "approved", None))
+    @rule()
+    def allocate(self):
+        self.act("allocate")
+
+    @precondition(lambda self: self.model.recorded)
+    @rule(data=st.data())
+    def free_encoder_input(self, data):
+        held = [(r, i) for r, i in self._inputs() if i in self._recorded(r)]
+        self.act("free_encoder_input", *data.draw(st.sampled_from(held), label="input"))
+
+    @precondition(lambda self: self.model.recorded)
+    @rule(data=st.data())
+    def free(self, data):
+        # A request that holds something (finishing an idle one exercises nothing).
+        holding = [k for k, r in enumerate(self.requests) if self._recorded(k)]
+        self.act("free", data.draw(st.sampled_from(holding), label="request"))
+
+    @rule()
+    def get_freed_mm_hashes(self):
+        self.act("get_freed_mm_hashes")
+
+    # Weights updates are rare next to passes: reset only a cache that lived a few passes, so
+    # a reset neither dominates the runs nor checks an empty cache.
+    @precondition(lambda self: getattr(self, "passes_since_reset", 0) >= 3)
+    @rule()
+    def reset(self):
+        self.act("reset")
+
+    def end_of_run(self):
+        # The engine keeps running: the last pass ends too, so an eviction made late in the
+        # run is still reported (and checked) rather than dropped with the example.
+        if self.trace.steps and self.trace.steps[-1].action[0] != "get_freed_mm_hashes":
+            self.act("get_freed_mm_hashes")
+
+    @classmethod
+    def simpler_worlds(cls, world, actions):
+        """Smaller worlds and calmer draws that may fail the same way (for the minimizer):
+        merge or drop requests, drop unused items, shrink the cache or an item, lower the
+        drawn slack, rename hashes in order of appearance."""
+        cache_size, requests = world
+        for k in range(1, len(requests)):
+            for j in range(k):                      # request k's steps done by request j
+                merged = [(n, j if n in REQUEST_ACTIONS and a and a[0] == k else a[0], *a[1:])
+                          if a else (n,) for n, *a in actions]
+                yield (cache_size, _renamed(requests[:k] + requests[k + 1:])), \
+                    _without_request(merged, k)
+        for k, req in enumerate(requests):
+            used = max((a[2] for a in actions if a[0] in INPUT_ACTIONS and a[1] == k), default=-1)
+            if len(req.items) > max(1, used + 1):
+                trimmed = ReqView(req.request_id, req.items[:-1])
+                yield (cache_size, requests[:k] + (trimmed,) + requests[k + 1:]), actions
+        if cache_size > 1:
+            calmer = [(a[0], *a[1:4], max(0, a[4] - 1)) if a[0] == "can_allocate" else a
+                      for a in actions]
+            for acts in (actions, calmer):
+                yield (cache_size - 1, _resized(requests, lambda n: min(n, cache_size - 1))), acts
+        for mm_hash in sorted({it.mm_hash for r in requests for it in r.items}):
+            yield (cache_size, _resized(requests, lambda n: n, shrink=mm_hash)), actions
+        for j, action in enumerate(actions):
+            if action[0] == "can_allocate":
+                for pos in (3, 4):
+                    if action[pos] > 0:
+                        lower = (*action[:pos], action[pos] - 1, *action[pos + 1:])
+                        yield world, [*actions[:j], lower, *actions[j + 1:]]
+        yield (cache_size, _hashes_in_order(requests)), actions
+
+    # -- actions: one API call on model and target, compared ---------------------------------
+
+    def do_check_and_update_cache(self, r: int, i: int):
+        req = self.requests[r]
+        was_freeable = req.mm_hash(i) in self.model.freeable_order()
+        expect = self.model.check_and_update_cache(req, i)
+        actual = self.cache.check_and_update_cache(req, i)
+        self.record(f"cache.check_and_update_cache({req.request_id}, {i})", expect,
+                    f"hit: {req.request_id} holds {req.mm_hash(i)}" if expect else "miss")
+        assert actual == expect, f"returns-agree: check_and_update_cache {actual} != {expect}"
+        if expect and was_freeable:
+            self.hazard("check_and_update_cache: freeable entry reused")
+
+    def do_can_allocate(self, r: int, i: int, budget_slack: int, extra_to_schedule: int):
+        req = self.requests[r]
+        if (r, i) not in self._allocatable():
+            raise InvalidAction("can_allocate: item resident or already approved")
+        if self.approved and self._starts_new_attempt(req, i):
+            self.approved.clear()
+            self.hazard("approval abandoned")
+        n = req.num_embeds(i)
+        budget = UNLIMITED_BUDGET if budget_slack == BUDGET_SLACK_UNLIMITED else n + budget_slack
+        to_schedule = sum(q.num_embeds(j) for q, j in self.approved) + extra_to_schedule
+        evicted_before = len(self.model.evicted_this_pass)
+        expect = self.model.can_allocate(req, i, budget, to_schedule)
+        actual = self.cache.can_allocate(req, i, encoder_compute_budget=budget,
+                                         num_embeds_to_schedule=to_schedule)
+        evicted = self.model.evicted_this_pass[evicted_before:]
+        self.record(f"cache.can_allocate({req.request_id}, {i}, encoder_compute_budget="
+                    f"{budget}, num_embeds_to_schedule={to_schedule})", expect,
+                    _allocation_effect(expect, evicted, n > budget))
+        assert actual == expect, f"returns-agree: can_allocate {actual} != {expect}"
+        if expect:
+            self.approved.append((req, i))
+        if evicted:
+            self.hazard("can_allocate: evicts")
+        elif n > budget:
+            self.hazard("can_allocate: over compute budget")
+        elif not expect:
+            self.hazard("can_allocate: no room")
+
+    def do_allocate(self):
+        if not self.approved:
+            raise InvalidAction("allocate without an approved can_allocate")
+        req, i = self.approved.pop(0)
+        item = req.items[i]
+        if item.mm_hash in self.model.evicted_this_pass:
+            self.hazard("evicted then reallocated in one pass")
+        self.model.allocate(req, i)
+        self.cache.allocate(req, i)
+        self.worker.encode(item)                     # the scheduled encoder input runs
+        self.record(f"cache.allocate({req.request_id}, {i})", None,
+                    f"{item.mm_hash} resident ({item.num_embeds} embeds)")
+
+    def do_free_encoder_input(self, r: int, i: int):
+        req = self.requests[r]
+        if sum(h == req.mm_hash(i) for h in self._recorded(r).values()) > 1:
+            self.hazard("repeated item freed once")
+        idle_before = set(self.model.freeable_order())
+        self.model.free_encoder_input(req, i)
+        self.cache.free_encoder_input(req, i)
+        self.record(f"cache.free_encoder_input({req.request_id}, {i})", None,
+                    self._freeing_effect(idle_before))
+
+    def do_free(self, r: int):
+        req = self.requests[r]
+        if self.approved and self.approved[0][0] == req:
+            self.approved.clear()                    # a finished request allocates nothing
+        idle_before = set(self.model.freeable_order())
+        self.model.free(req)
+        self.cache.free(req)
+        self.record(f"cache.free({req.request_id})", None, self._freeing_effect(idle_before))
+
+    def do_get_freed_mm_hashes(self):
+        self.approved.clear()                        # the pass ends
+        self.passes_since_reset += 1
+        expect = self.model.get_freed_mm_hashes()
+        actual = self.cache.get_freed_mm_hashes()
+        self.record("cache.get_freed_mm_hashes()", expect,
+                    "ends the pass: the worker deletes these tensors")
+        if expect:
+            self.hazard("get_freed_mm_hashes: reports evictions")
+        self.worker.free(actual)
+        stale = [h for h in actual if self.model.is_resident(h)]
+        assert not stale, f"freed-not-resident: {stale} reported freed but resident"
+        assert actual == expect, f"returns-agree: get_freed_mm_hashes {actual} != {expect}"
+        assert self.worker.resident_hashes() == set(self.model.entries), \
+            "worker-agrees-with-manager: worker tensors != resident entries (leak or miss)"
+
+    def do_reset(self):
+        self.passes_since_reset = 0
+        self.approved.clear()
+        self.model.reset()
+        self.cache.reset()
+        self.worker.free(list(self.worker.resident_hashes()))   # weights changed: drop all
+        self.record("cache.reset()", None, "empties the cache")
+
+    # -- invariants ---------------------------------------------------------------------------
+
+    @invariant()
+    def slots_agree(self):
+        if not hasattr(self, "model"):
+            return
+        assert self.cache.num_free_slots == self.model.num_free_slots, (
+            f"slots-agree: num_free_slots {self.cache.num_free_slots} != "
+            f"{self.model.num_free_slots}")
+        assert self.cache.num_freeable_slots == self.model.num_freeable_slots, (
+            f"slots-agree: num_freeable_slots {self.cache.num_freeable_slots} != "
+            f"{self.model.num_freeable_slots}")
+        assert 0 <= self.cache.num_free_slots <= self.cache.num_freeable_slots \
+            <= self.cache.cache_size, "slot-bounds: 0 <= free <= freeable <= cache_size"
+        check_valid = getattr(self.cache, "check_valid", None)
+        if check_valid is not None:
+            check_valid()
+
+    @invariant()
+    def no_encoder_cache_miss(self):
+        """Every input a request holds has its encoder output on the worker, intact."""
+        if not hasattr(self, "model"):
+            return
+        for r, req in enumerate(self.requests):
+            actual, expect = self.cache.get_cached_input_ids(req), set(self._recorded(r))
+            assert actual == expect, \
+                f"cached-inputs-agree: {req.request_id} {sorted(actual)} != {sorted(expect)}"
+            for i in sorted(expect):
+                item = req.items[i]
+                held = self.worker.encoder_cache.get(item.mm_hash)
+                assert held is not None, f"no-encoder-cache-miss: {item.mm_hash} held by " \
+                    f"{req.request_id} but its tensor is gone"
+                assert held.equal(encoder_output(item, self.worker.device)), \
+                    f"gathered-equals-encoded: {item.mm_hash} tensor corrupted"
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def record(self, call: str, expect, comment: str) -> None:
+        # The reproducer asserts (free, freeable) whenever the model says they changed.
+        slots = (self.model.num_free_slots, self.model.num_freeable_slots)
+        check = None
+        if slots != self.slots_shown:
+            check = f"assert slots(cache) == {slots}"
+            self.slots_shown = slots
+        self.record_step(call, None if expect is None else repr(expect), comment, check)
+
+    def state_checks(self) -> list[str]:
+        slots = (self.model.num_free_slots, self.model.num_freeable_slots)
+        lines = [f"assert slots(cache) == {slots}"]
+        for r, req in enumerate(self.requests):
+            ids = set(self._recorded(r))
+            lines.append(f"assert cache.get_cached_input_ids({req.request_id}) == "
+                         f"{ids if ids else 'set()'}")
+        return lines
+
+    def _inputs(self) -> list[tuple[int, int]]:
+        return [(r, i) for r, req in enumerate(self.requests) for i in range(len(req.items))]
+
+    def _resident(self, r: int, i: int) -> bool:
+        return self.model.is_resident(self.requests[r].mm_hash(i))
+
+    def _recorded(self, r: int) -> dict[int, str]:
+        return self.model.recorded.get(self.requests[r].request_id, {})
+
+    def _starts_new_attempt(self, req: ReqView, input_id: int) -> bool:
+        """The scheduler scans one request's inputs left to right; asking for another request,
+        or for an input at or before the last approved one, is a new attempt, and the old
+        attempt's approvals are dropped unallocated (its KV allocation failed)."""
+        last_req, last_input = self.approved[-1]
+        return req != last_req or input_id <= last_input
+
+    def _allocatable(self) -> list[tuple[int, int]]:
+        if not hasattr(self, "model"):
+            return []
+        approved = {q.mm_hash(j) for q, j in self.approved}
+        return [(r, i) for r, i in self._inputs()
+                if not self._resident(r, i) and self.requests[r].mm_hash(i) not in approved]
+
+    def _freeing_effect(self, idle_before: set[str]) -> str:
+        newly = [h for h in self.model.freeable_order() if h not in idle_before]
+        return f"{', '.join(newly)} -> freeable" if newly else "no entry becomes freeable"
+
+
+def _allocation_effect(ok: bool, evicted: list[str], over_budget: bool) -> str:
+    if over_budget:
+        return "over the encoder compute budget"
+    if not ok:
+        return "no room even after evicting every freeable entry"
+    return f"evicts {evicted}" if evicted else "fits in free slots"
+
+
+def _renamed(requests: tuple[ReqView, ...]) -> tuple[ReqView, ...]:
+    return tuple(ReqView(f"r{k}", r.items) for k, r in enumerate(requests))
+
+
+def _without_request(actions: list[tuple], k: int) -> list[tuple]:
+    """Actions with request k's steps removed and later request indexes shifted down."""
+    out = []
+    for name, *args in actions:
+        if name in REQUEST_ACTIONS:
+            if args[0] == k:
+                continue
+            args[0] -= args[0] > k
+        out.append((name, *args))
+    return out
+
+
+def _resized(requests, size_of, shrink: str | None = None) -> tuple[ReqView, ...]:
+    def item(it: MmItem) -> MmItem:
+        n = max(1, it.num_embeds - 1) if it.mm_hash == shrink else size_of(it.num_embeds)
+        return MmItem(it.mm_hash, n)
+    return tuple(ReqView(r.request_id, tuple(item(it) for it in r.items)) for r in requests)
+
+
+REQUEST_ACTIONS = ("check_and_update_cache", "can_allocate", "free_encoder_input", "free")
+INPUT_ACTIONS = ("check_and_update_cache", "can_allocate", "free_encoder_input")
+
+
+def _hashes_in_order(requests: tuple[ReqView, ...]) -> tuple[ReqView, ...]:
+    names: dict[str, str] = {}
+    for r in requests:
+        for it in r.items:
+            names.setdefault(it.mm_hash, f"img{len(names)}")
+    return tuple(ReqView(r.request_id, tuple(MmItem(names[it.mm_hash], it.num_embeds)
+                                             for it in r.items)) for r in requests)

@@ -1,0 +1,265 @@
+"""What every state machine shares: the trace it records, its hazard events, and a runner.
+
+A machine appends one ``Step`` per API call to the recorder's current trace. Hypothesis
+replays the minimal failing example last, so after a failure ``recorder.trace`` *is* the
+shrunk program; the reproducer writer turns it into a pytest file. The recorder also hashes
+every trace of a run (the determinism meta-check) and counts examples, steps and hazards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable
+
+import hypothesis
+from attrs import define, field, frozen
+from hypothesis import settings as Settings
+from hypothesis.errors import FailedHealthCheck, InvalidArgument, InvalidDefinition, Unsatisfiable
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+
+from sim.errors import HarnessError
+
+# Errors that say the harness or its input is wrong, not the target: never a "finding".
+NOT_FINDINGS = (HarnessError, FailedHealthCheck, InvalidArgument, InvalidDefinition,
+                Unsatisfiable)
+
+
+@frozen
+class Step:
+    """One API call: the code that makes it (``cache`` is the target), the value the model
+    expects it to return (None for calls returning nothing), and what it did."""
+
+    call: str
+    expect: str | None
+    comment: str
+    check: str | None = None    # an extra assertion line after the call (e.g. slot counts)
+    action: tuple = ()          # (name, *args) of the machine's do_<name>: replayable
+    state: tuple[str, ...] = () # assertions on the whole state after the call (used last)
+
+
+@define
+class Trace:
+    setup: list[str] = field(factory=list)   # lines that build the target's inputs
+    config: dict = field(factory=dict)       # the drawn configuration, printed first
+    world: object = None                     # what the machine's setup() was given
+    steps: list[Step] = field(factory=list)
+
+    def text(self) -> str:
+        lines = [repr(sorted(self.config.items())), *self.setup]
+        lines += [f"{s.call} -> {s.expect}" for s in self.steps]
+        return "\n".join(lines)
+
+
+@define
+class Recorder:
+    trace: Trace = field(factory=Trace)
+    digest: hashlib._Hash = field(factory=hashlib.sha256)
+    events: Counter = field(factory=Counter)
+    examples: int = 0
+    steps: int = 0
+    report_events: bool = True     # False when replaying outside a Hypothesis test
+
+    def begin(self) -> Trace:
+        self._seal()
+        self.trace = Trace()
+        self.examples += 1
+        return self.trace
+
+    def step(self, step: Step) -> None:
+        self.trace.steps.append(step)
+        self.steps += 1
+
+    def hazard(self, name: str) -> None:
+        if self.report_events:
+            hypothesis.event(name)
+        self.events[name] += 1
+
+    def trace_hash(self) -> str:
+        self._seal()
+        return self.digest.hexdigest()[:16]
+
+    def _seal(self) -> None:
+        if self.trace.steps or self.trace.config:
+            self.digest.update(self.trace.text().encode())
+            self.trace = Trace()
+
+
+class InvalidAction(Exception):
+    """A replayed action is not valid in the state reached (the minimizer drops it)."""
+
+
+class HarnessMachine(RuleBasedStateMachine):
+    """Base of every machine: knows its target name and its recorder (set per run).
+
+    Contract for subclasses: the ``@initialize`` rule is ``setup(self, world)``; rules choose
+    plain-valued arguments and call ``self.act(name, *args)``, which runs ``do_<name>``; each
+    ``do_*`` makes one API call and calls ``record_step``; ``end_of_run`` may act once more
+    when a run ends without a failure.
+    """
+
+    target_name: str = "native"
+    recorder: Recorder = Recorder()
+    subsystem: str = ""
+    HAZARDS: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trace = self.recorder.begin()
+        self._action: tuple = ()
+
+    def hazard(self, name: str) -> None:
+        assert name in self.HAZARDS, f"undeclared hazard {name!r}: add it to HAZARDS"
+        self.recorder.hazard(name)
+
+    def act(self, name: str, *args) -> None:
+        self._action = (name, *args)
+        getattr(self, f"do_{name}")(*args)
+
+    def record_step(self, call: str, expect: str | None, comment: str,
+                    check: str | None = None) -> None:
+        self.recorder.step(Step(call, expect, comment, check, self._action,
+                                tuple(self.state_checks())))
+
+    def end_of_run(self) -> None:
+        """Steps that close a run (end the last pass, drain jobs); none by default."""
+
+    def state_checks(self) -> list[str]:
+        """Assertion lines on the target's whole observable state, as the model predicts it;
+        a reproducer ends with them, so it fails wherever an invariant would have."""
+        return []
+
+    @classmethod
+    def simpler_worlds(cls, world, actions: list[tuple]):
+        """(world, actions) pairs that are simpler than the given ones, for the minimizer."""
+        return iter(())
+
+    def teardown(self) -> None:
+        # Hypothesis calls teardown from a ``finally``: skip the closing steps after a failure,
+        # so the recorded trace ends at the failing step.
+        if sys.exc_info()[0] is None and self.trace.world is not None:
+            self.end_of_run()
+
+    def check_all_invariants(self) -> None:
+        for inv in self.invariants:
+            inv.function(self)
+
+
+@frozen
+class Failure:
+    property: str      # the named property in the assertion message ("freed-not-resident")
+    message: str
+    trace: Trace
+    error: BaseException
+
+    @property
+    def calls(self) -> int:
+        return len(self.trace.steps)
+
+
+@define
+class RunResult:
+    target: str
+    recorder: Recorder
+    failure: Failure | None = None
+
+
+PROPERTY_PREFIX = re.compile(r"^\s*([a-z][a-z0-9]*(?:-[a-z0-9]+)*):")
+
+
+def property_of(error: BaseException) -> str:
+    """The property an assertion names: messages read ``<property>: <detail>``."""
+    match = PROPERTY_PREFIX.match(str(error))
+    return match.group(1) if match else type(error).__name__
+
+
+def bind(machine: type[HarnessMachine], target: str, recorder: Recorder) -> type:
+    return type(f"{machine.__name__}[{target}]", (machine,),
+                {"target_name": target, "recorder": recorder})
+
+
+def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
+                seed: int | None = None, recorder: Recorder | None = None,
+                shrink_program: bool = True) -> RunResult:
+    """Run ``machine`` against ``target``; a failure is returned (shrunk), not raised."""
+    recorder = recorder or Recorder()
+    bound = bind(machine, target, recorder)
+    factory: Callable[[], HarnessMachine] = bound
+    if seed is not None:
+        factory = hypothesis.seed(seed)(lambda: bound())
+    result = RunResult(target, recorder)
+    try:
+        run_state_machine_as_test(factory, settings=settings)
+    except NOT_FINDINGS:
+        raise
+    except Exception as error:  # noqa: BLE001 - any failure of the target is a finding
+        found = Failure(property_of(error), str(error).strip(), recorder.trace, error)
+        result.failure = minimize(machine, found, target) if shrink_program else found
+    return result
+
+
+# -- replay and minimization ------------------------------------------------------------------
+
+INVALID = InvalidAction("replayed program is not valid")
+
+
+def replay(machine: type[HarnessMachine], target: str, world: object,
+           actions: list[tuple]) -> tuple[BaseException | None, Trace]:
+    """Run ``actions`` on a fresh machine; the error it raises (None: it passed)."""
+    recorder = Recorder(report_events=False)
+    m = bind(machine, target, recorder)()
+    try:
+        m.setup(world=world)
+        m.check_all_invariants()
+        for action in actions:
+            m.act(*action)
+            m.check_all_invariants()
+    except InvalidAction as error:
+        return error, recorder.trace
+    except NOT_FINDINGS:
+        raise
+    except Exception as error:  # noqa: BLE001 - a finding
+        return error, recorder.trace
+    return None, recorder.trace
+
+
+def minimize(machine: type[HarnessMachine], failure: Failure, target: str) -> Failure:
+    """Shrink the failing *program*: delete steps, then simplify the world, while the same
+    property still fails. Hypothesis shrinks the choices that made a program; this shrinks
+    the program a reproducer reads, and it is fast (a replay costs about a millisecond)."""
+    best = failure
+    progress = True
+    while progress:
+        progress = False
+        for world, actions in _candidates(machine, best):
+            error, trace = replay(machine, target, world, actions)
+            if error is not None and not isinstance(error, InvalidAction) \
+                    and property_of(error) == failure.property \
+                    and _smaller(trace, best.trace):
+                best = Failure(failure.property, str(error).strip(), trace, error)
+                progress = True
+                break
+    return best
+
+
+def _candidates(machine: type[HarnessMachine], failure: Failure):
+    actions = [s.action for s in failure.trace.steps]
+    world = failure.trace.world
+    chunk = max(1, len(actions) // 2)
+    while chunk >= 1:                               # delete runs of steps, long runs first
+        for start in range(0, len(actions) - chunk + 1):
+            yield world, actions[:start] + actions[start + chunk:]
+        chunk //= 2
+    yield from machine.simpler_worlds(world, actions)
+
+
+def _cost(trace: Trace) -> tuple:
+    """Fewer steps first, then smaller numbers in the world and the calls, then shorter text."""
+    text = trace.text()
+    return len(trace.steps), sum(int(n) for n in re.findall(r"\d+", text)), len(text), text
+
+
+def _smaller(new: Trace, old: Trace) -> bool:
+    return _cost(new) < _cost(old)

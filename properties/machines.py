@@ -1,0 +1,17 @@
+"""Subsystem -> its state machine, imported on first use (the hunt and the catalogue test
+look machines up here; each machine module also has its own pytest module)."""
+
+from __future__ import annotations
+
+import importlib
+
+from properties.harness import HarnessMachine
+
+MACHINES: dict[str, str] = {
+    "encoder_cache": "properties.encoder_cache_machine:EncoderCacheMachine",
+}
+
+
+def machine_for(subsystem: str) -> type[HarnessMachine]:
+    module, _, name = MACHINES[subsystem].partition(":")
+    return getattr(importlib.import_module(module), name)

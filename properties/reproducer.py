@@ -1,0 +1,87 @@
+"""Turn a minimized failing program into a standalone pytest file.
+
+The file calls the target's public API directly (no Hypothesis), one call per line with a
+comment on its effect, asserts the reference model's value at every step, and ends with
+assertions on the whole observable state. It runs against the model and against the target it
+failed on, so it can be pasted into an engine's own test suite. Files are named by a digest of
+their program (the same failure twice writes one file) and written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from properties.harness import Failure, HarnessMachine
+
+DEFAULT_DIR = Path("fixtures/reproducers/found")
+
+
+def reproducer_name(machine: type[HarnessMachine], failure: Failure, target: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "_", failure.property.lower()).strip("_")
+    digest = hashlib.sha256(f"{target}\n{failure.trace.text()}".encode()).hexdigest()[:8]
+    return f"test_{machine.subsystem}_{slug}_{digest}"
+
+
+def render(machine: type[HarnessMachine], failure: Failure, target: str) -> str:
+    name = reproducer_name(machine, failure, target)
+    trace = failure.trace
+    targets = ["model"] if target == "model" else ["model", target]
+    body = [f"    {machine.reproducer_subject(trace.config)}"]
+    body += [f"    {line}" for line in trace.setup]
+    for step in trace.steps:
+        call = step.call
+        if step.expect is not None:
+            op = "is" if step.expect in ("True", "False", "None") else "=="
+            call = f"assert {call} {op} {step.expect}"
+        body.append(f"    {call}  # {step.comment}")
+        if step.check and step is not trace.steps[-1]:
+            body.append(f"    {step.check}")
+    if trace.steps:
+        body += [f"    {line}" for line in trace.steps[-1].state]
+    message = failure.message.splitlines()[0] if failure.message else failure.property
+    lines = [
+        f'"""Reproducer: {failure.property} fails on {target}.',
+        "",
+        f"Scenario ({failure.calls} calls, found by {machine.__name__} against {target}):",
+        f"    {message}",
+        "Each step asserts the reference model's value; the target fails where it diverges.",
+        f"Run: pytest {DEFAULT_DIR}/{name}.py",
+        '"""',
+        "",
+        "import pytest",
+        "",
+        *machine.REPRODUCER_IMPORTS,
+        "from sim.targets import make",
+        "",
+        f"TARGETS = {targets!r}",
+        machine.REPRODUCER_HELPERS,
+        "",
+        '@pytest.mark.parametrize("target", TARGETS)',
+        f"def {name}(target):",
+        *body,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_reproducer(machine: type[HarnessMachine], failure: Failure, target: str,
+                     directory: str | os.PathLike = DEFAULT_DIR) -> Path:
+    """Write the reproducer atomically; an identical one already there is kept as is."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{reproducer_name(machine, failure, target)}.py"
+    if path.exists():
+        return path
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".py")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(render(machine, failure, target))
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path

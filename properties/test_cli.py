@@ -1,0 +1,50 @@
+"""Bad input ends with one clear line that names the problem and the fix, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sim.errors import HarnessError
+from sim.targets import make
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sim.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["hunt", "--target", "nativ"], "unknown target 'nativ'; known targets: model, native"),
+    (["hunt", "--target", "native:no-such-bug"], "unknown bug id 'no-such-bug'"),
+    (["hunt", "--budget", "0s"], "invalid budget '0s'"),
+    (["hunt", "--target", "vllm:enc-stale-freed"], "only the native target takes a bug"),
+])
+def test_bad_cli_input_is_one_line(args, needle):
+    done = run_cli(*args)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], done.stderr
+
+
+def test_bad_pytest_target_is_a_usage_error():
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "--target", "nope",
+                           "properties/test_encoder_cache.py"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 4
+    assert "unknown target 'nope'" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("size", [0, -3])
+def test_invalid_cache_size_names_the_problem(size):
+    with pytest.raises(HarnessError, match=f"cache_size must be an integer >= 1, got {size}"):
+        make("native", "encoder_cache", cache_size=size)
+
+
+def test_bug_of_another_subsystem_is_refused():
+    with pytest.raises(HarnessError, match="no encoder_cache implementation|belongs to"):
+        make("native:enc-stale-freed", "tiered_lookup")

@@ -1,0 +1,62 @@
+"""The known-bug catalogue: the harness checks itself (the ``quality/`` of this project).
+
+Every entry must be found against ``native:<id>`` within a fixed, derandomized budget, under
+the property it names, minimized to at most its bound, with a reproducer that fails on the
+bug and passes on the model and on ``native``; with the switch off the machine passes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from hypothesis import Phase, settings
+
+from fixtures.known_bugs import CATALOGUE
+from properties.harness import run_machine
+from properties.machines import MACHINES, machine_for
+from properties.reproducer import write_reproducer
+from sim.native.bugs import BUG_SWITCHES
+
+BUGS = [b for b in CATALOGUE if b.subsystem in MACHINES]
+
+
+def catalogue_settings(max_examples: int) -> settings:
+    return settings(settings.get_profile("ci"), max_examples=max_examples,
+                    phases=[Phase.explicit, Phase.generate])
+
+
+def test_catalogue_matches_the_native_switches():
+    assert {b.id for b in CATALOGUE} == set(BUG_SWITCHES)
+    assert all(BUG_SWITCHES[b.id] == b.subsystem for b in CATALOGUE)
+
+
+@pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])
+def test_known_bug_is_caught_and_shrunk(bug, tmp_path):
+    machine = machine_for(bug.subsystem)
+    result = run_machine(machine, f"native:{bug.id}", catalogue_settings(bug.max_examples))
+    assert result.failure is not None, f"{bug.id} not found in {bug.max_examples} examples"
+    assert result.failure.property == bug.property, result.failure.message
+    assert result.failure.calls <= bug.max_calls, \
+        f"{bug.id}: shrunk to {result.failure.calls} calls, bound {bug.max_calls}"
+
+    path = write_reproducer(machine, result.failure, f"native:{bug.id}", tmp_path)
+    test = _load_test(path)
+    test("model")
+    test("native")
+    with pytest.raises(AssertionError):
+        test(f"native:{bug.id}")
+
+
+@pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])
+def test_switch_off_passes_with_the_same_budget(bug):
+    result = run_machine(machine_for(bug.subsystem), "native",
+                         catalogue_settings(bug.max_examples))
+    assert result.failure is None, result.failure.message
+
+
+def _load_test(path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, path.stem)

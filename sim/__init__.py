@@ -1,0 +1,1 @@
+"""The deterministic world and the implementations under test (native and vLLM adapters)."""

@@ -1,0 +1,95 @@
+"""Target registry: a target name -> a factory per subsystem.
+
+Names: ``model`` (the reference model itself, for reproducers), ``native`` (in-tree
+torch-backed implementations, the default), ``native:<bug-id>`` (native with one catalogued
+bug switched on) and ``vllm`` (the installed vLLM's real classes, imported lazily).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from attrs import frozen
+
+from sim.errors import HarnessError
+from sim.native.bugs import BUG_SWITCHES
+
+SUBSYSTEMS = ("encoder_cache", "scheduler_pass", "tiered_lookup", "offload_engine")
+BASE_TARGETS = ("model", "native", "vllm")
+
+
+@frozen
+class Target:
+    name: str
+    base: str
+    bug: str | None = None
+
+    @property
+    def bugs(self) -> frozenset[str]:
+        return frozenset() if self.bug is None else frozenset({self.bug})
+
+
+def known_target_names() -> list[str]:
+    return [*BASE_TARGETS, *(f"native:{b}" for b in sorted(BUG_SWITCHES))]
+
+
+def parse_target(name: str) -> Target:
+    base, _, bug = name.partition(":")
+    if base not in BASE_TARGETS:
+        raise HarnessError(f"unknown target {name!r}; known targets: "
+                           f"{', '.join(BASE_TARGETS)}, native:<bug-id> (bug ids: "
+                           f"{', '.join(sorted(BUG_SWITCHES))})")
+    if not bug:
+        return Target(name, base)
+    if base != "native":
+        raise HarnessError(f"target {name!r}: only the native target takes a bug switch; "
+                           f"use native:{bug}")
+    if bug not in BUG_SWITCHES:
+        raise HarnessError(f"unknown bug id {bug!r} in target {name!r}; known bug ids: "
+                           f"{', '.join(sorted(BUG_SWITCHES))}")
+    return Target(name, base, bug)
+
+
+def _native_encoder_cache(target: Target, cache_size: int) -> Any:
+    from sim.native.encoder_cache import NativeEncoderCache
+    return NativeEncoderCache(cache_size, bugs=target.bugs)
+
+
+def _model_encoder_cache(target: Target, cache_size: int) -> Any:
+    from models.encoder_cache import EncoderCacheModel
+    return EncoderCacheModel(cache_size)
+
+
+def _vllm_encoder_cache(target: Target, cache_size: int) -> Any:
+    from sim.vllm.encoder_cache import make_encoder_cache
+    return make_encoder_cache(cache_size)
+
+
+_FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
+    ("model", "encoder_cache"): _model_encoder_cache,
+    ("native", "encoder_cache"): _native_encoder_cache,
+    ("vllm", "encoder_cache"): _vllm_encoder_cache,
+}
+
+
+def check_size(name: str, value: int, minimum: int = 1) -> int:
+    if not isinstance(value, int) or value < minimum:
+        raise HarnessError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def make(name: str, subsystem: str, **config: Any) -> Any:
+    """Build the ``subsystem`` implementation of target ``name`` with ``config``."""
+    target = parse_target(name)
+    if subsystem not in SUBSYSTEMS:
+        raise HarnessError(f"unknown subsystem {subsystem!r}; known: {', '.join(SUBSYSTEMS)}")
+    if target.bug and BUG_SWITCHES[target.bug] != subsystem:
+        raise HarnessError(f"bug {target.bug!r} belongs to the {BUG_SWITCHES[target.bug]} "
+                           f"subsystem, not {subsystem}")
+    factory = _FACTORIES.get((target.base, subsystem))
+    if factory is None:
+        raise HarnessError(f"target {target.base!r} has no {subsystem} implementation yet")
+    if "cache_size" in config:
+        check_size("cache_size", config["cache_size"])
+    return factory(target, **config)
