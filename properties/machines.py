@@ -9,6 +9,7 @@ from properties.harness import HarnessMachine
 
 MACHINES: dict[str, str] = {
     "encoder_cache": "properties.encoder_cache_machine:EncoderCacheMachine",
+    "offload_engine": "properties.offload_engine_machine:OffloadEngineMachine",
 }
 
 

@@ -66,10 +66,37 @@ def _vllm_encoder_cache(target: Target, cache_size: int) -> Any:
     return make_encoder_cache(cache_size)
 
 
+def _offload_sizes(block_size: int, num_slots: int, num_layers: int,
+                   num_cpu_blocks: int) -> tuple[int, int, int, int]:
+    return (check_size("block_size", block_size), check_size("num_slots", num_slots),
+            check_size("num_layers", num_layers), check_size("num_cpu_blocks", num_cpu_blocks))
+
+
+def _model_offload_engine(target: Target, block_size: int, num_slots: int, num_layers: int,
+                          num_cpu_blocks: int) -> Any:
+    from models.offload_engine import OffloadEngineModel
+    return OffloadEngineModel(*_offload_sizes(block_size, num_slots, num_layers,
+                                              num_cpu_blocks))
+
+
+def _native_offload_engine(target: Target, block_size: int, num_slots: int, num_layers: int,
+                           num_cpu_blocks: int, zero_on_deallocate: bool = False) -> Any:
+    import os
+
+    from sim.native.offload_runner import NativeOffloadEngine
+    # LCH_OFFLOAD_ASYNC=1: loads and offloads on side streams with events (CUDA only).
+    return NativeOffloadEngine(*_offload_sizes(block_size, num_slots, num_layers,
+                                               num_cpu_blocks), bugs=target.bugs,
+                               async_mode=os.environ.get("LCH_OFFLOAD_ASYNC") == "1",
+                               zero_on_deallocate=zero_on_deallocate)
+
+
 _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
     ("model", "encoder_cache"): _model_encoder_cache,
     ("native", "encoder_cache"): _native_encoder_cache,
     ("vllm", "encoder_cache"): _vllm_encoder_cache,
+    ("model", "offload_engine"): _model_offload_engine,
+    ("native", "offload_engine"): _native_offload_engine,
 }
 
 

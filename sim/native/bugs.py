@@ -6,4 +6,8 @@ its minimal reproducer; a test keeps the two lists equal."""
 BUG_SWITCHES: dict[str, str] = {
     "enc-stale-freed": "encoder_cache",
     "enc-repeat-item": "encoder_cache",
+    "offload-id-reuse": "offload_engine",
+    "offload-partial-block": "offload_engine",
+    "offload-dropped-decode": "offload_engine",
+    "offload-layer-alias": "offload_engine",
 }
