@@ -1,0 +1,140 @@
+"""Import the installed vLLM once per process, on CPU, and say clearly when it cannot be used.
+
+``load()`` is the single entry point: it sets ``VLLM_TARGET_DEVICE=cpu`` (the CUDA wheel
+otherwise resolves no platform on a machine without a GPU), imports vLLM, checks the release
+and caches the outcome, so the ~10 s import and a failed import each happen once.
+
+- vLLM not installed, or an import fails: ``TargetUnavailable`` (tests skip with the reason;
+  ``LCH_REQUIRE_TARGETS=1``, as in ``nox -s vllm``, turns the skip into a failure).
+- a release before 0.10.2: ``HarnessError`` (the encoder cache was per request then, a
+  different API with nothing for these suites to compare).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import re
+from pathlib import Path
+from types import ModuleType
+
+from sim.errors import HarnessError, TargetUnavailable
+
+MIN_RELEASE = (0, 10, 2)
+DEFAULT_RELEASE = "0.33.0"
+REQUIREMENTS_DIR = Path(__file__).resolve().parents[2] / "requirements"
+
+
+def parse_release(text: str) -> tuple[int, int, int]:
+    """``"0.10.1.1"`` -> (0, 10, 1); dev/local suffixes are ignored."""
+    match = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not match:
+        raise HarnessError(f"cannot read vLLM release {text!r}; give one such as 0.33.0")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def check_supported(release: str) -> None:
+    if parse_release(release) < MIN_RELEASE:
+        raise HarnessError(
+            f"vLLM {release} is not supported: before 0.10.2 the encoder cache was kept per "
+            "request (no shared mm_hash entries, no freeable queue), another API these suites "
+            "do not model; use vLLM 0.10.2 or later")
+
+
+def requirements_file(release: str) -> Path:
+    """The requirements file of ``release``'s family (``requirements/vllm-0.X.txt``), else the
+    nearest older family that has one, else the oldest one kept."""
+    want = parse_release(release)[:2]
+    kept = sorted((parse_release(p.stem.removeprefix("vllm-"))[:2], p)
+                  for p in REQUIREMENTS_DIR.glob("vllm-*.txt"))
+    if not kept:
+        raise HarnessError(f"no requirements/vllm-*.txt under {REQUIREMENTS_DIR}")
+    older = [p for family, p in kept if family <= want]
+    return older[-1] if older else kept[0][1]
+
+
+def install_hint(release: str = DEFAULT_RELEASE) -> str:
+    try:
+        req = requirements_file(release).relative_to(REQUIREMENTS_DIR.parent)
+    except (HarnessError, ValueError):
+        req = "requirements/vllm-<family>.txt"
+    return (f"run `nox -s vllm` (or `nox -s vllm -- --vllm-version X`), or install it into "
+            f"this environment: `pip install torch==2.13.0 && pip install --no-deps "
+            f"vllm=={release} && pip install --no-deps -r {req}`")
+
+
+def load() -> ModuleType:
+    """The ``vllm`` package, imported once on CPU; raises as described in the module doc.
+    A failure is remembered too: a second attempt would only meet a half-imported package."""
+    outcome = _load_once()
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+@functools.cache
+def _load_once() -> ModuleType | HarnessError:
+    try:
+        return _import_vllm()
+    except HarnessError as error:
+        return error
+
+
+def _import_vllm() -> ModuleType:
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    try:
+        vllm = importlib.import_module("vllm")
+    except ModuleNotFoundError as error:
+        if error.name == "vllm":
+            raise TargetUnavailable(f"vLLM is not installed; {install_hint()}") from None
+        raise _import_failed("vllm", error) from None
+    except Exception as error:  # noqa: BLE001 - any import failure makes the target unusable
+        raise _import_failed("vllm", error) from None
+    check_supported(release())
+    return vllm
+
+
+def release() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("vllm")
+    except PackageNotFoundError:
+        return importlib.import_module("vllm").__version__
+
+
+def import_module(name: str) -> ModuleType:
+    """Import ``name`` (a vLLM module) after ``load()``; an import failure is explained."""
+    load()
+    try:
+        return importlib.import_module(name)
+    except Exception as error:  # noqa: BLE001
+        raise _import_failed(name, error) from None
+
+
+def _import_failed(name: str, error: Exception) -> TargetUnavailable:
+    missing = getattr(error, "name", None)
+    found = release_or_unknown()
+    why = (f"it needs module {missing!r}, which is not installed"
+           if isinstance(error, ModuleNotFoundError) and missing
+           else f"{type(error).__name__}: {error}")
+    return TargetUnavailable(
+        f"vLLM {found} is installed but `import {name}` failed: {why}; the packages vLLM's "
+        f"imports need are listed in {_requirements_name(found)} (add the missing one there); "
+        f"{install_hint(found if found != 'unknown' else DEFAULT_RELEASE)}")
+
+
+def release_or_unknown() -> str:
+    try:
+        return release()
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def _requirements_name(found: str) -> str:
+    try:
+        return str(requirements_file(found if found != "unknown" else DEFAULT_RELEASE)
+                   .relative_to(REQUIREMENTS_DIR.parent))
+    except (HarnessError, ValueError):
+        return "requirements/vllm-<family>.txt"
