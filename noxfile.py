@@ -75,3 +75,54 @@ def lint(session: nox.Session) -> None:
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("ruff", "check", ".")
     session.run("python", "tools/check_rules.py")
+
+
+VLLM_RELEASE = "0.33.0"
+# The suites with a vllm factory in sim/targets.py, plus the adapter's own tests and the
+# curated reproducers (each names the targets it runs on).
+VLLM_SUITES = ["properties/test_encoder_cache.py", "properties/test_vllm_target.py",
+               "fixtures/reproducers"]
+
+
+def take_option(args: list[str], name: str, default: str) -> tuple[str, list[str]]:
+    """``--name X`` or ``--name=X`` out of ``args``: (value, the other args)."""
+    rest, value, it = [], default, iter(args)
+    for arg in it:
+        if arg == name:
+            value = next(it, default)
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return value, rest
+
+
+def install_vllm(session: nox.Session, release: str) -> None:
+    """torch (LCH_TORCH), the harness, then vLLM without its GPU dependencies plus the
+    pure-Python packages its imports need (``requirements/vllm-<family>.txt``)."""
+    install_harness(session, "test")
+    requirements = session.run("python", "-m", "sim.vllm.release", "requirements-file",
+                               release, silent=True).strip()
+    session.install("--no-deps", f"vllm=={release}")
+    session.install("--no-deps", "-r", requirements)
+
+
+@nox.session(venv_params=VENV_PARAMS)
+def vllm(session: nox.Session) -> None:
+    """The suites against the real vLLM classes on CPU (``-- --vllm-version X``; 0.33.0)."""
+    release, pytest_args = take_option(session.posargs, "--vllm-version", VLLM_RELEASE)
+    install_vllm(session, release)
+    session.env.update(HYPOTHESIS_PROFILE="ci", LCH_REQUIRE_TARGETS="1",
+                       VLLM_TARGET_DEVICE="cpu")
+    session.run("python", "-m", "sim.vllm.release", "check")   # names a missing module first
+    session.run("pytest", "-p", "no:cacheprovider", "--ignore=fixtures/reproducers/found",
+                "--target", "vllm", *VLLM_SUITES,
+                *pytest_args)
+
+
+@nox.session
+def bisect(session: nox.Session) -> None:
+    """The vllm suites over a range of releases, one venv each (``-- --from X --to Y``)."""
+    session.install("--no-deps", "-e", ".")
+    session.install("attrs")
+    session.run("python", "-m", "sim.cli", "bisect", *session.posargs)

@@ -16,6 +16,7 @@ import functools
 import importlib
 import os
 import re
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -138,3 +139,56 @@ def _requirements_name(found: str) -> str:
                    .relative_to(REQUIREMENTS_DIR.parent))
     except (HarnessError, ValueError):
         return "requirements/vllm-<family>.txt"
+
+
+# Modules the harness's vllm target drives or will drive (vllm-drive.md): `nox -s vllm`
+# imports them all first, so a missing package is named before any test runs.
+DRIVEN_MODULES = (
+    "vllm.v1.core.encoder_cache_manager",
+    "vllm.v1.request",
+    "vllm.v1.core.sched.scheduler",
+    "vllm.v1.kv_offload.cpu.manager",
+    "vllm.v1.kv_offload.tiering.manager",
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler",
+)
+# Releases without a module yet (the offload managers are newer than 0.10.2): reported, and
+# only the encoder cache is required there.
+REQUIRED_MODULES = DRIVEN_MODULES[:2]
+
+
+def check_imports() -> int:
+    """``python -m sim.vllm.release check``: import every driven module, explain failures."""
+    try:
+        load()
+        found = release()
+        print(f"vLLM {found} (VLLM_TARGET_DEVICE={os.environ['VLLM_TARGET_DEVICE']})")
+        problems = 0
+        for name in DRIVEN_MODULES:
+            try:
+                import_module(name)
+                print(f"  ok       {name}")
+            except TargetUnavailable as error:
+                absent = "No module named 'vllm." in str(error) and name not in REQUIRED_MODULES
+                print(f"  {'absent ' if absent else 'FAILED '}  {name}")
+                if not absent:
+                    print(f"llm-cache-harness: error: {error}", file=sys.stderr)
+                    problems += 1
+        return 1 if problems else 0
+    except HarnessError as error:
+        print(f"llm-cache-harness: error: {error}", file=sys.stderr)
+        return 1
+
+
+def main(argv: list[str]) -> int:
+    """``python -m sim.vllm.release check`` | ``requirements-file X``."""
+    if argv[:1] == ["check"]:
+        return check_imports()
+    if argv[:1] == ["requirements-file"] and len(argv) == 2:
+        print(requirements_file(argv[1]).relative_to(REQUIREMENTS_DIR.parent))
+        return 0
+    print("usage: python -m sim.vllm.release check | requirements-file RELEASE", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
