@@ -26,7 +26,7 @@ from sim import targets
 from sim.native.encoder_worker import EncoderWorker, encoder_output
 
 UNLIMITED_BUDGET = 10**6
-BUDGET_SLACK_UNLIMITED = 8
+BUDGET_SLACK_UNLIMITED = 8       # the largest drawn slack means "no compute limit"
 
 HAZARDS = (
     "can_allocate: evicts",
@@ -74,13 +74,11 @@ def slots(cache):
 
     @rule(data=st.data())
     def check_and_update_cache(self, data):
-        # Mostly ask for resident items the request does not hold through this input yet
-        # (new holders are where reuse, repeat and freeable-queue bugs live).
+        # Resident items the request does not hold through this input yet are weighted 4:1
+        # (new holders are where reuse, repeat and freeable-queue bugs live); one draw.
         resident = [(r, i) for r, i in self._inputs()
                     if self._resident(r, i) and i not in self._recorded(r)]
-        ask_anything = not resident or data.draw(st.booleans(), label="ask_anything")
-        r, i = data.draw(st.sampled_from(self._inputs() if ask_anything else resident),
-                         label="input")
+        r, i = data.draw(st.sampled_from(resident * 3 + self._inputs()), label="input")
         self.act("check_and_update_cache", r, i)
 
     @precondition(lambda self: self._allocatable())
@@ -89,9 +87,10 @@ def slots(cache):
         # One argument, so Hypothesis ranks this rule with the other one-argument rules
         # (it prefers rules with fewer arguments); the rest is drawn here.
         r, i = data.draw(st.sampled_from(self._allocatable()), label="input")
-        budget_slack = data.draw(st.integers(-1, BUDGET_SLACK_UNLIMITED), label="budget_slack")
-        extra_to_schedule = data.draw(st.integers(0, 2), label="extra_to_schedule")
-        self.act("can_allocate", r, i, budget_slack, extra_to_schedule)
+        # budget slack in -1..8 (8: unlimited) and extra_to_schedule in 0..2, in one draw
+        # (each draw costs Hypothesis more than the whole step costs us).
+        slack, extra = divmod(data.draw(st.integers(0, 29), label="slack_and_extra"), 3)
+        self.act("can_allocate", r, i, slack - 1, extra)
 
     @precondition(lambda self: getattr(self, "approved", None))
     @rule()
@@ -134,8 +133,8 @@ def slots(cache):
         merge or drop requests, drop unused items, shrink the cache or an item, lower the
         drawn slack, rename hashes in order of appearance."""
         cache_size, requests = world
-        for k in range(1, len(requests)):
-            for j in range(k):                      # request k's steps done by request j
+        for k in range(len(requests)):
+            for j in (j for j in range(len(requests)) if j != k):   # k's steps done by j
                 merged = [(n, j if n in REQUEST_ACTIONS and a and a[0] == k else a[0], *a[1:])
                           if a else (n,) for n, *a in actions]
                 yield (cache_size, _renamed(requests[:k] + requests[k + 1:])), \
@@ -145,11 +144,11 @@ def slots(cache):
             if len(req.items) > max(1, used + 1):
                 trimmed = ReqView(req.request_id, req.items[:-1])
                 yield (cache_size, requests[:k] + (trimmed,) + requests[k + 1:]), actions
-        if cache_size > 1:
-            calmer = [(a[0], *a[1:4], max(0, a[4] - 1)) if a[0] == "can_allocate" else a
-                      for a in actions]
+        calmer = [(a[0], *a[1:4], max(0, a[4] - 1)) if a[0] == "can_allocate" else a
+                  for a in actions]
+        for smaller in sorted({cache_size - 1, cache_size // 2, 1} - {0, cache_size}):
             for acts in (actions, calmer):
-                yield (cache_size - 1, _resized(requests, lambda n: min(n, cache_size - 1))), acts
+                yield (smaller, _resized(requests, lambda n, c=smaller: min(n, c))), acts
         for mm_hash in sorted({it.mm_hash for r in requests for it in r.items}):
             yield (cache_size, _resized(requests, lambda n: n, shrink=mm_hash)), actions
         for j, action in enumerate(actions):
@@ -159,6 +158,10 @@ def slots(cache):
                         lower = (*action[:pos], action[pos] - 1, *action[pos + 1:])
                         yield world, [*actions[:j], lower, *actions[j + 1:]]
         yield (cache_size, _hashes_in_order(requests)), actions
+        for k, req in enumerate(requests):          # reorder a request's items
+            for a in range(len(req.items)):
+                for b in range(a + 1, len(req.items)):
+                    yield _swapped(world, actions, k, a, b)
 
     # -- actions: one API call on model and target, compared ---------------------------------
 
@@ -373,6 +376,18 @@ def _resized(requests, size_of, shrink: str | None = None) -> tuple[ReqView, ...
 
 REQUEST_ACTIONS = ("check_and_update_cache", "can_allocate", "free_encoder_input", "free")
 INPUT_ACTIONS = ("check_and_update_cache", "can_allocate", "free_encoder_input")
+
+
+def _swapped(world, actions: list[tuple], k: int, a: int, b: int):
+    """The world with request k's items a and b swapped, and the actions following them."""
+    cache_size, requests = world
+    items = list(requests[k].items)
+    items[a], items[b] = items[b], items[a]
+    swap = {a: b, b: a}
+    moved = [(x[0], k, swap.get(x[2], x[2]), *x[3:])
+             if x[0] in INPUT_ACTIONS and x[1] == k else x for x in actions]
+    requests = requests[:k] + (ReqView(requests[k].request_id, tuple(items)),) + requests[k + 1:]
+    return (cache_size, requests), moved
 
 
 def _hashes_in_order(requests: tuple[ReqView, ...]) -> tuple[ReqView, ...]:

@@ -16,3 +16,8 @@ MACHINES: dict[str, str] = {
 def machine_for(subsystem: str) -> type[HarnessMachine]:
     module, _, name = MACHINES[subsystem].partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def import_all_machines() -> None:
+    for subsystem in MACHINES:
+        machine_for(subsystem)

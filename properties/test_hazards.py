@@ -10,22 +10,25 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-from properties.harness import run_machine
+from properties.harness import Recorder, run_machine
 from properties.machines import machine_for
 
-# subsystem -> {hazard: minimum occurrences per 100 examples}. Measured on native, ci profile,
-# 300 examples, hypothesis 6.155.2: evicts 20, no room 219, over budget 48, freeable reused 72,
-# evicted-then-reallocated 2.7, repeated freed 20, abandoned 129, reports evictions 14.
+# subsystem -> {hazard: minimum occurrences per 100 examples}, pinned at about a third of the
+# lowest measurement. encoder_cache, measured on native with 300 examples (hypothesis 6.155.2),
+# ci profile / mean of 3 random seeds: evicts 23.5/17, no room 128/134, over budget 94/88,
+# freeable reused 22/44, evicted-then-reallocated 10.8/6.1, repeated freed 5.7/9.2,
+# abandoned 123/92, reports evictions 8.1/8.2.
+SEEDS = (0, 1, 2)
 MIN_RATE_PER_100 = {
     "encoder_cache": {
-        "can_allocate: evicts": 8,
-        "can_allocate: no room": 80,
-        "can_allocate: over compute budget": 15,
-        "check_and_update_cache: freeable entry reused": 20,
-        "evicted then reallocated in one pass": 1,
-        "repeated item freed once": 5,
-        "approval abandoned": 40,
-        "get_freed_mm_hashes: reports evictions": 5,
+        "can_allocate: evicts": 6,
+        "can_allocate: no room": 40,
+        "can_allocate: over compute budget": 30,
+        "check_and_update_cache: freeable entry reused": 7,
+        "evicted then reallocated in one pass": 2,
+        "repeated item freed once": 2,
+        "approval abandoned": 30,
+        "get_freed_mm_hashes: reports evictions": 2.5,
     },
     # offload_engine, measured on native with 300 examples, ci profile: id reused 102, block
     # filled 18.7, partial block filled 14.9, decode-filled block read 8.3, preempted then
@@ -47,10 +50,14 @@ MIN_RATE_PER_100 = {
 def test_every_hazard_is_reached_often(subsystem):
     machine = machine_for(subsystem)
     assert set(MIN_RATE_PER_100[subsystem]) == set(machine.HAZARDS)
-    result = run_machine(machine, "native",
-                         settings(settings.get_profile("ci"), max_examples=300))
-    assert result.failure is None
-    examples = result.recorder.examples
-    rates = {h: 100 * result.recorder.events[h] / examples for h in machine.HAZARDS}
+    # Three seeded streams, not one derandomized one: Hypothesis mixes in constants from the
+    # local modules loaded so far, so a single stream depends on which tests ran before.
+    recorder = Recorder()
+    profile = settings(settings.get_profile("ci"), derandomize=False, max_examples=150)
+    for seed in SEEDS:
+        assert run_machine(machine, "native", profile, seed=seed, recorder=recorder).failure \
+            is None
+    examples = recorder.examples
+    rates = {h: 100 * recorder.events[h] / examples for h in machine.HAZARDS}
     low = {h: round(r, 1) for h, r in rates.items() if r < MIN_RATE_PER_100[subsystem][h]}
     assert not low, f"hazards reached too rarely (per 100 examples): {low}; all: {rates}"

@@ -9,6 +9,7 @@ gathered tensor can be checked exactly on any device.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import torch
@@ -23,8 +24,10 @@ class EncoderCacheMiss(RuntimeError):
     pass
 
 
+@functools.lru_cache(maxsize=4096)
 def encoder_output(item: MmItem, device: torch.device) -> torch.Tensor:
-    """Deterministic stand-in for the vision encoder: rows distinct per (hash, row)."""
+    """Deterministic stand-in for the vision encoder: rows distinct per (hash, row). Cached:
+    callers must not write into the returned tensor (the worker stores clones)."""
     base = int.from_bytes(hashlib.sha256(item.mm_hash.encode()).digest()[:3], "big")
     rows = torch.arange(item.num_embeds * HIDDEN_SIZE, dtype=torch.float64, device=device)
     return (rows + float(base) * 1024.0).reshape(item.num_embeds, HIDDEN_SIZE)
@@ -41,7 +44,7 @@ class EncoderWorker:
             self.encoder_cache.pop(mm_hash, None)
 
     def encode(self, item: MmItem) -> None:
-        self.encoder_cache[item.mm_hash] = encoder_output(item, self.device)
+        self.encoder_cache[item.mm_hash] = encoder_output(item, self.device).clone()
         self.encoded_count += 1
 
     def gather(self, item: MmItem, start: int = 0, end: int | None = None) -> torch.Tensor:
