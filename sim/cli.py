@@ -1,7 +1,8 @@
-"""Command line: ``hunt`` (time-budgeted search, report, reproducers) and ``replay``.
+"""Command line: ``hunt`` (time-budgeted search, report, reproducers), ``replay``, ``bisect``.
 
     python -m sim.cli hunt --budget 60s [--target native] [--subsystem encoder_cache]
     python -m sim.cli replay [pytest args...]
+    python -m sim.cli bisect --from 0.10.2 --to 0.33.0 [--releases A,B] (sim/vllm/bisect.py)
 
 The entry points sit on top of everything else: they drive the state machines in
 ``properties/`` (imported lazily) against the targets of ``sim/targets.py``.
@@ -45,14 +46,30 @@ def main(argv: list[str] | None = None) -> int:
     hunt.add_argument("--report-dir", default=".", help="where hunt-report.{md,json} go")
     replay = verbs.add_parser("replay", help="run every saved reproducer with pytest")
     replay.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    add_bisect_parser(verbs)
     args = parser.parse_args(argv)
     try:
         if args.verb == "hunt":
             return run_hunt(args)
+        if args.verb == "bisect":
+            from sim.vllm.bisect import main as run_bisect
+            return run_bisect(args)
         return run_replay(args.pytest_args)
     except HarnessError as error:
         print(f"llm-cache-harness: error: {error}", file=sys.stderr)
         return 2
+
+
+def add_bisect_parser(verbs) -> None:
+    bisect = verbs.add_parser("bisect", help="the vllm suites over a range of vLLM releases")
+    bisect.add_argument("--from", dest="first", default="0.10.2", help="oldest release")
+    bisect.add_argument("--to", dest="last", default="0.33.0", help="newest release")
+    bisect.add_argument("--releases", help="comma-separated releases to run instead")
+    bisect.add_argument("--linear", action="store_true", help="run every release in range")
+    bisect.add_argument("--venv-dir", default=".nox/bisect", help="one venv per release here")
+    bisect.add_argument("--reproducer-dir", default="fixtures/reproducers/found/bisect")
+    bisect.add_argument("--report", default="bisect-report.md")
+    bisect.add_argument("pytest_args", nargs=argparse.REMAINDER)
 
 
 def run_hunt(args: argparse.Namespace) -> int:
