@@ -128,6 +128,8 @@ class OffloadData:
         if scratch:
             self.slots.zero_()
             self.dbuf.zero_()
+            for slot in range(self.slots.shape[0]):   # a later load waits for the zeroing
+                self._record(("read", slot))
 
 
 class _NoStream:
