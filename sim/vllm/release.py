@@ -195,3 +195,24 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def installed_release() -> str | None:
+    """The installed vLLM's release from its metadata (no import), or None."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("vllm")
+    except PackageNotFoundError:
+        return None
+
+
+def xfail_before(fixed_in: str, reason: str):
+    """A strict xfail for the ``vllm`` target on releases before ``fixed_in``, for curated
+    reproducers of divergences that upstream fixed (``pytest.param("vllm", marks=...)``):
+    an affected release stays green, and a reproducer that starts passing there turns red."""
+    import pytest
+
+    found = installed_release()
+    affected = found is not None and parse_release(found) < parse_release(fixed_in)
+    return pytest.mark.xfail(affected, strict=True,
+                             reason=f"vLLM {found} < {fixed_in}: {reason}")
