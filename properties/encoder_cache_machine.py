@@ -78,7 +78,7 @@ def slots(cache):
         # (new holders are where reuse, repeat and freeable-queue bugs live); one draw.
         resident = [(r, i) for r, i in self._inputs()
                     if self._resident(r, i) and i not in self._recorded(r)]
-        r, i = data.draw(st.sampled_from(resident * 3 + self._inputs()), label="input")
+        r, i = pick(data, resident * 3 + self._inputs())
         self.act("check_and_update_cache", r, i)
 
     @precondition(lambda self: self._allocatable())
@@ -86,10 +86,15 @@ def slots(cache):
     def can_allocate(self, data):
         # One argument, so Hypothesis ranks this rule with the other one-argument rules
         # (it prefers rules with fewer arguments); the rest is drawn here.
-        r, i = data.draw(st.sampled_from(self._allocatable()), label="input")
+        # Items evicted earlier in this pass are weighted 4:1: re-allocating them is the hazard
+        # behind vLLM issue #38551.
+        allocatable = self._allocatable()
+        evicted = set(self.model.evicted_this_pass)
+        again = [(r, i) for r, i in allocatable if self.requests[r].mm_hash(i) in evicted]
+        r, i = pick(data, again * 3 + allocatable)
         # budget slack in -1..8 (8: unlimited) and extra_to_schedule in 0..2, in one draw
         # (each draw costs Hypothesis more than the whole step costs us).
-        slack, extra = divmod(data.draw(st.integers(0, 29), label="slack_and_extra"), 3)
+        slack, extra = divmod(data.draw(st.integers(0, 29)), 3)
         self.act("can_allocate", r, i, slack - 1, extra)
 
     @precondition(lambda self: getattr(self, "approved", None))
@@ -101,14 +106,14 @@ def slots(cache):
     @rule(data=st.data())
     def free_encoder_input(self, data):
         held = [(r, i) for r, i in self._inputs() if i in self._recorded(r)]
-        self.act("free_encoder_input", *data.draw(st.sampled_from(held), label="input"))
+        self.act("free_encoder_input", *pick(data, held))
 
     @precondition(lambda self: self.model.recorded)
     @rule(data=st.data())
     def free(self, data):
         # A request that holds something (finishing an idle one exercises nothing).
         holding = [k for k, r in enumerate(self.requests) if self._recorded(k)]
-        self.act("free", data.draw(st.sampled_from(holding), label="request"))
+        self.act("free", pick(data, holding))
 
     @rule()
     def get_freed_mm_hashes(self):
@@ -341,6 +346,12 @@ def slots(cache):
     def _freeing_effect(self, idle_before: set[str]) -> str:
         newly = [h for h in self.model.freeable_order() if h not in idle_before]
         return f"{', '.join(newly)} -> freeable" if newly else "no entry becomes freeable"
+
+
+def pick(data, choices: list):
+    """One of ``choices``, drawn as an index: building a ``sampled_from`` over a fresh list on
+    every step costs more than the step itself."""
+    return choices[data.draw(st.integers(0, len(choices) - 1))]
 
 
 def _allocation_effect(ok: bool, evicted: list[str], over_budget: bool) -> str:

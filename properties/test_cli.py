@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +51,18 @@ def test_invalid_cache_size_names_the_problem(size):
 def test_bug_of_another_subsystem_is_refused():
     with pytest.raises(HarnessError, match="no encoder_cache implementation|belongs to"):
         make("native:enc-stale-freed", "tiered_lookup")
+
+
+def test_hunt_finds_a_planted_bug_and_reports_it(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "sim.cli", "hunt", "--budget", "3s", "--seed", "7",
+         "--subsystem", "encoder_cache", "--target", "native:enc-stale-freed",
+         "--report-dir", str(tmp_path), "--reproducer-dir", str(tmp_path / "found")],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": "."})
+    assert done.returncode == 1, done.stdout + done.stderr      # 1: a failure was found
+    assert done.stdout.startswith("SEED=7\n")
+    report = json.loads((tmp_path / "hunt-report.json").read_text())
+    failure = report["pairs"][0]["failure"]
+    assert failure["property"] == "freed-not-resident"
+    assert Path(failure["reproducer"]).exists()
+    assert "freed-not-resident" in (tmp_path / "hunt-report.md").read_text()

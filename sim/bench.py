@@ -92,7 +92,7 @@ def time_to_find(seeds: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import fixtures.pytest_plugin  # noqa: F401 - registers the Hypothesis profiles
+    import fixtures.profiles  # noqa: F401 - registers the Hypothesis profiles
 
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     add_bisect_parser(verbs)
     args = parser.parse_args(argv)
     try:
+        import fixtures.profiles  # noqa: F401 - the dev / ci / hunt Hypothesis profiles
         if args.verb == "hunt":
             return run_hunt(args)
         if args.verb == "bisect":
