@@ -99,6 +99,11 @@ def run_release(release: str, venv_dir: Path, out_dir: Path, pytest_args: list[s
     found_dir = out_dir / f"vllm-{release}"
     env = {**os.environ, "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "ci"),
            "LCH_REQUIRE_TARGETS": "1", "VLLM_TARGET_DEVICE": "cpu"}
+    check = subprocess.run([str(python), "-m", "sim.vllm.release", "check"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, check=False)
+    if check.returncode != 0:                   # names the missing module and the file
+        outcome.summary = "import: " + check.stderr.strip().splitlines()[-1][:300]
+        return outcome
     began = time.monotonic()
     run = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "--target", "vllm", "--reproducer-dir", str(found_dir),
