@@ -254,6 +254,7 @@ def slots(cache):
         stale = [h for h in actual if self.model.is_resident(h)]
         assert not stale, f"freed-not-resident: {stale} reported freed but resident"
         assert actual == expect, f"returns-agree: get_freed_mm_hashes {actual} != {expect}"
+        self._gather_resident()
         assert self.worker.resident_hashes() == set(self.model.entries), \
             "worker-agrees-with-manager: worker tensors != resident entries (leak or miss)"
 
@@ -294,11 +295,9 @@ def slots(cache):
                 f"cached-inputs-agree: {req.request_id} {sorted(actual)} != {sorted(expect)}"
             for i in sorted(expect):
                 item = req.items[i]
-                held = self.worker.encoder_cache.get(item.mm_hash)
-                assert held is not None, f"no-encoder-cache-miss: {item.mm_hash} held by " \
-                    f"{req.request_id} but its tensor is gone"
-                assert held.equal(encoder_output(item, self.worker.device)), \
-                    f"gathered-equals-encoded: {item.mm_hash} tensor corrupted"
+                assert item.mm_hash in self.worker.encoder_cache, \
+                    f"no-encoder-cache-miss: {item.mm_hash} held by {req.request_id} but its " \
+                    "tensor is gone"
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -319,6 +318,18 @@ def slots(cache):
             lines.append(f"assert cache.get_cached_input_ids({req.request_id}) == "
                          f"{ids if ids else 'set()'}")
         return lines
+
+    def _gather_resident(self) -> None:
+        """Gather every resident item's embeddings as the model runner would for the next
+        forward pass (once per pass: tensors change only when the worker applies a pass)."""
+        for r, req in enumerate(self.requests):
+            for i in sorted(self._recorded(r)):
+                item = req.items[i]
+                got = self.worker.gather(item) if item.mm_hash in self.worker.encoder_cache \
+                    else None
+                assert got is not None and got.equal(encoder_output(item, self.worker.device)), \
+                    f"gathered-equals-encoded: {item.mm_hash} for {req.request_id} is " \
+                    f"{'missing' if got is None else 'corrupted'}"
 
     def _inputs(self) -> list[tuple[int, int]]:
         return [(r, i) for r, req in enumerate(self.requests) for i in range(len(req.items))]

@@ -62,6 +62,7 @@ class Recorder:
     examples: int = 0
     steps: int = 0
     report_events: bool = True     # False when replaying outside a Hypothesis test
+    keep_state: bool = False       # record each step's state checks (replays: reproducers)
 
     def begin(self) -> Trace:
         self._seal()
@@ -121,8 +122,8 @@ class HarnessMachine(RuleBasedStateMachine):
 
     def record_step(self, call: str, expect: str | None, comment: str,
                     check: str | None = None) -> None:
-        self.recorder.step(Step(call, expect, comment, check, self._action,
-                                tuple(self.state_checks())))
+        state = tuple(self.state_checks()) if self.recorder.keep_state else ()
+        self.recorder.step(Step(call, expect, comment, check, self._action, state))
 
     def end_of_run(self) -> None:
         """Steps that close a run (end the last pass, drain jobs); none by default."""
@@ -205,7 +206,8 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
     except NOT_FINDINGS:
         raise
     except Exception as error:  # noqa: BLE001 - any failure of the target is a finding
-        found = Failure(property_of(error), str(error).strip(), recorder.trace, error)
+        found = _replayed(machine, target,
+                          Failure(property_of(error), str(error).strip(), recorder.trace, error))
         result.failure = minimize(machine, found, target) if shrink_program else found
     return result
 
@@ -218,7 +220,7 @@ INVALID = InvalidAction("replayed program is not valid")
 def replay(machine: type[HarnessMachine], target: str, world: object,
            actions: list[tuple]) -> tuple[BaseException | None, Trace]:
     """Run ``actions`` on a fresh machine; the error it raises (None: it passed)."""
-    recorder = Recorder(report_events=False)
+    recorder = Recorder(report_events=False, keep_state=True)
     m = bind(machine, target, recorder)()
     try:
         m.setup(world=world)
@@ -233,6 +235,16 @@ def replay(machine: type[HarnessMachine], target: str, world: object,
     except Exception as error:  # noqa: BLE001 - a finding
         return error, recorder.trace
     return None, recorder.trace
+
+
+def _replayed(machine: type[HarnessMachine], target: str, failure: Failure) -> Failure:
+    """The failure replayed once outside Hypothesis, so its trace carries the state checks a
+    reproducer ends with (a run records none, to stay fast)."""
+    actions = [s.action for s in failure.trace.steps]
+    error, trace = replay(machine, target, failure.trace.world, actions)
+    if error is None or property_of(error) != failure.property:
+        return failure
+    return Failure(failure.property, str(error).strip(), trace, error)
 
 
 def minimize(machine: type[HarnessMachine], failure: Failure, target: str) -> Failure:
