@@ -3,7 +3,8 @@
 Every function is tagged with the releases it applies to. Where a boundary falls between
 releases we did not install, the function detects the feature on the installed classes (a
 signature or the attribute the real ``Request`` offers) instead of trusting a version table;
-the tag records what we saw (0.10.2, 0.20.0, 0.33.0 installed; others read from source).
+the tag records what we saw (0.10.2, 0.20.0, 0.26.0, 0.33.0 installed and run; 0.11.0,
+0.13.0, 0.22.0-0.32.0 read from the released wheels).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ def items_attribute(manager_cls: type) -> str:
 def embeds_method(request_cls: type) -> str:
     """The request method the manager asks for an item's size.
 
-    # vLLM >=0.13.0: ``get_num_encoder_embeds(i)`` (embeddings only, PR #30475).
-    # vLLM 0.10.2-0.12.x: ``get_num_encoder_tokens(i)`` (the placeholder length; for the
+    # vLLM >=0.13.0: ``get_num_encoder_embeds(i)`` (embeddings only, PR #30475; 0.12.0 unread).
+    # vLLM 0.10.2-0.11.x: ``get_num_encoder_tokens(i)`` (the placeholder length; for the
     #   harness's items, which have no break tokens, the same number).
     """
     if hasattr(request_cls, "get_num_encoder_embeds"):
@@ -44,7 +45,7 @@ def can_allocate(manager: Any, request: Any, input_id: int, encoder_compute_budg
     """``can_allocate``, whatever its fourth parameter is called.
 
     # vLLM >=0.13.0: (request, input_id, encoder_compute_budget, num_embeds_to_schedule).
-    # vLLM 0.10.2-0.12.x: the same with ``num_tokens_to_schedule``: passed by position.
+    # vLLM 0.10.2-0.11.x: the same with ``num_tokens_to_schedule``: passed by position.
     # vLLM <0.10.2: (request, input_id) with a per-request cache: rejected by release.py.
     """
     return manager.can_allocate(request, input_id, encoder_compute_budget,
@@ -54,8 +55,8 @@ def can_allocate(manager: Any, request: Any, input_id: int, encoder_compute_budg
 def reset(manager: Any) -> Any:
     """Empty the cache; returns the manager to use from now on.
 
-    # vLLM >=0.11.1 (seen in 0.20.0, 0.33.0): ``reset()`` (used when weights are updated).
-    # vLLM 0.10.2: no ``reset()``; a fresh manager of the same size is the state ``reset()``
+    # vLLM >=0.20.0 (added after 0.13.0): ``reset()`` (used when weights are updated).
+    # vLLM 0.10.2-0.13.x: no ``reset()``; a fresh manager of the same size is the state ``reset()``
     #   later produces, so it stands in for it.
     """
     if hasattr(manager, "reset"):
@@ -68,8 +69,8 @@ def cached_num_embeds(manager: Any, request: Any, mm_hash: str, input_id: int,
                       num_embeds: int) -> int | None:
     """``get_cached_num_encoder_embeds(request, i)``: the size stored for a resident item.
 
-    # vLLM 0.33.0: the manager keeps ``num_embeds_by_hash`` and answers itself.
-    # vLLM <0.33 (no such method): resident in ``cached`` -> the item's own size, else None.
+    # vLLM >=0.32.0: the manager keeps ``num_embeds_by_hash`` and answers itself.
+    # vLLM <0.32.0 (no such method): resident in ``cached`` -> the item's own size, else None.
     """
     method = getattr(manager, "get_cached_num_encoder_embeds", None)
     if method is not None:
