@@ -178,8 +178,10 @@ def property_of(error: BaseException) -> str:
 
 
 def bind(machine: type[HarnessMachine], target: str, recorder: Recorder) -> type:
-    return type(f"{machine.__name__}[{target}]", (machine,),
-                {"target_name": target, "recorder": recorder})
+    # The bound class keeps the machine's name: Hypothesis derives a derandomized run's seed
+    # from it, so every target gets the same stream of choices and their runs compare.
+    return type(machine.__name__, (machine,), {"target_name": target, "recorder": recorder,
+                                              "__qualname__": machine.__qualname__})
 
 
 def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,

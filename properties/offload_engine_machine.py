@@ -135,6 +135,9 @@ class OffloadEngineMachine(HarnessMachine):
             if name == "add_request":
                 uid, prompt_len, max_new, reuse = args
                 simpler += [(name, uid, p, max_new, reuse) for p in range(1, prompt_len)]
+                # Not simpler alone, but a prompt one token longer can stand in for a preempt
+                # and re-prefill (the minimizer pairs it with step deletions).
+                simpler.append((name, uid, prompt_len + 1, max_new, reuse))
                 if reuse:
                     simpler.append((name, uid, prompt_len, max_new, False))
             elif name == "prefill" and args[1] > 1:
