@@ -128,3 +128,24 @@ def test_vllm_target_runs_the_installed_release():
     cache = vllm_cache(4)
     assert release.parse_release(cache.release) >= release.MIN_RELEASE
     assert type(cache.manager).__module__ == "vllm.v1.core.encoder_cache_manager"
+
+
+def test_vllm_reaches_the_same_hazards_as_native():
+    """Same seeds, same machine: against vLLM the encoder-cache machine reaches every hazard
+    exactly as often as against native (they agree at every step, so the choices match)."""
+    from hypothesis import settings
+
+    from properties.encoder_cache_machine import EncoderCacheMachine
+    from properties.harness import Recorder, run_machine
+
+    vllm_cache(1)                                   # skip (or fail) early without vLLM
+    profile = settings(settings.get_profile("ci"), derandomize=False, max_examples=100)
+    counts = {}
+    for target in ("native", "vllm"):
+        recorder = Recorder()
+        for seed in (0, 1):
+            assert run_machine(EncoderCacheMachine, target, profile, seed=seed,
+                               recorder=recorder).failure is None
+        counts[target] = (recorder.examples, recorder.steps, dict(recorder.events))
+    assert counts["vllm"] == counts["native"]
+    assert set(counts["vllm"][2]) == set(EncoderCacheMachine.HAZARDS)   # every hazard fired
