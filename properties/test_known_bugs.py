@@ -16,9 +16,14 @@ from fixtures.known_bugs import CATALOGUE
 from properties.harness import run_machine
 from properties.machines import MACHINES, machine_for
 from properties.reproducer import write_reproducer
-from sim.native.bugs import BUG_SWITCHES
+from sim.native.bugs import BUG_SWITCHES, bug_subsystems
 
 BUGS = [b for b in CATALOGUE if b.subsystem in MACHINES]
+# (bug, subsystem, property, max_calls, max_examples): the home subsystem of every bug, then
+# the other subsystems its switch acts in (``KnownBug.also_caught_by``).
+CASES = [(b, b.subsystem, b.property, b.max_calls, b.max_examples) for b in BUGS] + [
+    (b, *also) for b in CATALOGUE for also in b.also_caught_by if also[0] in MACHINES]
+CASE_IDS = [c[0].id if c[1] == c[0].subsystem else f"{c[0].id}-in-{c[1]}" for c in CASES]
 
 
 def catalogue_settings(max_examples: int) -> settings:
@@ -28,17 +33,22 @@ def catalogue_settings(max_examples: int) -> settings:
 
 def test_catalogue_matches_the_native_switches():
     assert {b.id for b in CATALOGUE} == set(BUG_SWITCHES)
-    assert all(BUG_SWITCHES[b.id] == b.subsystem for b in CATALOGUE)
+    # The switch's first subsystem is the entry's home; the others are its also_caught_by.
+    assert all(bug_subsystems(b.id)[0] == b.subsystem for b in CATALOGUE)
+    assert all([a[0] for a in b.also_caught_by] == list(bug_subsystems(b.id)[1:])
+               for b in CATALOGUE)
 
 
-@pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])
-def test_known_bug_is_caught_and_shrunk(bug, tmp_path):
-    machine = machine_for(bug.subsystem)
-    result = run_machine(machine, f"native:{bug.id}", catalogue_settings(bug.max_examples))
-    assert result.failure is not None, f"{bug.id} not found in {bug.max_examples} examples"
-    assert result.failure.property == bug.property, result.failure.message
-    assert result.failure.calls <= bug.max_calls, \
-        f"{bug.id}: shrunk to {result.failure.calls} calls, bound {bug.max_calls}"
+@pytest.mark.parametrize(("bug", "subsystem", "prop", "max_calls", "max_examples"), CASES,
+                         ids=CASE_IDS)
+def test_known_bug_is_caught_and_shrunk(bug, subsystem, prop, max_calls, max_examples,
+                                        tmp_path):
+    machine = machine_for(subsystem)
+    result = run_machine(machine, f"native:{bug.id}", catalogue_settings(max_examples))
+    assert result.failure is not None, f"{bug.id} not found in {max_examples} examples"
+    assert result.failure.property == prop, result.failure.message
+    assert result.failure.calls <= max_calls, \
+        f"{bug.id}: shrunk to {result.failure.calls} calls, bound {max_calls}"
 
     path = write_reproducer(machine, result.failure, f"native:{bug.id}", tmp_path)
     test = _load_test(path)

@@ -13,7 +13,7 @@ from typing import Any
 from attrs import frozen
 
 from sim.errors import HarnessError
-from sim.native.bugs import BUG_SWITCHES
+from sim.native.bugs import BUG_SWITCHES, bug_subsystems
 
 SUBSYSTEMS = ("encoder_cache", "scheduler_pass", "tiered_lookup", "offload_engine")
 BASE_TARGETS = ("model", "native", "vllm")
@@ -91,12 +91,34 @@ def _native_offload_engine(target: Target, block_size: int, num_slots: int, num_
                                zero_on_deallocate=zero_on_deallocate)
 
 
+def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget: int,
+                      read_ahead: int = 0, disable_chunked_mm_input: bool = False) -> dict:
+    return dict(cache_size=check_size("cache_size", cache_size),
+                token_budget=check_size("token_budget", token_budget),
+                encoder_compute_budget=check_size("encoder_compute_budget",
+                                                  encoder_compute_budget),
+                read_ahead=check_size("read_ahead", read_ahead, minimum=0),
+                disable_chunked_mm_input=bool(disable_chunked_mm_input))
+
+
+def _model_scheduler_pass(target: Target, **config: Any) -> Any:
+    from models.scheduler_pass import SchedulerPassModel
+    return SchedulerPassModel(**_scheduler_config(**config))
+
+
+def _native_scheduler_pass(target: Target, **config: Any) -> Any:
+    from sim.native.scheduler_pass import NativeSchedulerPass
+    return NativeSchedulerPass(**_scheduler_config(**config), bugs=target.bugs)
+
+
 _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
     ("model", "encoder_cache"): _model_encoder_cache,
     ("native", "encoder_cache"): _native_encoder_cache,
     ("vllm", "encoder_cache"): _vllm_encoder_cache,
     ("model", "offload_engine"): _model_offload_engine,
     ("native", "offload_engine"): _native_offload_engine,
+    ("model", "scheduler_pass"): _model_scheduler_pass,
+    ("native", "scheduler_pass"): _native_scheduler_pass,
 }
 
 
@@ -111,9 +133,10 @@ def make(name: str, subsystem: str, **config: Any) -> Any:
     target = parse_target(name)
     if subsystem not in SUBSYSTEMS:
         raise HarnessError(f"unknown subsystem {subsystem!r}; known: {', '.join(SUBSYSTEMS)}")
-    if target.bug and BUG_SWITCHES[target.bug] != subsystem:
-        raise HarnessError(f"bug {target.bug!r} belongs to the {BUG_SWITCHES[target.bug]} "
-                           f"subsystem, not {subsystem}")
+    if target.bug and subsystem not in bug_subsystems(target.bug):
+        raise HarnessError(f"bug {target.bug!r} belongs to the "
+                           f"{' and '.join(bug_subsystems(target.bug))} subsystem, "
+                           f"not {subsystem}")
     factory = _FACTORIES.get((target.base, subsystem))
     if factory is None:
         raise HarnessError(f"target {target.base!r} has no {subsystem} implementation yet")

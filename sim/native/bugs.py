@@ -1,13 +1,25 @@
 """The bug switches of the native target: bug id -> the subsystem whose implementation
-reads it. ``native:<bug-id>`` turns exactly one on. The catalogue in
-``fixtures/known_bugs.py`` adds the source, the property that must catch it and the bound on
-its minimal reproducer; a test keeps the two lists equal."""
+reads it, or a tuple of subsystems when a bug lives in a component several subsystems are built
+on (the encoder cache's bugs also act in the scheduler pass, which drives that cache). The first
+name is the bug's home: the catalogue runs its machine. ``native:<bug-id>`` turns exactly one
+on. The catalogue in ``fixtures/known_bugs.py`` adds the source, the property that must catch
+it and the bound on its minimal reproducer; a test keeps the two lists equal."""
 
-BUG_SWITCHES: dict[str, str] = {
-    "enc-stale-freed": "encoder_cache",
-    "enc-repeat-item": "encoder_cache",
+from __future__ import annotations
+
+BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
+    "enc-stale-freed": ("encoder_cache", "scheduler_pass"),
+    "enc-repeat-item": ("encoder_cache", "scheduler_pass"),
     "offload-id-reuse": "offload_engine",
     "offload-partial-block": "offload_engine",
     "offload-dropped-decode": "offload_engine",
     "offload-layer-alias": "offload_engine",
+    "lookup-pending-as-miss": "tiered_lookup",
+    "lookup-promote-when-full": "tiered_lookup",
 }
+
+
+def bug_subsystems(bug_id: str) -> tuple[str, ...]:
+    """The subsystems whose native implementation reads switch ``bug_id``, home first."""
+    value = BUG_SWITCHES[bug_id]
+    return (value,) if isinstance(value, str) else tuple(value)

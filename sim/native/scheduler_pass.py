@@ -1,0 +1,194 @@
+"""Native scheduler pass: a small engine-style FCFS scheduler and the worker it drives.
+
+Written from ``specs/encoder-cache.md`` sections 2-3 the way an engine loop is written (a
+running list, per-request counters, one pass building a ``SchedulerOutputView``), on top of
+``NativeEncoderCache``, so the encoder-cache bug switches (``enc-stale-freed``,
+``enc-repeat-item``) act here too. The worker (``EncoderWorker``, real tensors on
+``pick_device()``) applies each output in the spec's order: (1) delete the freed hashes,
+(2) encode the scheduled inputs, (3) gather the embeddings overlapping every scheduled range
+plus the drafter's read-ahead; a missing hash raises ``EncoderCacheMiss`` ("Encoder cache
+miss"), as vLLM's model runner does.
+
+The read-ahead is gated by the scheduler (the drafter may read only items the pass made
+resident); see ``models/scheduler_pass.py`` for the policy both follow.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from models.sched_values import Gathered, SchedRequest, SchedulerOutputView, StepView
+from sim.native.encoder_cache import NativeEncoderCache
+from sim.native.encoder_worker import EncoderCacheMiss, EncoderWorker
+
+__all__ = ["EncoderCacheMiss", "NativeSchedulerPass"]
+
+
+class _Running:
+    __slots__ = ("req", "computed", "generated")
+
+    def __init__(self, req: SchedRequest):
+        self.req = req
+        self.computed = 0
+        self.generated = 0
+
+    def remaining(self) -> int:
+        return self.req.prompt_len + self.generated - self.computed
+
+
+class NativeSchedulerPass:
+    def __init__(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
+                 read_ahead: int = 0, disable_chunked_mm_input: bool = False,
+                 bugs: frozenset[str] = frozenset(), device: torch.device | None = None):
+        self.cache_size = cache_size
+        self.max_num_batched_tokens = token_budget
+        self.max_num_encoder_input_tokens = encoder_compute_budget
+        self.num_lookahead_tokens = read_ahead
+        self.disable_chunked_mm_input = disable_chunked_mm_input
+        self.encoder_cache_manager = NativeEncoderCache(cache_size, bugs=bugs)
+        self.worker = EncoderWorker(device)
+        self.running: list[_Running] = []
+        self.last_gathered_tensors: list[torch.Tensor] = []
+
+    # -- scheduler -----------------------------------------------------------------------
+
+    def add_request(self, request: SchedRequest) -> None:
+        if any(r.req.request_id == request.request_id for r in self.running):
+            raise ValueError(f"request {request.request_id!r} is already running")
+        self.running.append(_Running(request))
+
+    def finish_request(self, request_id: str) -> None:
+        entry = self._find(request_id)
+        self.running.remove(entry)
+        self.encoder_cache_manager.free(entry.req)
+
+    def schedule(self) -> SchedulerOutputView:
+        token_budget = self.max_num_batched_tokens
+        encoder_budget = self.max_num_encoder_input_tokens
+        num_scheduled: dict[str, int] = {}
+        encoder_inputs: dict[str, tuple[int, ...]] = {}
+        lookahead: dict[str, int] = {}
+        for entry in self.running:
+            if token_budget <= 0:
+                break
+            want = min(entry.remaining(), token_budget)
+            plan = self._plan_encoder(entry, want, encoder_budget)
+            new_tokens, reads, inputs, budget_after = plan
+            if new_tokens <= 0:
+                continue                       # approvals lapse: nothing allocated
+            for input_id in inputs:
+                self.encoder_cache_manager.allocate(entry.req, input_id)
+            encoder_budget = budget_after
+            token_budget -= new_tokens
+            rid = entry.req.request_id
+            num_scheduled[rid] = new_tokens
+            if inputs:
+                encoder_inputs[rid] = tuple(inputs)
+            if self.num_lookahead_tokens > 0:
+                lookahead[rid] = reads
+        freed = self.encoder_cache_manager.get_freed_mm_hashes()
+        return SchedulerOutputView(num_scheduled_tokens=num_scheduled,
+                                   scheduled_encoder_inputs=encoder_inputs,
+                                   free_encoder_mm_hashes=tuple(freed),
+                                   num_read_ahead_tokens=lookahead)
+
+    def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
+        done = []
+        for rid, n in output.num_scheduled_tokens.items():
+            entry = self._find(rid)
+            entry.computed += n
+            for input_id in sorted(self.encoder_cache_manager.get_cached_input_ids(entry.req)):
+                if entry.req.items[input_id].end <= entry.computed:
+                    self.encoder_cache_manager.free_encoder_input(entry.req, input_id)
+            if entry.remaining() == 0:
+                entry.generated += 1           # one token sampled
+            if entry.generated >= entry.req.max_tokens:
+                self.finish_request(rid)
+                done.append(rid)
+        return tuple(done)
+
+    # -- worker --------------------------------------------------------------------------
+
+    def execute_model(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
+        """The worker's part of a step (call before ``update_from_output``)."""
+        self.worker.free(list(output.free_encoder_mm_hashes))                     # (1)
+        for rid, input_ids in output.scheduled_encoder_inputs.items():            # (2)
+            req = self._find(rid).req
+            for input_id in input_ids:
+                self.worker.encode(req.items[input_id].mm_item())
+        gathered, tensors = [], []
+        for rid, n in output.num_scheduled_tokens.items():                        # (3)
+            entry = self._find(rid)
+            start = entry.computed
+            stop = start + n + output.num_read_ahead_tokens.get(rid, 0)
+            for item in entry.req.items:
+                if item.end <= start or item.offset >= stop:
+                    continue
+                lo, hi = max(start, item.offset) - item.offset, min(stop, item.end) - item.offset
+                if item.mm_hash not in self.worker.encoder_cache:
+                    raise EncoderCacheMiss(f"Encoder cache miss for {item.mm_hash} "
+                                           f"(request {rid}, rows {lo}:{hi})")
+                tensors.append(self.worker.gather(item.mm_item(), lo, hi))
+                gathered.append(Gathered(rid, item.mm_hash, lo, hi))
+        self.last_gathered_tensors = tensors
+        return tuple(gathered)
+
+    def step(self) -> StepView:
+        output = self.schedule()
+        gathered = self.execute_model(output)
+        return StepView(output, gathered, self.update_from_output(output))
+
+    # -- views ---------------------------------------------------------------------------
+
+    def resident_mm_hashes(self) -> set[str]:
+        return self.encoder_cache_manager.resident_hashes()
+
+    def worker_mm_hashes(self) -> set[str]:
+        return self.worker.resident_hashes()
+
+    def check_valid(self) -> None:
+        self.encoder_cache_manager.check_valid()
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _find(self, request_id: str) -> _Running:
+        for entry in self.running:
+            if entry.req.request_id == request_id:
+                return entry
+        raise KeyError(f"no running request {request_id!r}")
+
+    def _plan_encoder(self, entry: _Running, new_tokens: int,
+                      budget: int) -> tuple[int, int, list[int], int]:
+        """(new tokens, read-ahead tokens, encoder inputs to run, encoder budget after)."""
+        req, start = entry.req, entry.computed
+        reads = self.num_lookahead_tokens
+        inputs: list[int] = []
+        seen: set[str] = set()
+        pending = 0
+        manager = self.encoder_cache_manager
+        for input_id, item in enumerate(req.items):
+            scheduled_end = start + new_tokens
+            if item.offset >= min(scheduled_end + reads, req.prompt_len):
+                break
+            if item.end <= start:
+                continue
+            tail_only = item.offset >= scheduled_end
+            if (not tail_only and self.disable_chunked_mm_input
+                    and item.offset > start and item.end > scheduled_end):
+                return item.offset - start, 0, inputs, budget
+            if item.mm_hash in seen or manager.check_and_update_cache(req, input_id):
+                continue
+            if not manager.can_allocate(req, input_id, encoder_compute_budget=budget,
+                                        num_embeds_to_schedule=pending):
+                if tail_only:
+                    reads = item.offset - scheduled_end
+                elif item.offset > start:
+                    new_tokens, reads = item.offset - start, 0
+                else:
+                    new_tokens, reads = 0, 0
+                break
+            inputs.append(input_id)
+            seen.add(item.mm_hash)
+            pending += item.length
+            budget -= item.length
+        return new_tokens, reads, inputs, budget
