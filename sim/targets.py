@@ -91,6 +91,25 @@ def _native_offload_engine(target: Target, block_size: int, num_slots: int, num_
                                zero_on_deallocate=zero_on_deallocate)
 
 
+def _tiered_config(num_chunks: int, secondary: str) -> tuple[int, str]:
+    from models.tiered_lookup import SECONDARY_KINDS
+    if secondary not in SECONDARY_KINDS:
+        raise HarnessError(f"secondary must be one of {', '.join(SECONDARY_KINDS)}, "
+                           f"got {secondary!r}")
+    return check_size("num_chunks", num_chunks), secondary
+
+
+def _model_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
+                         **options: Any) -> Any:
+    from models.tiered_lookup import TieredLookupModel
+    return TieredLookupModel(*_tiered_config(num_chunks, secondary), **options)
+
+
+def _native_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none") -> Any:
+    from sim.native.tiered_lookup import NativeTieredLookup
+    return NativeTieredLookup(*_tiered_config(num_chunks, secondary), bugs=target.bugs)
+
+
 def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget: int,
                       read_ahead: int = 0, disable_chunked_mm_input: bool = False) -> dict:
     return dict(cache_size=check_size("cache_size", cache_size),
@@ -119,6 +138,8 @@ _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
     ("native", "offload_engine"): _native_offload_engine,
     ("model", "scheduler_pass"): _model_scheduler_pass,
     ("native", "scheduler_pass"): _native_scheduler_pass,
+    ("model", "tiered_lookup"): _model_tiered_lookup,
+    ("native", "tiered_lookup"): _native_tiered_lookup,
 }
 
 

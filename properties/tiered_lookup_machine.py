@@ -1,0 +1,411 @@
+"""TieredLookupMachine: the tiered KV-offload manager and the connector's lookups, step by
+step, against the reference model (``specs/tiered-lookup.md``).
+
+Rules are the manager's API (``prepare_store``, ``complete_store`` with success or failure,
+``prepare_load`` / ``complete_load``, ``touch``, ``lookup``, ``on_schedule_end``,
+``reset_cache`` / ``on_reset_flushed``), the connector's two scans over a request's keys, and
+``complete_job``: the test controls time, a secondary job runs only when this rule draws it.
+Keys come from a pool a little larger than the primary, so stores evict, evicted keys come
+back by promotion and lookups of one request see the other's chunks.
+
+Checked at every lookup: the answer (``lookup-results-agree``), and for a scan also the keys
+looked up (a wrong scan starts promotions and probes) and its result (``scan-agrees``).
+A deferral (RETRY / HIT_PENDING) with nothing in flight for the key can never resolve
+(``deferred-lookup-resolves``); the run ends by completing everything and checking that every
+deferred key resolves. After every step: ref counts, free chunks, pending jobs, the secondary
+tier's keys and the bytes of every readable chunk (``data-roundtrip``).
+"""
+
+from __future__ import annotations
+
+from attrs import evolve
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, invariant, precondition, rule
+
+from fixtures.tiered_worlds import TieredWorld, tiered_worlds
+from models.lookup_values import LookupResult, Scan
+from models.tiered_lookup import TieredLookupModel, maximal_prefix_lookup, sliding_window_lookup
+from properties.encoder_cache_machine import pick
+from properties.harness import HarnessMachine, InvalidAction
+from sim import targets
+
+DEFERRED = (LookupResult.RETRY, LookupResult.HIT_PENDING)
+RESOLVE_ROUNDS = 4          # probe flushed, promotion started, submitted, completed
+
+HAZARDS = (
+    "prepare_store: evicts",
+    "prepare_store: no room",
+    "complete_store: failed store removed",
+    "lookup: HIT_PENDING",
+    "lookup: RETRY",
+    "promotion started",
+    "promotion refused: primary full",
+    "scan: pending block in the run",
+    "deferred lookup resolved",
+    "reset: promotions held",
+)
+
+
+class TieredLookupMachine(HarnessMachine):
+    subsystem = "tiered_lookup"
+    HAZARDS = HAZARDS
+    REPRODUCER_IMPORTS = ("from models.lookup_values import Job, LookupResult, Scan, "
+                          "StoreOutput",)
+    REPRODUCER_HELPERS = ""
+
+    @staticmethod
+    def reproducer_subject(config: dict) -> str:
+        return (f'mgr = make(target, "tiered_lookup", num_chunks={config["num_chunks"]}, '
+                f'secondary="{config["secondary"]}")')
+
+    @initialize(world=tiered_worlds())
+    def setup(self, world: TieredWorld):
+        self.world = world
+        self.keys = world.keys
+        self.model = TieredLookupModel(**world.config())
+        self.mgr = targets.make(self.target_name, "tiered_lookup", **world.config())
+        self.batches: list[tuple[int, ...]] = []    # prepared stores not yet completed
+        self.loads: list[tuple[int, ...]] = []      # prepared loads not yet completed
+        self.deferred: set[int] = set()             # keys whose last answer was a deferral
+        self.steps_since_reset = 0
+        self.trace.config.update(world.config(), target=self.target_name)
+        self.trace.world = world
+
+    # -- rules: choose a valid step, then act ------------------------------------------------
+
+    @rule(data=st.data())
+    def prepare_store(self, data):
+        # Slices with an absent key are weighted 3:1: offering only resident keys stores
+        # nothing, and a store that must evict is where the LRU and pinning rules live.
+        fresh = [s for s in self._slices() if any(k not in self.model.chunks for k in s)]
+        self.act("prepare_store", pick(data, fresh * 3 + self._slices()))
+
+    # Success and failure are two rules: completing stores is what makes chunks evictable,
+    # so it gets the weight of two rules against the many lookup rules.
+    @precondition(lambda self: getattr(self, "batches", None))
+    @rule(data=st.data())
+    def complete_store(self, data):
+        self.act("complete_store", pick(data, self.batches), False)
+
+    @precondition(lambda self: getattr(self, "batches", None))
+    @rule(data=st.data())
+    def complete_store_failed(self, data):
+        self.act("complete_store", pick(data, self.batches), True)
+
+    @precondition(lambda self: hasattr(self, "model") and self._readable_slices())
+    @rule(data=st.data())
+    def prepare_load(self, data):
+        self.act("prepare_load", pick(data, self._readable_slices()))
+
+    @precondition(lambda self: getattr(self, "loads", None))
+    @rule(data=st.data())
+    def complete_load(self, data):
+        self.act("complete_load", pick(data, self.loads))
+
+    @rule(data=st.data())
+    def touch(self, data):
+        self.act("touch", pick(data, self._slices()))
+
+    @rule(data=st.data())
+    def lookup(self, data):
+        self.act("lookup", pick(data, list(self.keys)))
+
+    @rule(data=st.data())
+    def connector_lookup(self, data):
+        """The scheduler's scan over a request's keys: the maximal prefix (full attention) or
+        a sliding window of 1-3 keys, the rightmost run possibly one key longer."""
+        choice = pick(data, [(r, w, f) for r in range(2) for w in (0, 1, 2, 3)
+                             for f in (False, True)])
+        r, window, larger_first = choice
+        keys = self.world.requests[r]
+        if window == 0:
+            self.act("maximal_prefix_lookup", keys)
+        else:
+            self.act("sliding_window_lookup", keys, window, window + 1 if larger_first else None)
+
+    @precondition(lambda self: hasattr(self, "model") and self.model.jobs)
+    @rule(data=st.data())
+    def complete_job(self, data):
+        self.act("complete_job", pick(data, self.model.jobs).job_id)
+
+    @rule()
+    def on_schedule_end(self):
+        self.act("on_schedule_end")
+
+    @precondition(lambda self: getattr(self, "steps_since_reset", 0) >= 15)
+    @rule()
+    def reset_cache(self):
+        self.act("reset_cache")
+
+    @precondition(lambda self: hasattr(self, "model") and self.model.promotions_held)
+    @rule()
+    def on_reset_flushed(self):
+        self.act("on_reset_flushed")
+
+    def end_of_run(self):
+        """Liveness: complete every store, load and job and end steps; every key that last
+        answered RETRY or HIT_PENDING must then answer HIT or MISS."""
+        if not self.deferred:
+            return
+        for keys in list(self.batches):
+            self.act("complete_store", keys, False)
+        for keys in list(self.loads):
+            self.act("complete_load", keys)
+        for _ in range(RESOLVE_ROUNDS):
+            for job in list(self.model.jobs):
+                self.act("complete_job", job.job_id)
+            self.act("on_schedule_end")
+            for key in sorted(self.deferred):
+                self.act("lookup", key)
+            if not self.deferred:
+                return
+        raise AssertionError(f"deferred-lookup-resolves: keys {sorted(self.deferred)} still "
+                             f"deferred after {RESOLVE_ROUNDS} steps with every job complete")
+
+    @classmethod
+    def simpler_worlds(cls, world: TieredWorld, actions):
+        """A smaller primary, a simpler secondary tier, lighter store failures."""
+        if world.num_chunks > 1:
+            yield evolve(world, num_chunks=world.num_chunks - 1), actions
+        simpler = {"probe": "memory", "memory": "none"}.get(world.secondary)
+        if simpler:
+            yield evolve(world, secondary=simpler), actions
+        for j, (name, *args) in enumerate(actions):
+            if name in ("prepare_store", "touch", "prepare_load") and len(args[0]) > 1:
+                for k in range(len(args[0])):
+                    shorter = args[0][:k] + args[0][k + 1:]
+                    yield world, [*actions[:j], (name, shorter), *actions[j + 1:]]
+
+    # -- actions: API calls on model and target, compared ----------------------------------
+
+    def do_prepare_store(self, keys: tuple[int, ...]):
+        self._step()
+        m = self.model
+        pinned = {k for k in m.chunks if not m.chunks[k].written or m.chunks[k].loads} | {
+            k for j in m.jobs if j.kind == "store" for k in j.keys}
+        expect = m.prepare_store(keys)
+        actual = self.mgr.prepare_store(keys)
+        self.record_step(f"mgr.prepare_store({list(keys)})", repr(expect),
+                         _store_effect(expect))
+        if actual is not None:
+            bad = [k for k in actual.evicted_keys if k in pinned or k in keys]
+            assert not bad, f"pinned-never-evicted: prepare_store({list(keys)}) evicted " \
+                            f"{bad} (pinned, write-pending or offered)"
+        assert actual == expect, f"store-outputs-agree: prepare_store({list(keys)}) -> " \
+                                 f"{actual!r}, expected {expect!r}"
+        if expect is None:
+            self.hazard("prepare_store: no room")
+        elif expect.keys_to_store:
+            self.batches.append(expect.keys_to_store)
+            if expect.evicted_keys:
+                self.hazard("prepare_store: evicts")
+
+    def do_complete_store(self, keys: tuple[int, ...], failed: bool):
+        if keys not in self.batches:
+            raise InvalidAction("complete_store: not a prepared store")
+        self._step()
+        self.batches.remove(keys)
+        self.model.complete_store(keys, success=not failed)
+        self.mgr.complete_store(keys, success=not failed)
+        if failed:
+            self.hazard("complete_store: failed store removed")
+        cascade = " and cascaded to the secondary" if self.model.secondary != "none" else ""
+        self.record_step(f"mgr.complete_store({list(keys)}, success={not failed})", None,
+                         "removed: the store failed" if failed else f"stored{cascade}")
+
+    def do_prepare_load(self, keys: tuple[int, ...]):
+        if any(self.model.read_chunk(k) is None for k in keys):
+            raise InvalidAction("prepare_load: a key is not readable")
+        self._step()
+        self.model.prepare_load(keys)
+        self.mgr.prepare_load(keys)
+        self.loads.append(keys)
+        self.record_step(f"mgr.prepare_load({list(keys)})", None, "pinned by a load")
+
+    def do_complete_load(self, keys: tuple[int, ...]):
+        if keys not in self.loads:
+            raise InvalidAction("complete_load: not a prepared load")
+        self._step()
+        self.loads.remove(keys)
+        self.model.complete_load(keys)
+        self.mgr.complete_load(keys)
+        self.record_step(f"mgr.complete_load({list(keys)})", None, "unpinned")
+
+    def do_touch(self, keys: tuple[int, ...]):
+        self._step()
+        self.model.touch(keys)
+        self.mgr.touch(keys)
+        self.record_step(f"mgr.touch({list(keys)})", None, f"{keys[0]} most recent")
+
+    def do_lookup(self, key: int):
+        self._step()
+        live: list[bool] = []
+        expect = self._model_lookup(key, live)
+        actual = self.mgr.lookup(key)
+        self.record_step(f"mgr.lookup({key})", repr(expect), _lookup_effect(expect))
+        self._check_answer(key, expect, actual, live[0], "lookup")
+
+    def do_maximal_prefix_lookup(self, keys: tuple[int, ...]):
+        self._step()
+        live: list[bool] = []
+        expect = maximal_prefix_lookup(lambda k: self._model_lookup(k, live), keys)
+        actual = self.mgr.maximal_prefix_lookup(keys)
+        self.record_step(f"mgr.maximal_prefix_lookup({list(keys)})", repr(expect),
+                         f"{len(expect.lookups)} lookups")
+        self._check_scan("maximal_prefix_lookup", expect, actual, live)
+
+    def do_sliding_window_lookup(self, keys: tuple[int, ...], window: int,
+                                 initial_window: int | None):
+        self._step()
+        live: list[bool] = []
+        expect = sliding_window_lookup(lambda k: self._model_lookup(k, live), keys, window,
+                                       initial_window, self.model.pending_as_miss)
+        actual = self.mgr.sliding_window_lookup(keys, window, initial_window)
+        self.record_step(f"mgr.sliding_window_lookup({list(keys)}, {window}, "
+                         f"{initial_window})", repr(expect), f"{len(expect.lookups)} lookups")
+        self._check_scan("sliding_window_lookup", expect, actual, live)
+
+    def do_complete_job(self, job_id: int):
+        if job_id not in {j.job_id for j in self.model.jobs}:
+            raise InvalidAction("complete_job: no such pending job")
+        self._step()
+        self.model.complete_job(job_id)
+        self.mgr.complete_job(job_id)
+        self.record_step(f"mgr.complete_job({job_id})", None, "copied; noticed at next poll")
+
+    def do_on_schedule_end(self):
+        self._step()
+        self.model.on_schedule_end()
+        self.mgr.on_schedule_end()
+        self.record_step("mgr.on_schedule_end()", None,
+                         "step ends: promotions submitted, probes flushed")
+
+    def do_reset_cache(self):
+        self.steps_since_reset = 0
+        self.batches.clear()        # no complete_store / complete_load for pre-reset jobs
+        self.loads.clear()
+        self.model.reset_cache()
+        self.mgr.reset_cache()
+        self.record_step("mgr.reset_cache()", None,
+                         "jobs drained, primary emptied, promotions held")
+
+    def do_on_reset_flushed(self):
+        self._step()
+        self.model.on_reset_flushed()
+        self.mgr.on_reset_flushed()
+        self.record_step("mgr.on_reset_flushed()", None, "promotions allowed again")
+
+    # -- checks -------------------------------------------------------------------------------
+
+    def _model_lookup(self, key: int, live: list[bool]) -> LookupResult:
+        """The model's lookup, noting whether a deferral has something in flight."""
+        m = self.model
+        promotions = len(m.promotions)
+        could_promote = not m.promotions_held and key not in m.chunks and (
+            key in m.tier_keys if m.secondary == "memory"
+            else m.secondary == "probe" and m.probes.get(key) is LookupResult.HIT)
+        answer = m.lookup(key)
+        live.append(m.in_flight(key))
+        if answer in DEFERRED:
+            self.hazard(f"lookup: {answer.name}")
+            self.deferred.add(key)
+        else:
+            if key in self.deferred:
+                self.hazard("deferred lookup resolved")
+            self.deferred.discard(key)
+        if len(m.promotions) > promotions:
+            self.hazard("promotion started")
+        elif could_promote and answer is LookupResult.MISS:
+            self.hazard("promotion refused: primary full")
+        if m.promotions_held and answer is LookupResult.MISS and key in m.tier_keys:
+            self.hazard("reset: promotions held")
+        return answer
+
+    def _check_answer(self, key: int, expect: LookupResult, actual: LookupResult,
+                      live: bool, where: str) -> None:
+        if actual != expect and actual in DEFERRED and not live:
+            raise AssertionError(
+                f"deferred-lookup-resolves: {where} of key {key} answered {actual!r} "
+                f"(expected {expect!r}) with nothing in flight for it: no store, promotion "
+                f"or probe will ever change the answer, the request waits forever")
+        assert actual == expect, \
+            f"lookup-results-agree: {where} of key {key} answered {actual!r}, expected {expect!r}"
+
+    def _check_scan(self, name: str, expect: Scan, actual: Scan, live: list[bool]) -> None:
+        for i, (key, want, got) in enumerate(zip(expect.lookups, expect.answers,
+                                                 actual.answers, strict=False)):
+            if actual.lookups[i] != key:
+                break
+            self._check_answer(key, want, got, live[i], f"{name} lookup {i}")
+        # One property for the whole scan: a wrong scan may return the right value after
+        # probing further (starting promotions and probes), or the wrong value after the
+        # same lookups; both are the same divergence.
+        assert actual.lookups == expect.lookups, (
+            f"scan-agrees: {name} looked up {list(actual.lookups)}, expected "
+            f"{list(expect.lookups)} (answers {actual.answers}, expected {expect.answers})")
+        assert actual.result == expect.result, (
+            f"scan-agrees: {name} returned {actual.result} after looking up "
+            f"{list(actual.lookups)} (answers {actual.answers}), expected {expect.result}")
+        if LookupResult.HIT_PENDING in expect.answers:
+            self.hazard("scan: pending block in the run")
+
+    @invariant()
+    def state_agrees(self):
+        if not hasattr(self, "model"):
+            return
+        m, t = self.model, self.mgr
+        for key in self.keys:
+            assert t.ref_cnt(key) == m.ref_cnt(key), (
+                f"ref-counts-agree: key {key} ref count {t.ref_cnt(key)}, expected "
+                f"{m.ref_cnt(key)} (-1 write pending, loads + store jobs reading it)")
+            got, want = t.read_chunk(key), m.read_chunk(key)
+            assert got == want, (f"data-roundtrip: key {key}'s chunk holds key {got}'s bytes, "
+                                 f"expected {want}'s")
+        assert t.num_free_chunks == m.num_free_chunks, (
+            f"free-chunks-agree: {t.num_free_chunks} free chunks, expected {m.num_free_chunks}")
+        assert t.pending_jobs() == m.pending_jobs(), \
+            f"jobs-agree: pending jobs {t.pending_jobs()}, expected {m.pending_jobs()}"
+        assert t.secondary_keys() == m.secondary_keys(), (
+            f"secondary-agrees: secondary tier holds {t.secondary_keys()}, expected "
+            f"{m.secondary_keys()}")
+        check_valid = getattr(t, "check_valid", None)
+        if check_valid is not None:
+            check_valid()
+
+    def state_checks(self) -> list[str]:
+        m = self.model
+        keys = list(self.keys)
+        return [f"assert mgr.num_free_chunks == {m.num_free_chunks}",
+                f"assert [mgr.ref_cnt(k) for k in {keys}] == {[m.ref_cnt(k) for k in keys]}",
+                f"assert [mgr.read_chunk(k) for k in {keys}] == "
+                f"{[m.read_chunk(k) for k in keys]}",
+                f"assert mgr.pending_jobs() == {m.pending_jobs()!r}",
+                f"assert mgr.secondary_keys() == {m.secondary_keys()!r}"]
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        self.steps_since_reset += 1
+
+    def _slices(self) -> list[tuple[int, ...]]:
+        return sorted({r[i:j] for r in self.world.requests for i in range(len(r))
+                       for j in range(i + 1, len(r) + 1)})
+
+    def _readable_slices(self) -> list[tuple[int, ...]]:
+        return [s for s in self._slices()
+                if all(self.model.read_chunk(k) is not None for k in s)]
+
+
+def _store_effect(out) -> str:
+    if out is None:
+        return "no room: nothing evictable enough"
+    if not out.keys_to_store:
+        return "all present already"
+    return f"evicts {list(out.evicted_keys)}" if out.evicted_keys else "fits in free chunks"
+
+
+def _lookup_effect(answer: LookupResult) -> str:
+    return {LookupResult.HIT: "readable in the primary",
+            LookupResult.HIT_PENDING: "write or promotion in flight",
+            LookupResult.RETRY: "probe in flight: ask again",
+            LookupResult.MISS: "in no tier (or no room to promote)"}[answer]

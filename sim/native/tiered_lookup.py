@@ -1,0 +1,315 @@
+"""Native tiered KV-offload manager: the bookkeeping an engine keeps, plus a torch data plane.
+
+Written from ``specs/tiered-lookup.md`` the way an engine would write it (ref counts with -1
+for a pending write, a running evictable counter, an ``OrderedDict`` for LRU order, a LIFO
+free list of chunk ids), so that the model, which recomputes everything, is a different
+second opinion. Data is real: the primary tier is a ``[num_chunks, chunk_words]`` tensor on
+``pick_device()``, the secondary "memory" tier holds tensor copies, and every copy (the GPU
+store, the cascade to the secondary, the promotion back) moves real values.
+
+The test controls time: a secondary job runs only when ``complete_job(job_id)`` is called;
+the manager notices finished jobs at its next poll (the first ``lookup`` of a step, every
+``prepare_store``, else ``on_schedule_end``).
+
+Bug switches (``native:<bug-id>``):
+
+- ``lookup-pending-as-miss``: the sliding-window lookup treats HIT_PENDING as a miss (vLLM
+  before PR #46363): it keeps probing further left, starting promotions it should not.
+- ``lookup-promote-when-full``: a secondary hit that the full primary cannot promote answers
+  RETRY instead of MISS: nothing is in flight, so the request is deferred forever.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import torch
+
+from models.lookup_values import Job, LookupResult, Scan, StoreOutput
+from sim.device import pick_device
+
+PENDING = -1
+
+
+class NativeTieredLookup:
+    def __init__(self, num_chunks: int, secondary: str = "none", chunk_words: int = 4,
+                 bugs: frozenset[str] = frozenset()):
+        self.num_chunks = num_chunks
+        self.secondary = secondary
+        self.chunk_words = chunk_words
+        self.bugs = bugs
+        self.device = pick_device()
+        self.primary = torch.zeros(num_chunks, chunk_words, dtype=torch.int64,
+                                   device=self.device)
+        self._ref: dict[int, int] = {}              # key -> ref count (-1: write pending)
+        self._slot: dict[int, int] = {}             # key -> chunk id
+        self._lru: OrderedDict[int, None] = OrderedDict()   # resident keys, LRU first
+        self._free: list[int] = list(range(num_chunks - 1, -1, -1))   # pop() -> 0, 1, ...
+        self._num_evictable = 0
+        self._tier: dict[int, torch.Tensor] = {}    # the secondary tier's copies
+        self._queued: dict[int, tuple[str, tuple[int, ...], tuple[int, ...]]] = {}
+        self._done: list[int] = []                  # finished job ids, not yet polled
+        self._done_jobs: dict[int, tuple[str, tuple[int, ...], tuple[int, ...]]] = {}
+        self._next_job = 0
+        self._to_promote: list[int] = []
+        self._probe_queue: list[int] = []
+        self._probe_answer: dict[int, bool] = {}
+        self._polled = False
+        self._held = False
+
+    # -- data plane ------------------------------------------------------------------------
+
+    def _payload(self, key: int) -> torch.Tensor:
+        base = key * self.chunk_words + 1
+        return torch.arange(base, base + self.chunk_words, dtype=torch.int64,
+                            device=self.device)
+
+    def read_chunk(self, key: int) -> int | None:
+        """Whose bytes the key's chunk holds (-1: nobody's) when readable, else None."""
+        if self._ref.get(key, PENDING) == PENDING:
+            return None
+        row = self.primary[self._slot[key]]
+        owner = int(row[0].item() - 1) // self.chunk_words
+        return owner if owner >= 0 and torch.equal(row, self._payload(owner)) else -1
+
+    # -- observables -----------------------------------------------------------------------
+
+    @property
+    def num_free_chunks(self) -> int:
+        return len(self._free)
+
+    def ref_cnt(self, key: int) -> int | None:
+        return self._ref.get(key)
+
+    def pending_jobs(self) -> tuple[Job, ...]:
+        return tuple(Job(j, kind, keys) for j, (kind, keys, _) in sorted(self._queued.items()))
+
+    def secondary_keys(self) -> tuple[int, ...]:
+        return tuple(sorted(self._tier))
+
+    def check_valid(self) -> None:
+        resident = len(self._ref)
+        assert resident + len(self._free) == self.num_chunks, \
+            f"chunk-partition: {resident} resident + {len(self._free)} free != {self.num_chunks}"
+        assert self._num_evictable == sum(r == 0 for r in self._ref.values()), \
+            "evictable-count: the running counter drifted from the ref counts"
+
+    # -- primary tier ----------------------------------------------------------------------
+
+    def _lookup_primary(self, key: int) -> LookupResult:
+        ref = self._ref.get(key)
+        if ref is None:
+            return LookupResult.MISS
+        return LookupResult.HIT_PENDING if ref == PENDING else LookupResult.HIT
+
+    def _store_primary(self, keys: Sequence[int]) -> StoreOutput | None:
+        new = [k for k in keys if k not in self._ref]
+        if not new:
+            return StoreOutput((), ())
+        short = len(new) - len(self._free)
+        evicted: list[int] = []
+        if short > 0:
+            if short > self._num_evictable:
+                return None
+            offered = set(keys)
+            for key in self._lru:
+                if len(evicted) == short:
+                    break
+                if self._ref[key] == 0 and key not in offered:
+                    evicted.append(key)
+            if len(evicted) < short:
+                return None
+            for key in evicted:
+                self._drop(key)
+                self._num_evictable -= 1
+        for key in new:
+            self._slot[key] = self._free.pop()
+            self._ref[key] = PENDING
+            self._lru[key] = None
+        return StoreOutput(tuple(new), tuple(evicted))
+
+    def _drop(self, key: int) -> None:
+        self._free.append(self._slot.pop(key))
+        del self._ref[key]
+        del self._lru[key]
+
+    def _pin(self, key: int) -> None:
+        if self._ref[key] == 0:
+            self._num_evictable -= 1
+        self._ref[key] += 1
+
+    def _unpin(self, key: int) -> None:
+        self._ref[key] -= 1
+        if self._ref[key] == 0:
+            self._num_evictable += 1
+
+    def _mark_written(self, key: int) -> None:
+        self._ref[key] = 0
+        self._num_evictable += 1
+
+    def prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
+        if self.secondary != "none":
+            self._poll()
+        return self._store_primary(keys)
+
+    def complete_store(self, keys: Sequence[int], success: bool = True) -> None:
+        written = []
+        for key in keys:
+            if self._ref.get(key) != PENDING:
+                continue
+            if success:
+                self.primary[self._slot[key]] = self._payload(key)   # the GPU's copy lands
+                self._mark_written(key)
+                written.append(key)
+            else:
+                self._drop(key)
+        if success and self.secondary != "none":
+            cascade = tuple(k for k in keys if self._ref.get(k, PENDING) != PENDING)
+            if cascade:
+                for key in cascade:
+                    self._pin(key)
+                self._queue_job("store", cascade, tuple(self._slot[k] for k in cascade))
+
+    def prepare_load(self, keys: Sequence[int]) -> None:
+        for key in keys:
+            assert self._ref.get(key, PENDING) != PENDING, f"prepare_load: {key} not stored"
+            self._pin(key)
+
+    def complete_load(self, keys: Sequence[int]) -> None:
+        for key in keys:
+            assert self._ref.get(key, 0) > 0, f"complete_load: {key} not loading"
+            self._unpin(key)
+
+    def touch(self, keys: Sequence[int]) -> None:
+        for key in reversed(keys):
+            if key in self._lru:
+                self._lru.move_to_end(key)
+
+    # -- tiering ---------------------------------------------------------------------------
+
+    def lookup(self, key: int) -> LookupResult:
+        if self.secondary == "none":
+            return self._lookup_primary(key)
+        if not self._polled:
+            self._poll()
+        found = self._lookup_primary(key)
+        if found is not LookupResult.MISS or self._held:
+            return found
+        tier = self._lookup_tier(key)
+        if tier is not LookupResult.HIT:
+            return tier
+        if self._store_primary([key]) is None:
+            if "lookup-promote-when-full" in self.bugs:
+                return LookupResult.RETRY
+            return LookupResult.MISS
+        self._to_promote.append(key)
+        return LookupResult.HIT_PENDING
+
+    def _lookup_tier(self, key: int) -> LookupResult:
+        if self.secondary == "memory":
+            return LookupResult.HIT if key in self._tier else LookupResult.MISS
+        if key in self._probe_answer:
+            present = self._probe_answer.pop(key)
+            return LookupResult.HIT if present else LookupResult.MISS
+        if key not in self._probe_queue:
+            self._probe_queue.append(key)
+        return LookupResult.RETRY
+
+    def on_schedule_end(self) -> None:
+        if self.secondary == "none":
+            return
+        if not self._polled:
+            self._poll()
+        self._polled = False
+        if self._to_promote:
+            keys, self._to_promote = tuple(self._to_promote), []
+            self._queue_job("promote", keys, tuple(self._slot[k] for k in keys))
+        for key in self._probe_queue:
+            self._probe_answer[key] = key in self._tier
+        self._probe_queue = []
+
+    def complete_job(self, job_id: int) -> None:
+        kind, keys, slots = self._queued.pop(job_id)
+        for key, slot in zip(keys, slots, strict=True):
+            if kind == "store":
+                self._tier[key] = self.primary[slot].clone()
+            else:
+                self.primary[slot] = self._tier[key]
+        self._done.append(job_id)
+        self._done_jobs[job_id] = (kind, keys, slots)
+
+    def reset_cache(self) -> None:
+        for job_id in sorted(self._queued):
+            self.complete_job(job_id)
+        self._poll()
+        self._to_promote = []
+        self._ref.clear()
+        self._slot.clear()
+        self._lru.clear()
+        self._free = list(range(self.num_chunks - 1, -1, -1))
+        self._num_evictable = 0
+        self.primary.zero_()
+        self._polled = False
+        self._held = self.secondary != "none"
+
+    def on_reset_flushed(self) -> None:
+        self._held = False
+
+    def _queue_job(self, kind: str, keys: tuple[int, ...], slots: tuple[int, ...]) -> None:
+        self._queued[self._next_job] = (kind, keys, slots)
+        self._next_job += 1
+
+    def _poll(self) -> None:
+        self._polled = True
+        for job_id in self._done:
+            kind, keys, _ = self._done_jobs.pop(job_id)
+            for key in keys:
+                if kind == "store":
+                    self._unpin(key)
+                elif self._ref.get(key) == PENDING:
+                    self._mark_written(key)
+        self._done = []
+
+    # -- the connector's lookups -------------------------------------------------------------
+
+    def maximal_prefix_lookup(self, keys: Sequence[int]) -> Scan:
+        looked: list[int] = []
+        said: list[LookupResult] = []
+        count, defer = 0, False
+        for key in keys:
+            looked.append(key)
+            answer = self.lookup(key)
+            said.append(answer)
+            if answer is LookupResult.MISS:
+                break
+            defer |= answer in (LookupResult.RETRY, LookupResult.HIT_PENDING)
+            count += answer is not LookupResult.RETRY
+        return Scan(None if defer else count, tuple(looked), tuple(said))
+
+    def sliding_window_lookup(self, keys: Sequence[int], window: int,
+                              initial_window: int | None = None) -> Scan:
+        looked: list[int] = []
+        said: list[LookupResult] = []
+        need = initial_window if initial_window else window
+        streak, pending_in_streak, defer = 0, False, False
+        idx = len(keys)
+        while idx > 0:
+            idx -= 1
+            looked.append(keys[idx])
+            answer = self.lookup(keys[idx])
+            said.append(answer)
+            pending = answer is LookupResult.HIT_PENDING
+            if pending and "lookup-pending-as-miss" in self.bugs:
+                answer, pending = LookupResult.MISS, False
+            if answer in (LookupResult.HIT, LookupResult.HIT_PENDING):
+                streak += 1
+                pending_in_streak = pending_in_streak or pending
+                if streak == need:
+                    done = None if defer or pending_in_streak else idx + need
+                    return Scan(done, tuple(looked), tuple(said))
+                continue
+            defer = defer or answer is LookupResult.RETRY
+            streak, pending_in_streak, need = 0, False, window
+        return Scan(None if defer or pending_in_streak else streak, tuple(looked),
+                    tuple(said))
