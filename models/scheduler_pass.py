@@ -58,6 +58,7 @@ class PassNotes:
     cut: bool = False                              # tokens cut right before an item
     read_ahead_cut: bool = False                   # the read-ahead stopped before an item
     blocked: bool = False                          # a request got no token from its items
+    read_ahead_read: bool = False                  # the drafter read an item past its range
 
 
 @define
@@ -126,9 +127,12 @@ class SchedulerPassModel:
             end = c + k + output.num_read_ahead_tokens.get(rid, 0)
             for item in self.requests[rid].request.items:
                 if item.offset < end and item.end > c:
+                    self.notes.read_ahead_read |= item.end > c + k and end > c + k
                     rows.append(Gathered(rid, item.mm_hash, max(c, item.offset) - item.offset,
                                          min(end, item.end) - item.offset))
         return tuple(rows)
+
+    execute_model = gathered      # the worker's part of a step, as the model predicts it
 
     def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
         """The step ran: advance computed tokens, free fully computed items' inputs, sample
@@ -156,6 +160,9 @@ class SchedulerPassModel:
 
     def resident_mm_hashes(self) -> set[str]:
         return set(self.cache.entries)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.requests)
 
     # -- the encoder path of one request ---------------------------------------------------
 

@@ -10,6 +10,7 @@ from properties.harness import HarnessMachine
 MACHINES: dict[str, str] = {
     "encoder_cache": "properties.encoder_cache_machine:EncoderCacheMachine",
     "offload_engine": "properties.offload_engine_machine:OffloadEngineMachine",
+    "scheduler_pass": "properties.scheduler_pass_machine:SchedulerPassMachine",
     "tiered_lookup": "properties.tiered_lookup_machine:TieredLookupMachine",
 }
 

@@ -143,6 +143,9 @@ class NativeSchedulerPass:
     def resident_mm_hashes(self) -> set[str]:
         return self.encoder_cache_manager.resident_hashes()
 
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.running)
+
     def worker_mm_hashes(self) -> set[str]:
         return self.worker.resident_hashes()
 

@@ -1,0 +1,260 @@
+"""SchedulerPassMachine: whole scheduling passes and the worker applying them, against the
+first-come-first-served reference model (``specs/encoder-cache.md`` sections 2-4).
+
+Rules: ``add_request`` (a template of the world, given the next id ``r<n>``; templates share a
+small pool of hashes, so items are shared across requests and repeated inside one), ``step``
+(one engine step: the pass, the worker deleting the freed hashes, encoding the scheduled
+inputs and gathering every scheduled range plus the drafter's read-ahead, then the update
+from the output) and ``finish_request`` (an abort between passes). After every step: the
+worker did not miss, the pass kept its budgets and named no resident hash as freed, the
+gathered rows are the encoder's output, the output equals the model's FCFS prediction, and
+the worker's tensors are exactly the manager's resident entries. A run ends by stepping until
+every request finished (liveness: the cache and compute budget fit the largest item).
+"""
+
+from __future__ import annotations
+
+from attrs import evolve
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, precondition, rule
+
+from fixtures.scheduler_worlds import SchedWorld, scheduler_worlds
+from models.sched_values import SchedRequest, StepView
+from models.scheduler_pass import SchedulerPassModel
+from properties.harness import HarnessMachine, InvalidAction
+from sim import targets
+from sim.native.encoder_worker import EncoderCacheMiss, encoder_output
+
+MAX_OPEN_REQUESTS = 4
+
+HAZARDS = (
+    "evicted then reallocated in one pass",
+    "item shared within a pass",
+    "tokens cut before an item",
+    "read-ahead past the scheduled range",
+    "read-ahead cut before an item",
+    "request blocked for a pass",
+    "pass frees hashes",
+    "aborted while holding an input",
+)
+
+
+class SchedulerPassMachine(HarnessMachine):
+    subsystem = "scheduler_pass"
+    HAZARDS = HAZARDS
+    REPRODUCER_IMPORTS = ("from models.sched_values import (Gathered, PlacedItem, "
+                          "SchedRequest, SchedulerOutputView, StepView)",)
+    REPRODUCER_HELPERS = ""
+
+    @staticmethod
+    def reproducer_subject(config: dict) -> str:
+        options = ", ".join(f"{k}={v!r}" for k, v in config.items() if k != "target")
+        return f'sched = make(target, "scheduler_pass", {options})'
+
+    @initialize(world=scheduler_worlds())
+    def setup(self, world: SchedWorld):
+        self.world = world
+        self.model = SchedulerPassModel(**world.config())
+        self.sched = targets.make(self.target_name, "scheduler_pass", **world.config())
+        self.open: list[str] = []                 # request ids in arrival order
+        self.next_id = 0
+        self.history: dict[str, SchedRequest] = {}
+        self.trace.config.update(world.config(), target=self.target_name)
+        self.trace.world = world
+
+    # -- rules: choose, then act -------------------------------------------------------------
+
+    @precondition(lambda self: len(getattr(self, "open", ())) < MAX_OPEN_REQUESTS)
+    @rule(data=st.data())
+    def add_request(self, data):
+        self.act("add_request", data.draw(st.integers(0, len(self.world.templates) - 1)))
+
+    @precondition(lambda self: getattr(self, "open", None))
+    @rule()
+    def step(self):
+        self.act("step")
+
+    @precondition(lambda self: len(getattr(self, "open", ())) >= 2)
+    @rule(data=st.data())
+    def finish_request(self, data):
+        self.act("finish_request", data.draw(st.integers(0, len(self.open) - 1)))
+
+    def end_of_run(self):
+        # Liveness: every open request finishes within the passes its tokens need (each pass
+        # gives some request at least one token while the cache fits the largest item).
+        bound = sum(s.request.prompt_len - s.num_computed_tokens + s.request.max_tokens
+                    for s in self.model.requests.values()) + 1
+        for _ in range(bound):
+            if not self.open:
+                break
+            self.act("step")
+        assert not self.open, f"liveness: {self.open} unfinished after {bound} more passes"
+        assert self.sched.get_num_unfinished_requests() == 0, \
+            "liveness: the target still has unfinished requests"
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def do_add_request(self, t: int):
+        if t >= len(self.world.templates) or len(self.open) >= MAX_OPEN_REQUESTS:
+            raise InvalidAction("add_request: no such template or too many open")
+        request = self.world.templates[t].renamed(f"r{self.next_id}")
+        self.next_id += 1
+        self.model.add_request(request)
+        self.sched.add_request(request)
+        self.open.append(request.request_id)
+        self.history[request.request_id] = request
+        self.record_step(f"sched.add_request({request!r})", None, _describe(request))
+
+    def do_finish_request(self, k: int):
+        if k >= len(self.open):
+            raise InvalidAction("finish_request: no such open request")
+        rid = self.open.pop(k)
+        request = self.model.requests[rid].request
+        if self.model.cache.get_cached_input_ids(request):
+            self.hazard("aborted while holding an input")
+        self.model.finish_request(rid)
+        self.sched.finish_request(rid)
+        self.record_step(f"sched.finish_request({rid!r})", None,
+                         f"{rid} aborted: its encoder inputs are freed")
+
+    def do_step(self):
+        output = self.model.schedule()
+        gathered = self.model.gathered(output)
+        expect = StepView(output, gathered, self.model.update_from_output(output))
+        for rid in expect.finished:
+            self.open.remove(rid)
+        self.record_step("sched.step()", repr(expect), _step_effect(expect))
+        self._count_hazards(expect)
+        # What ``sched.step()`` does, call by call, so the pass's output is checked before the
+        # worker runs it: every property then has one meaning and a bug is always reported by
+        # the same one (a wrong output that would make the worker miss is a wrong output).
+        out = self.sched.schedule()
+        resident = self.sched.resident_mm_hashes()
+        stale = [h for h in out.free_encoder_mm_hashes if h in resident]
+        assert not stale, f"freed-not-resident: {stale} in free_encoder_mm_hashes but resident"
+        self._check_budgets(out)
+        assert out == expect.output, \
+            f"scheduler-output-agrees: {out!r} != FCFS prediction {expect.output!r}"
+        try:
+            gathered = self.sched.execute_model(out)
+        except EncoderCacheMiss as miss:
+            raise AssertionError(f"no-encoder-cache-miss: {miss}") from miss
+        actual = StepView(out, gathered, self.sched.update_from_output(out))
+        self._check_step(actual, expect)
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def _check_step(self, actual: StepView, expect: StepView) -> None:
+        self._check_gathered(actual)
+        assert actual == expect, f"scheduler-output-agrees: step {actual!r} != {expect!r}"
+        resident = self.sched.resident_mm_hashes()
+        assert resident == self.model.resident_mm_hashes(), \
+            f"worker-agrees-with-manager: manager resident {sorted(resident)} != " \
+            f"{sorted(self.model.resident_mm_hashes())}"
+        worker = getattr(self.sched, "worker_mm_hashes", None)
+        if worker is not None:
+            assert worker() == resident, \
+                f"worker-agrees-with-manager: worker tensors {sorted(worker())} != " \
+                f"resident entries {sorted(resident)} (leak or lost tensor)"
+        check_valid = getattr(self.sched, "check_valid", None)
+        if check_valid is not None:
+            check_valid()
+
+    def _check_budgets(self, out) -> None:
+        world = self.world
+        assert out.total_num_scheduled_tokens <= world.token_budget, \
+            f"budgets-hold: {out.total_num_scheduled_tokens} tokens > {world.token_budget}"
+        sizes = {it.mm_hash: it.length for t in world.templates for it in t.items}
+        compute = sum(self.history[rid].items[i].length
+                      for rid, ids in out.scheduled_encoder_inputs.items() for i in ids)
+        assert compute <= world.encoder_compute_budget, \
+            f"budgets-hold: encoder compute {compute} > {world.encoder_compute_budget}"
+        held = sum(sizes[h] for h in self.sched.resident_mm_hashes())
+        assert held <= world.cache_size, f"budgets-hold: {held} resident embeds > cache"
+
+    def _check_gathered(self, actual: StepView) -> None:
+        tensors = getattr(self.sched, "last_gathered_tensors", None)
+        if tensors is None:
+            return
+        sizes = {it.mm_hash: it.mm_item() for t in self.world.templates for it in t.items}
+        device = self.sched.worker.device
+        for g, got in zip(actual.gathered, tensors, strict=True):
+            want = encoder_output(sizes[g.mm_hash], device)[g.start:g.end]
+            assert got.equal(want), \
+                f"gathered-equals-encoded: {g.mm_hash} rows {g.start}:{g.end} for " \
+                f"{g.request_id} differ from the encoder's output"
+
+    def state_checks(self) -> list[str]:
+        resident = sorted(self.model.resident_mm_hashes())
+        return [f"assert sched.resident_mm_hashes() == {set(resident) if resident else 'set()'}",
+                f"assert sched.get_num_unfinished_requests() == {len(self.model.requests)}"]
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _count_hazards(self, expect: StepView) -> None:
+        notes = self.model.notes
+        for flag, name in ((notes.reallocated, "evicted then reallocated in one pass"),
+                           (notes.shared, "item shared within a pass"),
+                           (notes.cut, "tokens cut before an item"),
+                           (notes.read_ahead_read, "read-ahead past the scheduled range"),
+                           (notes.read_ahead_cut, "read-ahead cut before an item"),
+                           (notes.blocked, "request blocked for a pass"),
+                           (expect.output.free_encoder_mm_hashes, "pass frees hashes")):
+            if flag:
+                self.hazard(name)
+
+    @classmethod
+    def simpler_worlds(cls, world: SchedWorld, actions):
+        """Calmer configurations and smaller templates that may fail the same way."""
+        largest = world.largest_item
+        for name, low in (("cache_size", largest), ("encoder_compute_budget", largest),
+                          ("token_budget", largest if world.disable_chunked_mm_input else 1),
+                          ("read_ahead", 0)):
+            if getattr(world, name) > low:
+                yield evolve(world, **{name: low}), actions
+                yield evolve(world, **{name: getattr(world, name) - 1}), actions
+        if world.disable_chunked_mm_input:
+            yield evolve(world, disable_chunked_mm_input=False), actions
+        used = sorted({a[1] for a in actions if a[0] == "add_request"})
+        if used != list(range(len(used))):           # unused templates go, indexes follow
+            index = {t: k for k, t in enumerate(used)}
+            templates = tuple(evolve(world.templates[t], request_id=f"t{k}")
+                              for k, t in enumerate(used))
+            yield evolve(world, templates=templates), \
+                [(n, index[a[0]]) if n == "add_request" else (n, *a) for n, *a in actions]
+        for k, t in enumerate(world.templates):
+            for simpler in _simpler_templates(t):
+                yield evolve(world, templates=(*world.templates[:k], simpler,
+                                               *world.templates[k + 1:])), actions
+
+
+def _simpler_templates(t: SchedRequest):
+    if t.max_tokens > 1:
+        yield evolve(t, max_tokens=1)
+    end = t.items[-1].end if t.items else 1
+    if t.prompt_len > max(1, end):
+        yield evolve(t, prompt_len=max(1, end))
+    if t.items:
+        last = t.items[-1]
+        yield evolve(t, items=t.items[:-1], prompt_len=max(1, last.offset))
+        shifted = tuple(evolve(it, offset=it.offset - 1) for it in t.items)
+        if t.items[0].offset > 0:
+            yield evolve(t, items=shifted, prompt_len=t.prompt_len - 1)
+
+
+def _describe(request: SchedRequest) -> str:
+    items = ", ".join(f"{it.mm_hash}@[{it.offset},{it.end})" for it in request.items)
+    return f"{request.request_id}: {request.prompt_len} prompt tokens, max " \
+           f"{request.max_tokens} new" + (f"; {items}" if items else "")
+
+
+def _step_effect(step: StepView) -> str:
+    out = step.output
+    parts = [" ".join(f"{r}:{k}" for r, k in out.num_scheduled_tokens.items()) or "nothing"]
+    if out.scheduled_encoder_inputs:
+        parts.append(f"encode {dict(out.scheduled_encoder_inputs)}")
+    if out.free_encoder_mm_hashes:
+        parts.append(f"worker deletes {list(out.free_encoder_mm_hashes)}")
+    if step.finished:
+        parts.append(f"{', '.join(step.finished)} finished")
+    return "; ".join(parts)

@@ -1,0 +1,14 @@
+"""The scheduler-pass state machine against each ``--target`` (default ``native``).
+
+A failure is minimized and written as a reproducer (``--reproducer-dir``); the test fails
+with the property's message and the reproducer's path.
+"""
+
+from __future__ import annotations
+
+from properties.runner import check_machine
+from properties.scheduler_pass_machine import SchedulerPassMachine
+
+
+def test_scheduler_pass_machine(target, reproducer_dir):
+    check_machine(SchedulerPassMachine, target, reproducer_dir)
