@@ -108,7 +108,11 @@ class TieredLookupMachine(HarnessMachine):
 
     @rule(data=st.data())
     def lookup(self, data):
-        self.act("lookup", pick(data, list(self.keys)))
+        # Keys the secondary holds and the primary lacks are weighted 3:1: looking them up
+        # starts a promotion, or finds the primary unable to take one.
+        m = self.model
+        promotable = [k for k in self.keys if k in m.tier_keys and k not in m.chunks]
+        self.act("lookup", pick(data, promotable * 3 + list(self.keys)))
 
     @rule(data=st.data())
     def connector_lookup(self, data):
@@ -126,7 +130,9 @@ class TieredLookupMachine(HarnessMachine):
     @precondition(lambda self: hasattr(self, "model") and self.model.jobs)
     @rule(data=st.data())
     def complete_job(self, data):
-        self.act("complete_job", pick(data, self.model.jobs).job_id)
+        # By position among the pending jobs, not by id: a program with steps deleted then
+        # still completes "the oldest pending job" (the minimizer deletes steps).
+        self.act("complete_job", data.draw(st.integers(0, len(self.model.jobs) - 1)))
 
     @rule()
     def on_schedule_end(self):
@@ -152,8 +158,8 @@ class TieredLookupMachine(HarnessMachine):
         for keys in list(self.loads):
             self.act("complete_load", keys)
         for _ in range(RESOLVE_ROUNDS):
-            for job in list(self.model.jobs):
-                self.act("complete_job", job.job_id)
+            while self.model.jobs:
+                self.act("complete_job", 0)
             self.act("on_schedule_end")
             for key in sorted(self.deferred):
                 self.act("lookup", key)
@@ -265,10 +271,11 @@ class TieredLookupMachine(HarnessMachine):
                          f"{initial_window})", repr(expect), f"{len(expect.lookups)} lookups")
         self._check_scan("sliding_window_lookup", expect, actual, live)
 
-    def do_complete_job(self, job_id: int):
-        if job_id not in {j.job_id for j in self.model.jobs}:
-            raise InvalidAction("complete_job: no such pending job")
+    def do_complete_job(self, position: int):
+        if position >= len(self.model.jobs):
+            raise InvalidAction("complete_job: fewer pending jobs")
         self._step()
+        job_id = self.model.jobs[position].job_id
         self.model.complete_job(job_id)
         self.mgr.complete_job(job_id)
         self.record_step(f"mgr.complete_job({job_id})", None, "copied; noticed at next poll")
