@@ -6,27 +6,34 @@ what the worker then gathers, and how computed tokens, encoder inputs and reques
 after the step. Not in scope: KV blocks, preemption, priorities, sampling (every request
 samples one token when its computed tokens reach its known tokens).
 
-The pass (one ``schedule()`` call), for each open request in arrival order while tokens are
-left: ``k = min(tokens left to compute, token budget left)``; the items overlapping the
-window ``[c, c + k + r)`` are considered in order, where ``r`` is the drafter's read-ahead
-(MTP / EAGLE drafters read a few positions past the scheduled range, vLLM issue #38551):
+The pass (one ``schedule()`` call), for each open request while tokens are left, running
+requests first (in the order they were first scheduled), then waiting ones (in arrival order),
+as vLLM's V1 scheduler orders them: ``k = min(tokens left to compute, token budget left)``;
+the items overlapping the window ``[c, c + k + r)`` are considered in order, where ``r`` is
+the drafter's read-ahead (MTP / EAGLE drafters read a few positions past the scheduled range,
+vLLM issue #38551):
 - an item entirely before ``c`` is done; one starting at or past the window end stops the scan;
-- with ``disable_chunked_mm_input``, a scheduled range covering only the start of an item is
-  rolled back to before it (and the drafter reads nothing past it);
-- a hash already chosen for this request in this pass is a duplicate (nothing to do);
+- with ``disable_chunked_mm_input``, a scheduled range starting at or before an item and
+  ending inside it is rolled back to before it (and the drafter reads nothing past it);
+- a hash already chosen for this request in this pass is a duplicate: nothing to encode, and
+  once the request is scheduled the duplicate input holds the entry too (vLLM 0.33.0
+  ``_allocate_encoder_inputs``);
 - a resident hash is held (``check_and_update_cache``);
 - an item ``can_allocate`` refuses (compute budget or cache space) stops the scan: inside the
   scheduled range, ``k`` is cut to end right before the item (no token if ``c`` is past its
   start) and the drafter reads nothing further; inside the read-ahead only, the read-ahead is
   cut to end before it (the scheduled range stays: the drafter proposes fewer tokens);
 - otherwise the item is chosen: compute budget and ``num_embeds_to_schedule`` grow by it.
-A request left with no token is skipped (its approvals lapse); otherwise its chosen items are
-``allocate``d. ``get_freed_mm_hashes()`` ends the pass.
+A request left with no token is skipped (its approvals lapse; a waiting one stays waiting);
+otherwise its chosen items are ``allocate``d, its duplicates recorded, and it is running.
+``get_freed_mm_hashes()`` ends the pass.
 
-The gating of the read-ahead is this model's decision, not vLLM's: the seed says the fix for
-#38551 leaves the drafter able to read an entry evicted in an earlier pass, and that the next
-step is for the scheduler to gate what the drafter may read. Here the drafter may read only
-what the pass made resident, so a correct scheduler never makes the worker miss.
+The read-ahead is gated: the output says how far each request's drafter may read, and that
+range only covers items the pass made resident. The seed says the fix for #38551 left the
+drafter able to read an entry evicted in an earlier pass and that the scheduler should gate
+it; vLLM 0.33.0 lets the drafter fall back to token embeddings for an input it could not
+encode (``_try_schedule_encoder_inputs``), which this output states explicitly. So a correct
+scheduler never makes the worker miss.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ class RequestState:
     request: SchedRequest
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
+    started_at: int | None = None       # the pass that first scheduled it (None: waiting)
 
     @property
     def num_tokens(self) -> int:
@@ -73,6 +81,7 @@ class SchedulerPassModel:
     cache: EncoderCacheModel = field(init=False)
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     notes: PassNotes = field(factory=PassNotes)
+    passes: int = 0
 
     def __attrs_post_init__(self) -> None:
         self.cache = EncoderCacheModel(self.cache_size)
@@ -96,17 +105,23 @@ class SchedulerPassModel:
         encoder_inputs: dict[str, tuple[int, ...]] = {}
         read_ahead: dict[str, int] = {}
         users: dict[str, set[str]] = {}
-        for rid, state in self.requests.items():
+        self.passes += 1
+        for rid, state in self._in_order():
             if tokens_left == 0:
                 break
             k = min(state.num_tokens - state.num_computed_tokens, tokens_left)
-            k, r, chosen, compute = self._encoder_inputs(state, k, compute_left, users)
+            k, r, chosen, duplicates, compute = self._encoder_inputs(state, k, compute_left,
+                                                                     users)
             if k == 0:
                 self.notes.blocked = True
                 continue
+            if state.started_at is None:
+                state.started_at = self.passes
             compute_left = compute
             for input_id in chosen:
                 self.cache.allocate(state.request, input_id)
+            for input_id in duplicates:
+                self.cache.check_and_update_cache(state.request, input_id)
             num_tokens[rid] = k
             tokens_left -= k
             if chosen:
@@ -164,14 +179,23 @@ class SchedulerPassModel:
     def get_num_unfinished_requests(self) -> int:
         return len(self.requests)
 
+    def _in_order(self) -> list[tuple[str, RequestState]]:
+        """Running requests by the pass that started them, then waiting ones; arrival order
+        within each (``sorted`` is stable and ``requests`` is in arrival order)."""
+        return sorted(self.requests.items(),
+                      key=lambda kv: (kv[1].started_at is None, kv[1].started_at or 0))
+
     # -- the encoder path of one request ---------------------------------------------------
 
     def _encoder_inputs(self, state: RequestState, k: int, compute_left: int,
-                        users: dict[str, set[str]]) -> tuple[int, int, list[int], int]:
-        """(tokens, read-ahead, chosen input ids, compute budget left) for one request."""
+                        users: dict[str, set[str]]
+                        ) -> tuple[int, int, list[int], list[int], int]:
+        """(tokens, read-ahead, chosen input ids, duplicate input ids, compute budget left)
+        for one request."""
         request, c = state.request, state.num_computed_tokens
         r = self.read_ahead
         chosen: list[int] = []
+        duplicates: list[int] = []
         chosen_hashes: set[str] = set()
         embeds_to_schedule = 0
         for input_id, item in enumerate(request.items):
@@ -180,13 +204,14 @@ class SchedulerPassModel:
             if item.end <= c:
                 continue
             in_range = item.offset < c + k
-            if in_range and self.disable_chunked_mm_input and c < item.offset \
+            if in_range and self.disable_chunked_mm_input and c <= item.offset \
                     and c + k < item.end:
                 k, r = item.offset - c, 0
                 break
             users.setdefault(item.mm_hash, set()).add(request.request_id)
             if item.mm_hash in chosen_hashes:
                 self.notes.shared = True
+                duplicates.append(input_id)
                 continue
             if self.cache.check_and_update_cache(request, input_id):
                 continue
@@ -203,4 +228,4 @@ class SchedulerPassModel:
             chosen_hashes.add(item.mm_hash)
             embeds_to_schedule += item.length
             compute_left -= item.length
-        return k, r, chosen, compute_left
+        return k, r, chosen, duplicates, compute_left

@@ -47,19 +47,20 @@ class NativeSchedulerPass:
         self.disable_chunked_mm_input = disable_chunked_mm_input
         self.encoder_cache_manager = NativeEncoderCache(cache_size, bugs=bugs)
         self.worker = EncoderWorker(device)
-        self.running: list[_Running] = []
+        self.running: list[_Running] = []        # scheduled at least once, in that order
+        self.waiting: list[_Running] = []        # never scheduled yet, in arrival order
         self.last_gathered_tensors: list[torch.Tensor] = []
 
     # -- scheduler -----------------------------------------------------------------------
 
     def add_request(self, request: SchedRequest) -> None:
-        if any(r.req.request_id == request.request_id for r in self.running):
-            raise ValueError(f"request {request.request_id!r} is already running")
-        self.running.append(_Running(request))
+        if any(r.req.request_id == request.request_id for r in self.running + self.waiting):
+            raise ValueError(f"request {request.request_id!r} is already open")
+        self.waiting.append(_Running(request))
 
     def finish_request(self, request_id: str) -> None:
         entry = self._find(request_id)
-        self.running.remove(entry)
+        (self.running if entry in self.running else self.waiting).remove(entry)
         self.encoder_cache_manager.free(entry.req)
 
     def schedule(self) -> SchedulerOutputView:
@@ -68,16 +69,21 @@ class NativeSchedulerPass:
         num_scheduled: dict[str, int] = {}
         encoder_inputs: dict[str, tuple[int, ...]] = {}
         lookahead: dict[str, int] = {}
-        for entry in self.running:
+        started: list[_Running] = []
+        for entry in self.running + self.waiting:
             if token_budget <= 0:
                 break
             want = min(entry.remaining(), token_budget)
             plan = self._plan_encoder(entry, want, encoder_budget)
-            new_tokens, reads, inputs, budget_after = plan
+            new_tokens, reads, inputs, duplicates, budget_after = plan
             if new_tokens <= 0:
                 continue                       # approvals lapse: nothing allocated
+            if entry in self.waiting:
+                started.append(entry)
             for input_id in inputs:
                 self.encoder_cache_manager.allocate(entry.req, input_id)
+            for input_id in duplicates:        # the duplicate input holds the entry too
+                self.encoder_cache_manager.check_and_update_cache(entry.req, input_id)
             encoder_budget = budget_after
             token_budget -= new_tokens
             rid = entry.req.request_id
@@ -86,6 +92,9 @@ class NativeSchedulerPass:
                 encoder_inputs[rid] = tuple(inputs)
             if self.num_lookahead_tokens > 0:
                 lookahead[rid] = reads
+        for entry in started:
+            self.waiting.remove(entry)
+            self.running.append(entry)
         freed = self.encoder_cache_manager.get_freed_mm_hashes()
         return SchedulerOutputView(num_scheduled_tokens=num_scheduled,
                                    scheduled_encoder_inputs=encoder_inputs,
@@ -144,7 +153,7 @@ class NativeSchedulerPass:
         return self.encoder_cache_manager.resident_hashes()
 
     def get_num_unfinished_requests(self) -> int:
-        return len(self.running)
+        return len(self.running) + len(self.waiting)
 
     def worker_mm_hashes(self) -> set[str]:
         return self.worker.resident_hashes()
@@ -155,17 +164,19 @@ class NativeSchedulerPass:
     # -- helpers -------------------------------------------------------------------------
 
     def _find(self, request_id: str) -> _Running:
-        for entry in self.running:
+        for entry in self.running + self.waiting:
             if entry.req.request_id == request_id:
                 return entry
         raise KeyError(f"no running request {request_id!r}")
 
     def _plan_encoder(self, entry: _Running, new_tokens: int,
-                      budget: int) -> tuple[int, int, list[int], int]:
-        """(new tokens, read-ahead tokens, encoder inputs to run, encoder budget after)."""
+                      budget: int) -> tuple[int, int, list[int], list[int], int]:
+        """(new tokens, read-ahead tokens, encoder inputs to run, duplicate inputs, encoder
+        budget after)."""
         req, start = entry.req, entry.computed
         reads = self.num_lookahead_tokens
         inputs: list[int] = []
+        duplicates: list[int] = []
         seen: set[str] = set()
         pending = 0
         manager = self.encoder_cache_manager
@@ -177,9 +188,12 @@ class NativeSchedulerPass:
                 continue
             tail_only = item.offset >= scheduled_end
             if (not tail_only and self.disable_chunked_mm_input
-                    and item.offset > start and item.end > scheduled_end):
-                return item.offset - start, 0, inputs, budget
-            if item.mm_hash in seen or manager.check_and_update_cache(req, input_id):
+                    and item.offset >= start and item.end > scheduled_end):
+                return item.offset - start, 0, inputs, duplicates, budget
+            if item.mm_hash in seen:
+                duplicates.append(input_id)
+                continue
+            if manager.check_and_update_cache(req, input_id):
                 continue
             if not manager.can_allocate(req, input_id, encoder_compute_budget=budget,
                                         num_embeds_to_schedule=pending):
@@ -194,4 +208,4 @@ class NativeSchedulerPass:
             seen.add(item.mm_hash)
             pending += item.length
             budget -= item.length
-        return new_tokens, reads, inputs, budget
+        return new_tokens, reads, inputs, duplicates, budget
