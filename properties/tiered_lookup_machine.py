@@ -60,6 +60,8 @@ class TieredLookupMachine(HarnessMachine):
 
     @initialize(world=tiered_worlds())
     def setup(self, world: TieredWorld):
+        if self.target_name.partition(":")[0] == "vllm" and world.secondary != "none":
+            world = evolve(world, secondary="none")   # vllm: the primary tier only, for now
         self.world = world
         self.keys = world.keys
         self.model = TieredLookupModel(**world.config())

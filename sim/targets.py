@@ -110,6 +110,11 @@ def _native_tiered_lookup(target: Target, num_chunks: int, secondary: str = "non
     return NativeTieredLookup(*_tiered_config(num_chunks, secondary), bugs=target.bugs)
 
 
+def _vllm_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none") -> Any:
+    from sim.vllm.tiered_lookup import make_tiered_lookup
+    return make_tiered_lookup(*_tiered_config(num_chunks, secondary))
+
+
 def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget: int,
                       read_ahead: int = 0, disable_chunked_mm_input: bool = False) -> dict:
     return dict(cache_size=check_size("cache_size", cache_size),
@@ -140,6 +145,7 @@ _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
     ("native", "scheduler_pass"): _native_scheduler_pass,
     ("model", "tiered_lookup"): _model_tiered_lookup,
     ("native", "tiered_lookup"): _native_tiered_lookup,
+    ("vllm", "tiered_lookup"): _vllm_tiered_lookup,
 }
 
 
