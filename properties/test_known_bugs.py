@@ -58,10 +58,17 @@ def test_known_bug_is_caught_and_shrunk(bug, subsystem, prop, max_calls, max_exa
         test(f"native:{bug.id}")                          # crash ("Encoder cache miss")
 
 
-@pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])
-def test_switch_off_passes_with_the_same_budget(bug):
-    result = run_machine(machine_for(bug.subsystem), "native",
-                         catalogue_settings(bug.max_examples))
+# With every switch off, each machine passes the largest budget any of its bugs gets (one
+# run per machine rather than one per bug).
+SWITCH_OFF_BUDGETS = sorted({b.subsystem: max(c.max_examples for c in BUGS
+                                              if c.subsystem == b.subsystem)
+                             for b in BUGS}.items())
+
+
+@pytest.mark.parametrize(("subsystem", "max_examples"), SWITCH_OFF_BUDGETS,
+                         ids=[s for s, _ in SWITCH_OFF_BUDGETS])
+def test_switch_off_passes_with_the_same_budget(subsystem, max_examples):
+    result = run_machine(machine_for(subsystem), "native", catalogue_settings(max_examples))
     assert result.failure is None, result.failure.message
 
 
