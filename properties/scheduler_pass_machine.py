@@ -53,6 +53,8 @@ class SchedulerPassMachine(HarnessMachine):
 
     @initialize(world=scheduler_worlds())
     def setup(self, world: SchedWorld):
+        if self.target_name.startswith("vllm") and world.read_ahead:
+            world = evolve(world, read_ahead=0)     # vLLM runs no drafter here
         self.world = world
         self.model = SchedulerPassModel(**world.config())
         self.sched = targets.make(self.target_name, "scheduler_pass", **world.config())

@@ -135,6 +135,11 @@ def _native_scheduler_pass(target: Target, **config: Any) -> Any:
     return NativeSchedulerPass(**_scheduler_config(**config), bugs=target.bugs)
 
 
+def _vllm_scheduler_pass(target: Target, **config: Any) -> Any:
+    from sim.vllm.scheduler_pass import VllmSchedulerPass
+    return VllmSchedulerPass(**_scheduler_config(**config))
+
+
 _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
     ("model", "encoder_cache"): _model_encoder_cache,
     ("native", "encoder_cache"): _native_encoder_cache,
@@ -143,6 +148,7 @@ _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
     ("native", "offload_engine"): _native_offload_engine,
     ("model", "scheduler_pass"): _model_scheduler_pass,
     ("native", "scheduler_pass"): _native_scheduler_pass,
+    ("vllm", "scheduler_pass"): _vllm_scheduler_pass,
     ("model", "tiered_lookup"): _model_tiered_lookup,
     ("native", "tiered_lookup"): _native_tiered_lookup,
     ("vllm", "tiered_lookup"): _vllm_tiered_lookup,

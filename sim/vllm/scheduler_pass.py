@@ -1,0 +1,197 @@
+"""The ``vllm`` target's scheduler pass: the installed vLLM's real V1 ``Scheduler``, offline on
+CPU (``specs/vllm-drive.md`` section 4), with the native worker playing the GPU part.
+
+The scheduler is built from a tiny local OPT ``config.json`` (no weights, no tokenizer),
+``skip_tokenizer_init=True``, prefix caching off (the harness's prompts are all alike) and a
+large KV pool (KV pressure is not this subsystem's). A text model gets no multimodal budget,
+so the encoder budget and a real ``EncoderCacheManager`` are set on the built scheduler (the
+stub ``mm_registry`` of vllm-drive.md section 4 would yield the same two numbers). The
+``VllmConfig`` is built once per process (the first ``ModelConfig`` inspects the model in a
+subprocess, ~24 s, cached in ``$VLLM_CACHE_ROOT``); each target gets a fresh ``Scheduler``
+(about 2 ms) with the world's budgets written into the shared ``SchedulerConfig`` first.
+
+Requests are real ``vllm.v1.request.Request`` objects with one ``MultiModalFeatureSpec`` per
+item. After ``schedule()`` a fake model runner output samples token 7 for every request that
+is not in the middle of its prefill, as a real runner would. vLLM runs no drafter here: a
+world's read-ahead is not supported (the machine draws read_ahead 0 for this target).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+from types import SimpleNamespace
+from typing import Any
+
+from models.sched_values import Gathered, SchedRequest, SchedulerOutputView, StepView
+from sim.errors import HarnessError
+from sim.native.encoder_worker import EncoderCacheMiss, EncoderWorker
+from sim.vllm import release
+
+MAX_MODEL_LEN = 4096
+SAMPLED_TOKEN = 7
+
+TINY_OPT = {
+    "architectures": ["OPTForCausalLM"], "model_type": "opt", "hidden_size": 16,
+    "ffn_dim": 32, "num_attention_heads": 2, "num_hidden_layers": 1, "vocab_size": 128,
+    "word_embed_proj_dim": 16, "max_position_embeddings": MAX_MODEL_LEN,
+    "torch_dtype": "float16", "bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1,
+}
+
+
+@functools.cache
+def _vllm_config() -> Any:
+    """One ``VllmConfig`` per process (the model inspection is the slow part)."""
+    config_mod = release.import_module("vllm.config")
+    model_dir = tempfile.mkdtemp(prefix="lch-tiny-opt-")
+    with open(os.path.join(model_dir, "config.json"), "w") as handle:
+        json.dump(TINY_OPT, handle)
+    model_config = config_mod.ModelConfig(model=model_dir, dtype="float16", seed=42,
+                                          skip_tokenizer_init=True,
+                                          max_model_len=MAX_MODEL_LEN)
+    scheduler_config = config_mod.SchedulerConfig(
+        max_num_seqs=16, max_num_batched_tokens=MAX_MODEL_LEN, max_model_len=MAX_MODEL_LEN,
+        enable_chunked_prefill=True, is_encoder_decoder=model_config.is_encoder_decoder)
+    cache_config = config_mod.CacheConfig(block_size=16, gpu_memory_utilization=0.9,
+                                          cache_dtype="auto", enable_prefix_caching=False)
+    cache_config.num_gpu_blocks = 1000
+    return config_mod.VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
+                                 cache_config=cache_config)
+
+
+def _kv_cache_config() -> Any:
+    import torch
+    kv = release.import_module("vllm.v1.kv_cache_interface")
+    spec = kv.FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1,
+                                dtype=torch.float32)
+    return kv.KVCacheConfig(num_blocks=1000, kv_cache_tensors=[],
+                            kv_cache_groups=[kv.KVCacheGroupSpec(["layer"], spec)])
+
+
+class VllmSchedulerPass:
+    """The scheduler-pass port over a real ``Scheduler`` and the native ``EncoderWorker``."""
+
+    def __init__(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
+                 read_ahead: int = 0, disable_chunked_mm_input: bool = False):
+        if read_ahead:
+            raise HarnessError("the vllm scheduler_pass target runs no drafter: read_ahead "
+                               f"must be 0, got {read_ahead}")
+        vllm_config = _vllm_config()
+        sc = vllm_config.scheduler_config
+        sc.max_num_batched_tokens = token_budget
+        sc.encoder_cache_size = cache_size
+        sc.max_num_encoder_input_tokens = encoder_compute_budget
+        sc.disable_chunked_mm_input = disable_chunked_mm_input
+        sched_mod = release.import_module("vllm.v1.core.sched.scheduler")
+        structured = release.import_module("vllm.v1.structured_output")
+        self._mods = SimpleNamespace(
+            request=release.import_module("vllm.v1.request"),
+            inputs=release.import_module("vllm.multimodal.inputs"),
+            sampling=release.import_module("vllm.sampling_params"),
+            outputs=release.import_module("vllm.v1.outputs"))
+        self.scheduler = sched_mod.Scheduler(
+            vllm_config=vllm_config, kv_cache_config=_kv_cache_config(), block_size=16,
+            log_stats=False,
+            structured_output_manager=structured.StructuredOutputManager(vllm_config))
+        # The tiny OPT is a text model, so the Scheduler built no multimodal budget: give it
+        # the encoder budget and a real EncoderCacheManager of the sizes MultiModalBudget
+        # would compute (compute_mm_encoder_budget: max(configured, largest item); the
+        # world's values are already at least the largest item).
+        ecm = release.import_module("vllm.v1.core.encoder_cache_manager")
+        self.scheduler.max_num_encoder_input_tokens = encoder_compute_budget
+        self.scheduler.encoder_cache_manager = ecm.EncoderCacheManager(cache_size=cache_size)
+        self.release = release.release()
+        self.worker = EncoderWorker()
+        self._requests: dict[str, SchedRequest] = {}
+        self._computed_before: dict[str, int] = {}
+        self.last_gathered_tensors: list = []
+
+    # -- the port ------------------------------------------------------------------------
+
+    def add_request(self, request: SchedRequest) -> None:
+        self._requests[request.request_id] = request
+        self.scheduler.add_request(self._vllm_request(request))
+
+    def finish_request(self, request_id: str) -> None:
+        status = self._mods.request.RequestStatus.FINISHED_ABORTED
+        self.scheduler.finish_requests(request_id, status)
+        self._requests.pop(request_id, None)
+
+    def schedule(self) -> SchedulerOutputView:
+        before = {rid: r.num_computed_tokens for rid, r in self.scheduler.requests.items()}
+        self._last = self.scheduler.schedule()
+        self._computed_before = before
+        out = self._last
+        return SchedulerOutputView(
+            num_scheduled_tokens=dict(out.num_scheduled_tokens),
+            scheduled_encoder_inputs={r: tuple(ids)
+                                      for r, ids in out.scheduled_encoder_inputs.items()},
+            free_encoder_mm_hashes=tuple(out.free_encoder_mm_hashes))
+
+    def execute_model(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
+        """The native worker runs the output (delete, encode, gather), as on a GPU."""
+        self.worker.free(list(output.free_encoder_mm_hashes))
+        for rid, input_ids in output.scheduled_encoder_inputs.items():
+            for input_id in input_ids:
+                self.worker.encode(self._requests[rid].items[input_id].mm_item())
+        gathered, tensors = [], []
+        for rid, n in output.num_scheduled_tokens.items():
+            start = self._computed_before[rid]
+            stop = start + n
+            for item in self._requests[rid].items:
+                if item.end <= start or item.offset >= stop:
+                    continue
+                lo, hi = max(start, item.offset) - item.offset, min(stop, item.end) - item.offset
+                if item.mm_hash not in self.worker.encoder_cache:
+                    raise EncoderCacheMiss(f"Encoder cache miss for {item.mm_hash} "
+                                           f"(request {rid}, rows {lo}:{hi})")
+                tensors.append(self.worker.gather(item.mm_item(), lo, hi))
+                gathered.append(Gathered(rid, item.mm_hash, lo, hi))
+        self.last_gathered_tensors = tensors
+        return tuple(gathered)
+
+    def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
+        ids = list(output.num_scheduled_tokens)
+        sampled = [[] if self.scheduler.requests[rid].is_prefill_chunk else [SAMPLED_TOKEN]
+                   for rid in ids]
+        runner_output = self._mods.outputs.ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)},
+            sampled_token_ids=sampled)
+        self.scheduler.update_from_output(self._last, runner_output)
+        finished = tuple(rid for rid in ids if rid not in self.scheduler.requests)
+        for rid in finished:
+            self._requests.pop(rid, None)
+        return finished
+
+    def step(self) -> StepView:
+        output = self.schedule()
+        gathered = self.execute_model(output)
+        return StepView(output, gathered, self.update_from_output(output))
+
+    def resident_mm_hashes(self) -> set[str]:
+        return set(self.scheduler.encoder_cache_manager.cached)
+
+    def worker_mm_hashes(self) -> set[str]:
+        return self.worker.resident_hashes()
+
+    def get_num_unfinished_requests(self) -> int:
+        return self.scheduler.get_num_unfinished_requests()
+
+    # -- translation ---------------------------------------------------------------------
+
+    def _vllm_request(self, request: SchedRequest) -> Any:
+        inputs = self._mods.inputs
+        features = [inputs.MultiModalFeatureSpec(
+            data=None, modality="image", identifier=item.mm_hash,
+            mm_position=inputs.PlaceholderRange(offset=item.offset, length=item.length))
+            for item in request.items]
+        params = self._mods.sampling.SamplingParams(max_tokens=request.max_tokens,
+                                                    ignore_eos=True)
+        return self._mods.request.Request(
+            request_id=request.request_id, prompt_token_ids=[0] * request.prompt_len,
+            sampling_params=params, pooling_params=None, mm_features=features or None)
+
+    def __repr__(self) -> str:
+        return f"VllmSchedulerPass(vllm=={self.release})"
