@@ -172,12 +172,23 @@ class TieredLookupMachine(HarnessMachine):
 
     @classmethod
     def simpler_worlds(cls, world: TieredWorld, actions):
-        """A smaller primary, a simpler secondary tier, lighter store failures."""
+        """A smaller primary, a simpler secondary tier; a store or load deleted together with
+        its completion (they need not be adjacent); a reset replaced by what it does to the
+        secondary tier (its jobs complete); shorter key lists."""
         if world.num_chunks > 1:
             yield evolve(world, num_chunks=world.num_chunks - 1), actions
         simpler = {"probe": "memory", "memory": "none"}.get(world.secondary)
         if simpler:
             yield evolve(world, secondary=simpler), actions
+        pairs = {"prepare_store": "complete_store", "prepare_load": "complete_load"}
+        for j, (name, *args) in enumerate(actions):
+            if name in pairs:
+                done = next((k for k in range(j + 1, len(actions))
+                             if actions[k][0] == pairs[name] and actions[k][1] == args[0]), None)
+                if done is not None:
+                    yield world, [a for k, a in enumerate(actions) if k not in (j, done)]
+            if name == "reset_cache":
+                yield world, [*actions[:j], ("complete_job", 0), *actions[j + 1:]]
         for j, (name, *args) in enumerate(actions):
             if name in ("prepare_store", "touch", "prepare_load") and len(args[0]) > 1:
                 for k in range(len(args[0])):
