@@ -10,6 +10,7 @@ from __future__ import annotations
 BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "enc-stale-freed": ("encoder_cache", "scheduler_pass"),
     "enc-repeat-item": ("encoder_cache", "scheduler_pass"),
+    "sched-read-ahead-ungated": "scheduler_pass",
     "offload-id-reuse": "offload_engine",
     "offload-partial-block": "offload_engine",
     "offload-dropped-decode": "offload_engine",

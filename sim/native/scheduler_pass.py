@@ -10,7 +10,10 @@ plus the drafter's read-ahead; a missing hash raises ``EncoderCacheMiss`` ("Enco
 miss"), as vLLM's model runner does.
 
 The read-ahead is gated by the scheduler (the drafter may read only items the pass made
-resident); see ``models/scheduler_pass.py`` for the policy both follow.
+resident); see ``models/scheduler_pass.py`` for the policy both follow. Bug switch
+``sched-read-ahead-ungated``: the worker's drafter reads its whole lookahead whatever the
+output allows, so it reads an item the pass could not encode (the part of vLLM issue #38551
+that the fix in seed 000 left open): "Encoder cache miss".
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class NativeSchedulerPass:
         self.max_num_encoder_input_tokens = encoder_compute_budget
         self.num_lookahead_tokens = read_ahead
         self.disable_chunked_mm_input = disable_chunked_mm_input
+        self.bugs = bugs
         self.encoder_cache_manager = NativeEncoderCache(cache_size, bugs=bugs)
         self.worker = EncoderWorker(device)
         self.running: list[_Running] = []        # scheduled at least once, in that order
@@ -130,13 +134,20 @@ class NativeSchedulerPass:
             entry = self._find(rid)
             start = entry.computed
             stop = start + n + output.num_read_ahead_tokens.get(rid, 0)
+            drafter_stop = stop
+            if "sched-read-ahead-ungated" in self.bugs and rid in output.num_read_ahead_tokens:
+                drafter_stop = start + n + self.num_lookahead_tokens   # BUG: ignores the cut
             for item in entry.req.items:
-                if item.end <= start or item.offset >= stop:
+                if item.end <= start or item.offset >= drafter_stop:
                     continue
-                lo, hi = max(start, item.offset) - item.offset, min(stop, item.end) - item.offset
+                lo = max(start, item.offset) - item.offset
+                hi = min(drafter_stop, item.end) - item.offset
                 if item.mm_hash not in self.worker.encoder_cache:
                     raise EncoderCacheMiss(f"Encoder cache miss for {item.mm_hash} "
                                            f"(request {rid}, rows {lo}:{hi})")
+                if item.offset >= stop:
+                    continue                   # read by the drafter only: not gathered
+                hi = min(stop, item.end) - item.offset
                 tensors.append(self.worker.gather(item.mm_item(), lo, hi))
                 gathered.append(Gathered(rid, item.mm_hash, lo, hi))
         self.last_gathered_tensors = tensors
