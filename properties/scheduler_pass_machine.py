@@ -187,8 +187,9 @@ class SchedulerPassMachine(HarnessMachine):
                 f"{g.request_id} differ from the encoder's output"
 
     def state_checks(self) -> list[str]:
-        resident = sorted(self.model.resident_mm_hashes())
-        return [f"assert sched.resident_mm_hashes() == {set(resident) if resident else 'set()'}",
+        resident = sorted(self.model.resident_mm_hashes())     # sorted: a stable file
+        shown = "{" + ", ".join(map(repr, resident)) + "}" if resident else "set()"
+        return [f"assert sched.resident_mm_hashes() == {shown}",
                 f"assert sched.get_num_unfinished_requests() == {len(self.model.requests)}"]
 
     # -- helpers -----------------------------------------------------------------------------
