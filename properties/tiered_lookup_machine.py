@@ -60,8 +60,6 @@ class TieredLookupMachine(HarnessMachine):
 
     @initialize(world=tiered_worlds())
     def setup(self, world: TieredWorld):
-        if self.target_name.partition(":")[0] == "vllm" and world.secondary != "none":
-            world = evolve(world, secondary="none")   # vllm: the primary tier only, for now
         self.world = world
         self.keys = world.keys
         self.model = TieredLookupModel(**world.config())
@@ -200,7 +198,11 @@ class TieredLookupMachine(HarnessMachine):
     def do_prepare_store(self, keys: tuple[int, ...]):
         self._step()
         m = self.model
-        pinned = {k for k in m.chunks if not m.chunks[k].written or m.chunks[k].loads} | {
+        # Pinned as prepare_store sees them after its poll: finished jobs release their
+        # pins (store) or complete their writes (promotion) first.
+        promoted = {k for j in m.finished if j.kind == "promote" for k in j.keys}
+        pinned = {k for k, c in m.chunks.items()
+                  if (not c.written and k not in promoted) or c.loads} | {
             k for j in m.jobs if j.kind == "store" for k in j.keys}
         expect = m.prepare_store(keys)
         actual = self.mgr.prepare_store(keys)
