@@ -1,7 +1,7 @@
 """SchedulerPassMachine: whole scheduling passes and the worker applying them, against the
 first-come-first-served reference model (``specs/encoder-cache.md`` sections 2-4).
 
-Rules: ``add_request`` (a template of the world, given the next id ``r<n>``; templates share a
+Rules: ``add_request`` (a template of the world, given a fresh id ``r<n>``; templates share a
 small pool of hashes, so items are shared across requests and repeated inside one), ``step``
 (one engine step: the pass, the worker deleting the freed hashes, encoding the scheduled
 inputs and gathering every scheduled range plus the drafter's read-ahead, then the update
@@ -69,7 +69,10 @@ class SchedulerPassMachine(HarnessMachine):
     @precondition(lambda self: len(getattr(self, "open", ())) < MAX_OPEN_REQUESTS)
     @rule(data=st.data())
     def add_request(self, data):
-        self.act("add_request", data.draw(st.integers(0, len(self.world.templates) - 1)))
+        # The id travels with the action, so a replay with steps deleted keeps every other
+        # request's id (and the aborts that name it).
+        self.act("add_request", data.draw(st.integers(0, len(self.world.templates) - 1)),
+                 self.next_id)
 
     @precondition(lambda self: getattr(self, "open", None))
     @rule()
@@ -79,7 +82,8 @@ class SchedulerPassMachine(HarnessMachine):
     @precondition(lambda self: len(getattr(self, "open", ())) >= 2)
     @rule(data=st.data())
     def finish_request(self, data):
-        self.act("finish_request", data.draw(st.integers(0, len(self.open) - 1)))
+        rid = self.open[data.draw(st.integers(0, len(self.open) - 1))]
+        self.act("finish_request", int(rid[1:]))
 
     def end_of_run(self):
         # Liveness: every open request finishes within the passes its tokens need (each pass
@@ -96,21 +100,23 @@ class SchedulerPassMachine(HarnessMachine):
 
     # -- actions -----------------------------------------------------------------------------
 
-    def do_add_request(self, t: int):
-        if t >= len(self.world.templates) or len(self.open) >= MAX_OPEN_REQUESTS:
-            raise InvalidAction("add_request: no such template or too many open")
-        request = self.world.templates[t].renamed(f"r{self.next_id}")
-        self.next_id += 1
+    def do_add_request(self, t: int, n: int):
+        if t >= len(self.world.templates) or len(self.open) >= MAX_OPEN_REQUESTS \
+                or f"r{n}" in self.history:
+            raise InvalidAction("add_request: no such template, too many open or id used")
+        request = self.world.templates[t].renamed(f"r{n}")
+        self.next_id = max(self.next_id, n + 1)
         self.model.add_request(request)
         self.sched.add_request(request)
         self.open.append(request.request_id)
         self.history[request.request_id] = request
         self.record_step(f"sched.add_request({request!r})", None, _describe(request))
 
-    def do_finish_request(self, k: int):
-        if k >= len(self.open):
+    def do_finish_request(self, n: int):
+        rid = f"r{n}"
+        if rid not in self.open:
             raise InvalidAction("finish_request: no such open request")
-        rid = self.open.pop(k)
+        self.open.remove(rid)
         request = self.model.requests[rid].request
         if self.model.cache.get_cached_input_ids(request):
             self.hazard("aborted while holding an input")
@@ -218,13 +224,21 @@ class SchedulerPassMachine(HarnessMachine):
                 yield evolve(world, **{name: getattr(world, name) - 1}), actions
         if world.disable_chunked_mm_input:
             yield evolve(world, disable_chunked_mm_input=False), actions
+        # A larger token budget is a smaller program: prefills take fewer passes.
+        yield evolve(world, token_budget=2 * world.token_budget), actions
+        for mm_hash in sorted({it.mm_hash for t in world.templates for it in t.items}):
+            shorter = tuple(_shortened(t, mm_hash) for t in world.templates)
+            if shorter != world.templates:
+                yield evolve(world, templates=shorter), actions
+        for fewer in _fewer_requests(actions):
+            yield world, fewer
         used = sorted({a[1] for a in actions if a[0] == "add_request"})
         if used != list(range(len(used))):           # unused templates go, indexes follow
             index = {t: k for k, t in enumerate(used)}
             templates = tuple(evolve(world.templates[t], request_id=f"t{k}")
                               for k, t in enumerate(used))
             yield evolve(world, templates=templates), \
-                [(n, index[a[0]]) if n == "add_request" else (n, *a) for n, *a in actions]
+                [(n, index[a[0]], a[1]) if n == "add_request" else (n, *a) for n, *a in actions]
         for k, t in enumerate(world.templates):
             for simpler in _simpler_templates(t):
                 yield evolve(world, templates=(*world.templates[:k], simpler,
@@ -243,6 +257,30 @@ def _simpler_templates(t: SchedRequest):
         shifted = tuple(evolve(it, offset=it.offset - 1) for it in t.items)
         if t.items[0].offset > 0:
             yield evolve(t, items=shifted, prompt_len=t.prompt_len - 1)
+
+
+def _fewer_requests(actions):
+    """Candidates: a request added and aborted removed with its abort (the two are seldom
+    adjacent, which step deletion needs); request ids renumbered densely."""
+    added = [a for a in actions if a[0] == "add_request"]
+    for _, t, n in added:
+        if ("finish_request", n) in actions:
+            yield [a for a in actions if a not in (("add_request", t, n), ("finish_request", n))]
+    ids = {a[2]: k for k, a in enumerate(added)}
+    if any(n != k for n, k in ids.items()):
+        yield [(a[0], a[1], ids[a[2]]) if a[0] == "add_request"
+               else ("finish_request", ids.get(a[1], a[1])) if a[0] == "finish_request"
+               else a for a in actions]
+
+
+def _shortened(t: SchedRequest, mm_hash: str) -> SchedRequest:
+    """``t`` with every ``mm_hash`` item one embed shorter (later items move up one)."""
+    items, shift = [], 0
+    for it in t.items:
+        cut = it.mm_hash == mm_hash and it.length > 1
+        items.append(evolve(it, offset=it.offset - shift, length=it.length - cut))
+        shift += cut
+    return evolve(t, items=tuple(items), prompt_len=max(1, t.prompt_len - shift))
 
 
 def _describe(request: SchedRequest) -> str:
