@@ -38,6 +38,15 @@ class StoreOutput:
 
 
 @frozen
+class OffloadEvent:
+    """A primary-tier event from ``take_events()``: keys stored, or keys removed (evicted, or
+    a failed store's chunks: reported only if the key is still absent when taken)."""
+
+    keys: tuple[int, ...]
+    removed: bool
+
+
+@frozen
 class Job:
     """An asynchronous transfer between the primary and a secondary tier.
 

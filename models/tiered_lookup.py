@@ -6,7 +6,7 @@ as ``TieringOffloadingManager`` drives it (cascaded store jobs, promotions on a 
 finished jobs polled at most once per step, an asynchronous existence probe for the "probe"
 tier, ``reset_cache`` / ``on_reset_flushed``), and the connector's two lookups
 (``maximal_prefix_lookup``, ``sliding_window_lookup``) as pure functions of a lookup callable.
-Not modelled: chunk ids (where a key is stored is the target's business), events, ARC,
+Not modelled: chunk ids (where a key is stored is the target's business), ARC,
 request-position recency, several secondary tiers, back-pressure. Data is modelled as "whose
 bytes a readable chunk holds": always its own key.
 
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from attrs import define, field
 
-from models.lookup_values import Job, LookupResult, Scan, StoreOutput
+from models.lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 
 HIT, HIT_PENDING, RETRY, MISS = (LookupResult.HIT, LookupResult.HIT_PENDING,
                                  LookupResult.RETRY, LookupResult.MISS)
@@ -112,6 +112,7 @@ class TieredLookupModel:
     polled_this_step: bool = False
     promotions_held: bool = False
     jobs_submitted: int = 0
+    events: list[tuple[tuple[int, ...], bool, bool]] = field(factory=list)  # keys, removed, failed
 
     def __attrs_post_init__(self) -> None:
         if self.secondary not in SECONDARY_KINDS:
@@ -168,6 +169,8 @@ class TieredLookupModel:
                 return None
         for key in victims:
             self._remove(key)
+        if victims:
+            self.events.append((tuple(victims), True, False))
         for key in to_store:
             self.chunks[key] = Chunk(written=False)
             self.recency.append(key)
@@ -183,17 +186,32 @@ class TieredLookupModel:
         return self._primary_prepare_store(keys)
 
     def complete_store(self, keys: Sequence[int], success: bool = True) -> None:
-        for key in keys:
-            chunk = self.chunks.get(key)
-            if chunk is not None and not chunk.written:
-                if success:
-                    chunk.written = True
-                else:
-                    self._remove(key)
+        self._complete_write(keys, success)
         if success and self.secondary != "none":
             cascaded = tuple(k for k in keys if self.ref_cnt(k) not in (None, -1))
             if cascaded:
                 self._submit("store", cascaded)
+
+    def _complete_write(self, keys: Sequence[int], success: bool) -> None:
+        done = [k for k in keys if k in self.chunks and not self.chunks[k].written]
+        for key in done:
+            if success:
+                self.chunks[key].written = True
+            else:
+                self._remove(key)
+        if done:
+            self.events.append((tuple(done), not success, not success))
+
+    def take_events(self) -> list[OffloadEvent]:
+        """Events in order, then forgotten; a failed store's removal names only the keys
+        still absent now (a retry may have stored one again)."""
+        taken, self.events = self.events, []
+        out = []
+        for keys, removed, failed in taken:
+            keys = tuple(k for k in keys if not failed or k not in self.chunks)
+            if keys:
+                out.append(OffloadEvent(keys, removed))
+        return out
 
     def prepare_load(self, keys: Sequence[int]) -> None:
         for key in keys:
@@ -285,10 +303,7 @@ class TieredLookupModel:
         done, self.finished = self.finished, []
         for job in done:
             if job.kind == "promote":
-                for key in job.keys:
-                    chunk = self.chunks.get(key)
-                    if chunk is not None:
-                        chunk.written = True
+                self._complete_write(job.keys, True)
 
     # -- the connector's lookups over this manager --------------------------------------
 

@@ -49,8 +49,8 @@ HAZARDS = (
 class TieredLookupMachine(HarnessMachine):
     subsystem = "tiered_lookup"
     HAZARDS = HAZARDS
-    REPRODUCER_IMPORTS = ("from models.lookup_values import Job, LookupResult, Scan, "
-                          "StoreOutput",)
+    REPRODUCER_IMPORTS = ("from models.lookup_values import Job, LookupResult, OffloadEvent, "
+                          "Scan, StoreOutput",)
     REPRODUCER_HELPERS = ""
 
     @staticmethod
@@ -301,6 +301,13 @@ class TieredLookupMachine(HarnessMachine):
         self.mgr.on_schedule_end()
         self.record_step("mgr.on_schedule_end()", None,
                          "step ends: promotions submitted, probes flushed")
+        self.do_take_events()       # the connector drains the events once a step
+
+    def do_take_events(self):
+        expect = self.model.take_events()
+        actual = self.mgr.take_events()
+        self.record_step("mgr.take_events()", repr(expect), "primary-tier events, in order")
+        assert actual == expect, f"events-agree: take_events() -> {actual!r}, expected {expect!r}"
 
     def do_reset_cache(self):
         self.steps_since_reset = 0
@@ -385,6 +392,10 @@ class TieredLookupMachine(HarnessMachine):
                                  f"expected {want}'s")
         assert t.num_free_chunks == m.num_free_chunks, (
             f"free-chunks-agree: {t.num_free_chunks} free chunks, expected {m.num_free_chunks}")
+        resident = sum(t.ref_cnt(k) is not None for k in self.keys)
+        assert t.num_free_chunks + resident == m.num_chunks, (
+            f"chunk-partition: {t.num_free_chunks} free + {resident} resident != "
+            f"{m.num_chunks} chunks")
         assert t.pending_jobs() == m.pending_jobs(), \
             f"jobs-agree: pending jobs {t.pending_jobs()}, expected {m.pending_jobs()}"
         assert t.secondary_keys() == m.secondary_keys(), (

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import torch
 
-from models.lookup_values import Job, LookupResult, Scan, StoreOutput
+from models.lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 from sim.device import pick_device
 
 PENDING = -1
@@ -57,6 +57,8 @@ class NativeTieredLookup:
         self._probe_answer: dict[int, bool] = {}
         self._polled = False
         self._held = False
+        self._events: list[OffloadEvent] = []
+        self._metadata_only: set[int] = set()       # indexes of failed-store removals
 
     # -- data plane ------------------------------------------------------------------------
 
@@ -123,6 +125,7 @@ class NativeTieredLookup:
             for key in evicted:
                 self._drop(key)
                 self._num_evictable -= 1
+            self._events.append(OffloadEvent(tuple(evicted), removed=True))
         for key in new:
             self._slot[key] = self._free.pop()
             self._ref[key] = PENDING
@@ -154,16 +157,20 @@ class NativeTieredLookup:
         return self._store_primary(keys)
 
     def complete_store(self, keys: Sequence[int], success: bool = True) -> None:
-        written = []
+        touched = []
         for key in keys:
             if self._ref.get(key) != PENDING:
                 continue
+            touched.append(key)
             if success:
                 self.primary[self._slot[key]] = self._payload(key)   # the GPU's copy lands
                 self._mark_written(key)
-                written.append(key)
             else:
                 self._drop(key)
+        if touched:
+            if not success:
+                self._metadata_only.add(len(self._events))
+            self._events.append(OffloadEvent(tuple(touched), removed=not success))
         if success and self.secondary != "none":
             cascade = tuple(k for k in keys if self._ref.get(k, PENDING) != PENDING)
             if cascade:
@@ -180,6 +187,19 @@ class NativeTieredLookup:
         for key in keys:
             assert self._ref.get(key, 0) > 0, f"complete_load: {key} not loading"
             self._unpin(key)
+
+    def take_events(self) -> list[OffloadEvent]:
+        events, failed = self._events, self._metadata_only
+        self._events, self._metadata_only = [], set()
+        out = []
+        for n, event in enumerate(events):
+            if n in failed:
+                keys = tuple(k for k in event.keys if k not in self._ref)
+                if not keys:
+                    continue
+                event = OffloadEvent(keys, removed=True)
+            out.append(event)
+        return out
 
     def touch(self, keys: Sequence[int]) -> None:
         for key in reversed(keys):
@@ -264,11 +284,15 @@ class NativeTieredLookup:
         self._polled = True
         for job_id in self._done:
             kind, keys, _ = self._done_jobs.pop(job_id)
+            landed = []
             for key in keys:
                 if kind == "store":
                     self._unpin(key)
                 elif self._ref.get(key) == PENDING:
                     self._mark_written(key)
+                    landed.append(key)
+            if landed:
+                self._events.append(OffloadEvent(tuple(landed), removed=False))
         self._done = []
 
     # -- the connector's lookups -------------------------------------------------------------

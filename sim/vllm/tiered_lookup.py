@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from models.lookup_values import Job, LookupResult, Scan, StoreOutput
+from models.lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 from sim.errors import HarnessError
 from sim.vllm import release
 
@@ -127,12 +127,13 @@ class VllmTieredLookup:
         self.tier = None
         if secondary == "none":
             cpu = release.import_module("vllm.v1.kv_offload.cpu.manager")
-            self.manager = self.primary = cpu.CPUOffloadingManager(num_chunks=num_chunks)
+            self.manager = self.primary = cpu.CPUOffloadingManager(num_chunks=num_chunks,
+                                                                 enable_events=True)
             self._chunks = np.zeros((num_chunks, CHUNK_BYTES), dtype=np.uint8)
         elif secondary in ("memory", "probe"):
             manager = release.import_module("vllm.v1.kv_offload.tiering.manager")
             self.primary = manager.CPUPrimaryTierOffloadingManager(
-                num_chunks=num_chunks, mmap_region=_Region(num_chunks))
+                num_chunks=num_chunks, mmap_region=_Region(num_chunks), enable_events=True)
             view = self.primary.get_kv_memoryview()
             self._chunks = np.asarray(view)               # writable (num_chunks, bytes) uint8
             self.tier = _manual_tier_class()(view, probe=secondary == "probe")
@@ -211,6 +212,12 @@ class VllmTieredLookup:
                     _bytes(_payload(i)), dtype=np.uint8)                       # GPU copy
         with self._locked():
             self.manager.complete_store(self._vkeys(keys), self._ctx, success=success)
+
+    def take_events(self) -> list[OffloadEvent]:
+        with self._locked():
+            events = list(self.manager.take_events())
+        return [OffloadEvent(tuple(self._ints[k] for k in e.keys), bool(e.removed))
+                for e in events]
 
     def prepare_load(self, keys: Sequence[int]) -> None:
         with self._locked():
