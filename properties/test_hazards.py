@@ -51,20 +51,20 @@ MIN_RATE_PER_100 = {
         "pass frees hashes": 87,
         "aborted while holding an input": 5.9,
     },
-    # tiered_lookup measured: evicts 13.0, no room 139.5, failed store 65.0, HIT_PENDING 88.7,
-    # RETRY 335.6, promotion started 5.8, promotion refused 3.2, scan pending 36.2, deferred
-    # resolved 120.0, promotions held 11.7.
+    # tiered_lookup measured: evicts 12.5, no room 99.8, failed store 50.3, HIT_PENDING 148.6,
+    # RETRY 730.9, promotion started 12.7, promotion refused 2.3, scan pending 65.5, deferred
+    # resolved 186.5, promotions held 42.3.
     "tiered_lookup": {
-        "prepare_store: evicts": 6.5,
-        "prepare_store: no room": 70,
-        "complete_store: failed store removed": 32,
-        "lookup: HIT_PENDING": 44,
-        "lookup: RETRY": 168,
-        "promotion started": 2.9,
-        "promotion refused: primary full": 1.6,
-        "scan: pending block in the run": 18,
-        "deferred lookup resolved": 60,
-        "reset: promotions held": 5.8,
+        "prepare_store: evicts": 6,
+        "prepare_store: no room": 50,
+        "complete_store: failed store removed": 25,
+        "lookup: HIT_PENDING": 74,
+        "lookup: RETRY": 365,
+        "promotion started": 6,
+        "promotion refused: primary full": 1.1,
+        "scan: pending block in the run": 32,
+        "deferred lookup resolved": 93,
+        "reset: promotions held": 21,
     },
 }
 

@@ -51,7 +51,13 @@ class TieredLookupMachine(HarnessMachine):
     HAZARDS = HAZARDS
     REPRODUCER_IMPORTS = ("from models.lookup_values import Job, LookupResult, OffloadEvent, "
                           "Scan, StoreOutput",)
-    REPRODUCER_HELPERS = ""
+    REPRODUCER_HELPERS = '''
+
+def end_step(mgr):
+    """The scheduler step ends: ``on_schedule_end``, then the connector drains the events."""
+    mgr.on_schedule_end()
+    return mgr.take_events()
+'''
 
     @staticmethod
     def reproducer_subject(config: dict) -> str:
@@ -73,6 +79,9 @@ class TieredLookupMachine(HarnessMachine):
 
     # -- rules: choose a valid step, then act ------------------------------------------------
 
+    # At most two stores in flight: more and the primary is all write-pending, every store
+    # finds no room, and LRU order (what eviction and touch decide) is never exercised.
+    @precondition(lambda self: len(getattr(self, "batches", ())) < 2)
     @rule(data=st.data())
     def prepare_store(self, data):
         # Slices with an absent key are weighted 3:1: offering only resident keys stores
@@ -104,7 +113,11 @@ class TieredLookupMachine(HarnessMachine):
 
     @rule(data=st.data())
     def touch(self, data):
-        self.act("touch", pick(data, self._slices()))
+        # Slices of two or more resident keys are weighted 3:1: touching reorders LRU only
+        # between chunks that are there.
+        m = self.model
+        resident = [s for s in self._slices() if len(s) > 1 and all(k in m.chunks for k in s)]
+        self.act("touch", pick(data, resident * 3 + self._slices()))
 
     @rule(data=st.data())
     def lookup(self, data):
@@ -179,12 +192,26 @@ class TieredLookupMachine(HarnessMachine):
         if simpler:
             yield evolve(world, secondary=simpler), actions
         pairs = {"prepare_store": "complete_store", "prepare_load": "complete_load"}
+        smaller = evolve(world, num_chunks=world.num_chunks - 1) if world.num_chunks > 1 \
+            else None
         for j, (name, *args) in enumerate(actions):
-            if name in pairs:
-                done = next((k for k in range(j + 1, len(actions))
-                             if actions[k][0] == pairs[name] and actions[k][1] == args[0]), None)
-                if done is not None:
-                    yield world, [a for k, a in enumerate(actions) if k not in (j, done)]
+            if name not in pairs:
+                continue
+            done = next((k for k in range(j + 1, len(actions))
+                         if actions[k][0] == pairs[name] and actions[k][1] == args[0]), None)
+            if done is None:
+                continue
+            yield world, [a for k, a in enumerate(actions) if k not in (j, done)]
+            for i in range(len(args[0]) if len(args[0]) > 1 else 0):
+                # One key fewer in both the store and its completion, in this world and in
+                # one with a chunk fewer (the same pressure with less of everything).
+                keys = args[0][:i] + args[0][i + 1:]
+                fewer = list(actions)
+                fewer[j] = (name, keys, *args[1:])
+                fewer[done] = (actions[done][0], keys, *actions[done][2:])
+                yield world, fewer
+                if smaller is not None:
+                    yield smaller, fewer
             if name == "reset_cache":
                 yield world, [*actions[:j], ("complete_job", 0), *actions[j + 1:]]
         for j, (name, *args) in enumerate(actions):
@@ -297,16 +324,14 @@ class TieredLookupMachine(HarnessMachine):
 
     def do_on_schedule_end(self):
         self._step()
+        # One recorded step per action (the minimizer replays steps' actions): the step's end
+        # and the connector draining the events it produced, as ``end_step`` in reproducers.
         self.model.on_schedule_end()
         self.mgr.on_schedule_end()
-        self.record_step("mgr.on_schedule_end()", None,
-                         "step ends: promotions submitted, probes flushed")
-        self.do_take_events()       # the connector drains the events once a step
-
-    def do_take_events(self):
         expect = self.model.take_events()
         actual = self.mgr.take_events()
-        self.record_step("mgr.take_events()", repr(expect), "primary-tier events, in order")
+        self.record_step("end_step(mgr)", repr(expect),
+                         "on_schedule_end (promotions submitted, probes flushed), take_events")
         assert actual == expect, f"events-agree: take_events() -> {actual!r}, expected {expect!r}"
 
     def do_reset_cache(self):
