@@ -19,11 +19,12 @@ from models.lookup_values import LookupResult
 from models.tiered_lookup import maximal_prefix_lookup, sliding_window_lookup
 from sim.errors import TargetUnavailable
 from sim.vllm import release
+from sim.vllm.tiered_lookup import lookup_api
 
 
 def vllm_scans():
     try:
-        base = release.import_module("vllm.v1.kv_offload.base")
+        base = lookup_api()
         scheduler = release.import_module(
             "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler")
     except TargetUnavailable as why:

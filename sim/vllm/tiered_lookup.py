@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from models.lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
-from sim.errors import HarnessError
+from sim.errors import HarnessError, TargetUnavailable
 from sim.vllm import release
 
 CHUNK_WORDS = 4
@@ -45,6 +45,17 @@ class _Region:
 
     def cleanup(self) -> None:
         pass
+
+
+def lookup_api():
+    """``vllm.v1.kv_offload.base`` if it has PR #46363's ``LookupResult``; releases before it
+    (``lookup -> bool | None``) are a skip with the reason, not a failure."""
+    base = release.import_module("vllm.v1.kv_offload.base")
+    if not hasattr(base, "LookupResult"):
+        raise TargetUnavailable(
+            f"vLLM {release.release()} predates LookupResult (PR #46363): the tiered-lookup "
+            "adapter drives the 0.33.0 API; use vLLM 0.33.0 or later")
+    return base
 
 
 def _manual_tier_class():
@@ -117,7 +128,7 @@ class VllmTieredLookup:
     ``TieringOffloadingManager``."""
 
     def __init__(self, num_chunks: int, secondary: str = "none"):
-        self._base = release.import_module("vllm.v1.kv_offload.base")
+        self._base = lookup_api()
         connector = release.import_module(
             "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler")
         self.release = release.release()
