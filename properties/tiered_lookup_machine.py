@@ -18,7 +18,6 @@ tier's keys and the bytes of every readable chunk (``data-roundtrip``).
 
 from __future__ import annotations
 
-from attrs import evolve
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
@@ -27,6 +26,7 @@ from models.lookup_values import LookupResult, Scan
 from models.tiered_lookup import TieredLookupModel, maximal_prefix_lookup, sliding_window_lookup
 from properties.encoder_cache_machine import pick
 from properties.harness import HarnessMachine, InvalidAction
+from properties.tiered_lookup_shrink import simpler_worlds
 from sim import targets
 
 DEFERRED = (LookupResult.RETRY, LookupResult.HIT_PENDING)
@@ -183,42 +183,7 @@ def end_step(mgr):
 
     @classmethod
     def simpler_worlds(cls, world: TieredWorld, actions):
-        """A smaller primary, a simpler secondary tier; a store or load deleted together with
-        its completion (they need not be adjacent); a reset replaced by what it does to the
-        secondary tier (its jobs complete); shorter key lists."""
-        if world.num_chunks > 1:
-            yield evolve(world, num_chunks=world.num_chunks - 1), actions
-        simpler = {"probe": "memory", "memory": "none"}.get(world.secondary)
-        if simpler:
-            yield evolve(world, secondary=simpler), actions
-        pairs = {"prepare_store": "complete_store", "prepare_load": "complete_load"}
-        smaller = evolve(world, num_chunks=world.num_chunks - 1) if world.num_chunks > 1 \
-            else None
-        for j, (name, *args) in enumerate(actions):
-            if name not in pairs:
-                continue
-            done = next((k for k in range(j + 1, len(actions))
-                         if actions[k][0] == pairs[name] and actions[k][1] == args[0]), None)
-            if done is None:
-                continue
-            yield world, [a for k, a in enumerate(actions) if k not in (j, done)]
-            for i in range(len(args[0]) if len(args[0]) > 1 else 0):
-                # One key fewer in both the store and its completion, in this world and in
-                # one with a chunk fewer (the same pressure with less of everything).
-                keys = args[0][:i] + args[0][i + 1:]
-                fewer = list(actions)
-                fewer[j] = (name, keys, *args[1:])
-                fewer[done] = (actions[done][0], keys, *actions[done][2:])
-                yield world, fewer
-                if smaller is not None:
-                    yield smaller, fewer
-            if name == "reset_cache":
-                yield world, [*actions[:j], ("complete_job", 0), *actions[j + 1:]]
-        for j, (name, *args) in enumerate(actions):
-            if name in ("prepare_store", "touch", "prepare_load") and len(args[0]) > 1:
-                for k in range(len(args[0])):
-                    shorter = args[0][:k] + args[0][k + 1:]
-                    yield world, [*actions[:j], (name, shorter), *actions[j + 1:]]
+        return simpler_worlds(world, actions)
 
     # -- actions: API calls on model and target, compared ----------------------------------
 

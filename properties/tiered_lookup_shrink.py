@@ -1,0 +1,52 @@
+"""Minimizer candidates for the tiered-lookup machine: simpler (world, program) pairs.
+
+The harness deletes runs of adjacent steps by itself; these candidates add what it cannot do
+alone: a smaller primary or a simpler secondary tier, a store (or load) deleted together
+with its completion wherever that is, one key fewer in a store and its completion (also with
+a chunk fewer), a reset replaced by the job completion it stands for, shorter key lists.
+"""
+
+from __future__ import annotations
+
+from attrs import evolve
+
+from fixtures.tiered_worlds import TieredWorld
+
+
+def simpler_worlds(world: TieredWorld, actions: list[tuple]):
+    """A smaller primary, a simpler secondary tier; a store or load deleted together with
+    its completion (they need not be adjacent); a reset replaced by what it does to the
+    secondary tier (its jobs complete); shorter key lists."""
+    if world.num_chunks > 1:
+        yield evolve(world, num_chunks=world.num_chunks - 1), actions
+    simpler = {"probe": "memory", "memory": "none"}.get(world.secondary)
+    if simpler:
+        yield evolve(world, secondary=simpler), actions
+    pairs = {"prepare_store": "complete_store", "prepare_load": "complete_load"}
+    smaller = evolve(world, num_chunks=world.num_chunks - 1) if world.num_chunks > 1 \
+        else None
+    for j, (name, *args) in enumerate(actions):
+        if name == "reset_cache":
+            yield world, [*actions[:j], ("complete_job", 0), *actions[j + 1:]]
+        if name not in pairs:
+            continue
+        done = next((k for k in range(j + 1, len(actions))
+                     if actions[k][0] == pairs[name] and actions[k][1] == args[0]), None)
+        if done is None:
+            continue
+        yield world, [a for k, a in enumerate(actions) if k not in (j, done)]
+        for i in range(len(args[0]) if len(args[0]) > 1 else 0):
+            # One key fewer in both the store and its completion, in this world and in
+            # one with a chunk fewer (the same pressure with less of everything).
+            keys = args[0][:i] + args[0][i + 1:]
+            fewer = list(actions)
+            fewer[j] = (name, keys, *args[1:])
+            fewer[done] = (actions[done][0], keys, *actions[done][2:])
+            yield world, fewer
+            if smaller is not None:
+                yield smaller, fewer
+    for j, (name, *args) in enumerate(actions):
+        if name in ("prepare_store", "touch", "prepare_load") and len(args[0]) > 1:
+            for k in range(len(args[0])):
+                shorter = args[0][:k] + args[0][k + 1:]
+                yield world, [*actions[:j], (name, shorter), *actions[j + 1:]]
