@@ -81,7 +81,8 @@ VLLM_RELEASE = "0.33.0"
 # The suites with a vllm factory in sim/targets.py, plus the adapter's own tests and the
 # curated reproducers (each names the targets it runs on).
 VLLM_SUITES = ["properties/test_encoder_cache.py", "properties/test_scheduler_pass.py",
-               "properties/test_scheduler_pass_model.py", "properties/test_vllm_target.py",
+               "properties/test_scheduler_pass_model.py", "properties/test_tiered_lookup.py",
+               "properties/test_tiered_lookup_vllm_scans.py", "properties/test_vllm_target.py",
                "fixtures/reproducers"]
 
 
