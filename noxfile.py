@@ -44,7 +44,8 @@ def models(session: nox.Session) -> None:
     session.run("python", "-c", "import importlib.util, sys; sys.exit("
                 "importlib.util.find_spec('torch') is not None)", silent=True)
     session.run("pytest", "properties/test_models_pure.py",
-                "properties/test_encoder_cache_model.py", *session.posargs)
+                "properties/test_encoder_cache_model.py", "properties/test_tiered_lookup_model.py",
+                *session.posargs)
 
 
 @nox.session(venv_params=VENV_PARAMS)
