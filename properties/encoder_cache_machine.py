@@ -249,9 +249,7 @@ def slots(cache):
             f"{self.model.num_freeable_slots}")
         assert 0 <= self.cache.num_free_slots <= self.cache.num_freeable_slots \
             <= self.cache.cache_size, "slot-bounds: 0 <= free <= freeable <= cache_size"
-        check_valid = getattr(self.cache, "check_valid", None)
-        if check_valid is not None:
-            check_valid()
+        self.check_valid(self.cache)
 
     @invariant()
     def no_encoder_cache_miss(self):

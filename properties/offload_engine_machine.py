@@ -258,9 +258,7 @@ class OffloadEngineMachine(HarnessMachine):
         assert e.num_free_blocks == m.num_free_blocks, (
             f"resource-partition: {e.num_free_blocks} free CPU blocks, expected "
             f"{m.num_free_blocks}")
-        check_valid = getattr(e, "check_valid", None)
-        if check_valid is not None:
-            check_valid()
+        self.check_valid(e)
 
     def state_checks(self) -> list[str]:
         m = self.model

@@ -164,9 +164,7 @@ class SchedulerPassMachine(HarnessMachine):
             assert worker() == resident, \
                 f"worker-agrees-with-manager: worker tensors {sorted(worker())} != " \
                 f"resident entries {sorted(resident)} (leak or lost tensor)"
-        check_valid = getattr(self.sched, "check_valid", None)
-        if check_valid is not None:
-            check_valid()
+        self.check_valid(self.sched)
 
     def _check_budgets(self, out) -> None:
         world = self.world

@@ -391,9 +391,7 @@ def end_step(mgr):
         assert t.secondary_keys() == m.secondary_keys(), (
             f"secondary-agrees: secondary tier holds {t.secondary_keys()}, expected "
             f"{m.secondary_keys()}")
-        check_valid = getattr(t, "check_valid", None)
-        if check_valid is not None:
-            check_valid()
+        self.check_valid(t)
 
     def state_checks(self) -> list[str]:
         m = self.model
