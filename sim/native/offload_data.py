@@ -81,11 +81,8 @@ class OffloadData:
         """Rows [start, stop) of a slot -> the same rows of a CPU block (D2H)."""
         stream = self.store_stream if self.async_mode else None
         self._wait(stream, ("ready", slot))
-        with self._on(stream):
-            self.cpu[layer, cpu_block, start:stop].copy_(self.slots[slot, start:stop],
-                                                          non_blocking=self.async_mode)
+        self._copy_to_cpu(stream, layer, cpu_block, start, stop, self.slots[slot])
         self._record(("stored", slot), stream)
-        self._record(("cpu", layer, cpu_block), stream)
 
     # -- decode buffer ----------------------------------------------------------------------
 
@@ -107,10 +104,15 @@ class OffloadData:
         stream = self.store_stream if self.async_mode else None
         self._record(("dbuf-written", layer))
         self._wait(stream, ("dbuf-written", layer))
-        with self._on(stream):
-            self.cpu[layer, cpu_block, start:stop].copy_(self.dbuf[layer, start:stop],
-                                                          non_blocking=self.async_mode)
+        self._copy_to_cpu(stream, layer, cpu_block, start, stop, self.dbuf[layer])
         self._record(("dbuf-stored", layer), stream)
+
+    def _copy_to_cpu(self, stream, layer: int, cpu_block: int, start: int, stop: int,
+                     rows: torch.Tensor) -> None:
+        """Rows [start, stop) of ``rows`` (a slot or a decode buffer) -> the CPU block."""
+        with self._on(stream):
+            self.cpu[layer, cpu_block, start:stop].copy_(rows[start:stop],
+                                                          non_blocking=self.async_mode)
         self._record(("cpu", layer, cpu_block), stream)
 
     # -- inspection and clearing ------------------------------------------------------------
