@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from attrs import define, field
 
-from models.lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
+from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 
 HIT, HIT_PENDING, RETRY, MISS = (LookupResult.HIT, LookupResult.HIT_PENDING,
                                  LookupResult.RETRY, LookupResult.MISS)

@@ -7,7 +7,7 @@ the same way with a smaller or calmer program; the minimizer keeps the ones that
 
 from __future__ import annotations
 
-from models.values import MmItem, ReqView
+from models.encoder_cache_values import MmItem, ReqView
 
 REQUEST_ACTIONS = ("check_and_update_cache", "can_allocate", "free_encoder_input", "free")
 INPUT_ACTIONS = ("check_and_update_cache", "can_allocate", "free_encoder_input")

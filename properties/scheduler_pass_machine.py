@@ -18,12 +18,12 @@ from attrs import evolve
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
-from fixtures.scheduler_worlds import SchedWorld, scheduler_worlds
-from models.sched_values import SchedRequest, StepView
 from models.scheduler_pass import SchedulerPassModel
+from models.scheduler_pass_values import SchedRequest, StepView
 from properties.harness import HarnessMachine, InvalidAction
+from properties.scheduler_pass_worlds import SchedWorld, scheduler_worlds
 from sim import targets
-from sim.native.encoder_worker import EncoderCacheMiss, encoder_output
+from sim.encoder_worker import EncoderCacheMiss, encoder_output
 
 MAX_OPEN_REQUESTS = 4
 
@@ -39,10 +39,23 @@ HAZARDS = (
 )
 
 
+PROPERTIES = {
+    "freed-not-resident": "free_encoder_mm_hashes names no hash resident after the pass",
+    "budgets-hold": "token, encoder-compute and cache budgets hold for every pass",
+    "scheduler-output-agrees": "the pass's output and the step equal the FCFS prediction",
+    "no-encoder-cache-miss": "the worker finds every embedding a scheduled token needs",
+    "gathered-equals-encoded": "gathered rows are the encoder's output for the item",
+    "worker-agrees-with-manager": "the worker's tensors are exactly the resident entries",
+    "liveness": "with the cache fitting the largest item, every request finishes",
+}
+
+
 class SchedulerPassMachine(HarnessMachine):
     subsystem = "scheduler_pass"
+    SUBJECT = "sched"
+    PROPERTIES = PROPERTIES
     HAZARDS = HAZARDS
-    REPRODUCER_IMPORTS = ("from models.sched_values import (Gathered, PlacedItem, "
+    REPRODUCER_IMPORTS = ("from models.scheduler_pass_values import (Gathered, PlacedItem, "
                           "SchedRequest, SchedulerOutputView, StepView)",)
     REPRODUCER_HELPERS = ""
 
@@ -94,9 +107,9 @@ class SchedulerPassMachine(HarnessMachine):
             if not self.open:
                 break
             self.act("step")
-        assert not self.open, f"liveness: {self.open} unfinished after {bound} more passes"
-        assert self.sched.get_num_unfinished_requests() == 0, \
-            "liveness: the target still has unfinished requests"
+        self.check("liveness", not self.open, f"{self.open} unfinished after {bound} more passes")
+        self.check("liveness", self.sched.get_num_unfinished_requests() == 0,
+                   "the target still has unfinished requests")
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -139,14 +152,15 @@ class SchedulerPassMachine(HarnessMachine):
         out = self.sched.schedule()
         resident = self.sched.resident_mm_hashes()
         stale = [h for h in out.free_encoder_mm_hashes if h in resident]
-        assert not stale, f"freed-not-resident: {stale} in free_encoder_mm_hashes but resident"
+        self.check("freed-not-resident", not stale,
+                   f"{stale} in free_encoder_mm_hashes but resident")
         self._check_budgets(out)
-        assert out == expect.output, \
-            f"scheduler-output-agrees: {out!r} != FCFS prediction {expect.output!r}"
+        self.check("scheduler-output-agrees", out == expect.output,
+                   lambda: f"{out!r} != FCFS prediction {expect.output!r}")
         try:
             gathered = self.sched.execute_model(out)
         except EncoderCacheMiss as miss:
-            raise AssertionError(f"no-encoder-cache-miss: {miss}") from miss
+            self.fail("no-encoder-cache-miss", str(miss))
         actual = StepView(out, gathered, self.sched.update_from_output(out))
         self._check_step(actual, expect)
 
@@ -154,29 +168,30 @@ class SchedulerPassMachine(HarnessMachine):
 
     def _check_step(self, actual: StepView, expect: StepView) -> None:
         self._check_gathered(actual)
-        assert actual == expect, f"scheduler-output-agrees: step {actual!r} != {expect!r}"
+        self.check("scheduler-output-agrees", actual == expect,
+                   lambda: f"step {actual!r} != {expect!r}")
         resident = self.sched.resident_mm_hashes()
-        assert resident == self.model.resident_mm_hashes(), \
-            f"worker-agrees-with-manager: manager resident {sorted(resident)} != " \
-            f"{sorted(self.model.resident_mm_hashes())}"
+        self.check("worker-agrees-with-manager", resident == self.model.resident_mm_hashes(),
+                   lambda: f"manager resident {sorted(resident)} != "
+                   f"{sorted(self.model.resident_mm_hashes())}")
         worker = getattr(self.sched, "worker_mm_hashes", None)
         if worker is not None:
-            assert worker() == resident, \
-                f"worker-agrees-with-manager: worker tensors {sorted(worker())} != " \
-                f"resident entries {sorted(resident)} (leak or lost tensor)"
+            self.check("worker-agrees-with-manager", worker() == resident,
+                       lambda: f"worker tensors {sorted(worker())} != resident entries "
+                       f"{sorted(resident)} (leak or lost tensor)")
         self.check_valid(self.sched)
 
     def _check_budgets(self, out) -> None:
         world = self.world
-        assert out.total_num_scheduled_tokens <= world.token_budget, \
-            f"budgets-hold: {out.total_num_scheduled_tokens} tokens > {world.token_budget}"
+        self.check("budgets-hold", out.total_num_scheduled_tokens <= world.token_budget,
+                   lambda: f"{out.total_num_scheduled_tokens} tokens > {world.token_budget}")
         sizes = {it.mm_hash: it.length for t in world.templates for it in t.items}
         compute = sum(self.history[rid].items[i].length
                       for rid, ids in out.scheduled_encoder_inputs.items() for i in ids)
-        assert compute <= world.encoder_compute_budget, \
-            f"budgets-hold: encoder compute {compute} > {world.encoder_compute_budget}"
+        self.check("budgets-hold", compute <= world.encoder_compute_budget,
+                   lambda: f"encoder compute {compute} > {world.encoder_compute_budget}")
         held = sum(sizes[h] for h in self.sched.resident_mm_hashes())
-        assert held <= world.cache_size, f"budgets-hold: {held} resident embeds > cache"
+        self.check("budgets-hold", held <= world.cache_size, f"{held} resident embeds > cache")
 
     def _check_gathered(self, actual: StepView) -> None:
         tensors = getattr(self.sched, "last_gathered_tensors", None)
@@ -186,9 +201,9 @@ class SchedulerPassMachine(HarnessMachine):
         device = self.sched.worker.device
         for g, got in zip(actual.gathered, tensors, strict=True):
             want = encoder_output(sizes[g.mm_hash], device)[g.start:g.end]
-            assert got.equal(want), \
-                f"gathered-equals-encoded: {g.mm_hash} rows {g.start}:{g.end} for " \
-                f"{g.request_id} differ from the encoder's output"
+            if not got.equal(want):
+                self.fail("gathered-equals-encoded", f"{g.mm_hash} rows {g.start}:{g.end} for "
+                          f"{g.request_id} differ from the encoder's output")
 
     def state_checks(self) -> list[str]:
         resident = sorted(self.model.resident_mm_hashes())     # sorted: a stable file

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.values import MmItem, ReqView
+from models.encoder_cache_values import MmItem, ReqView
 from properties.encoder_cache_machine import EncoderCacheMachine
-from properties.harness import Failure, property_of, replay
+from properties.harness import Failure, property_of
 from properties.reproducer import render, write_reproducer
+from properties.run import replay
 
 GOLDEN = Path(__file__).parent.parent / "fixtures" / "golden" / "enc_stale_freed_reproducer.txt"
 TARGET = "native:enc-stale-freed"
