@@ -4,8 +4,8 @@ Scope: the primary tier (``CPUOffloadingManager`` with LRU: chunks write-pending
 pinned; eviction of stored, unpinned chunks, least recent first), one optional secondary tier
 as ``TieringOffloadingManager`` drives it (cascaded store jobs, promotions on a secondary hit,
 finished jobs polled at most once per step, an asynchronous existence probe for the "probe"
-tier, ``reset_cache`` / ``on_reset_flushed``), and the connector's two lookups
-(``maximal_prefix_lookup``, ``sliding_window_lookup``) as pure functions of a lookup callable.
+tier, ``reset_cache`` / ``on_reset_flushed``), and the connector's two lookups over it
+(``models/connector_scans.py``).
 Not modelled: chunk ids (where a key is stored is the target's business), ARC,
 request-position recency, several secondary tiers, back-pressure. Data is modelled as "whose
 bytes a readable chunk holds": always its own key.
@@ -21,66 +21,17 @@ version of PR #46363 answered RETRY, not HIT_PENDING, when a promotion started).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from attrs import define, field
 
+# The scans are also imported from here by older callers.
+from models.connector_scans import maximal_prefix_lookup, sliding_window_lookup
 from models.lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 
 HIT, HIT_PENDING, RETRY, MISS = (LookupResult.HIT, LookupResult.HIT_PENDING,
                                  LookupResult.RETRY, LookupResult.MISS)
 SECONDARY_KINDS = ("none", "memory", "probe")
-
-
-# -- the connector's lookups (spec section 4) ------------------------------------------------
-
-def maximal_prefix_lookup(lookup: Callable[[int], LookupResult], keys: Sequence[int]) -> Scan:
-    """Scan from the start: HIT counts, HIT_PENDING counts and defers, RETRY defers and the
-    scan goes on (later probes start now), MISS stops. The hit count, or None if deferred."""
-    made: list[int] = []
-    answers: list[LookupResult] = []
-    hits, deferred = 0, False
-    for key in keys:
-        result = lookup(key)
-        made.append(key)
-        answers.append(result)
-        if result is MISS:
-            break
-        if result is RETRY:
-            deferred = True
-            continue
-        hits += 1
-        deferred = deferred or result is HIT_PENDING
-    return Scan(None if deferred else hits, tuple(made), tuple(answers))
-
-
-def sliding_window_lookup(lookup: Callable[[int], LookupResult], keys: Sequence[int],
-                          window: int, initial_window: int | None = None,
-                          pending_as_miss: bool = False) -> Scan:
-    """Scan from the end for a run of hits as long as the required window (``initial_window``
-    for the rightmost run, ``window`` after a gap). The end index of the first complete run,
-    or the run length reaching index 0; None if any RETRY was seen or the winning run holds a
-    HIT_PENDING. A gap (MISS or RETRY) resets the run and forgets its pending mark."""
-    required = initial_window or window
-    made: list[int] = []
-    answers: list[LookupResult] = []
-    run, pending, deferred = 0, False, False
-    for idx in range(len(keys) - 1, -1, -1):
-        result = lookup(keys[idx])
-        made.append(keys[idx])
-        answers.append(result)
-        if pending_as_miss and result is HIT_PENDING:
-            result = MISS            # before PR #46363: a pending block ended the run
-        if result is HIT or result is HIT_PENDING:
-            run += 1
-            pending = pending or result is HIT_PENDING
-        else:
-            run, pending, required = 0, False, window
-            deferred = deferred or result is RETRY
-        if run == required:
-            return Scan(None if deferred or pending else idx + required, tuple(made),
-                        tuple(answers))
-    return Scan(None if deferred or pending else run, tuple(made), tuple(answers))
 
 
 # -- the tiers ------------------------------------------------------------------------------
