@@ -189,14 +189,10 @@ def end_step(mgr):
 
     def do_prepare_store(self, keys: tuple[int, ...]):
         self._step()
-        m = self.model
-        # Pinned as prepare_store sees them after its poll: finished jobs release their
-        # pins (store) or complete their writes (promotion) first.
-        promoted = {k for j in m.finished if j.kind == "promote" for k in j.keys}
-        pinned = {k for k, c in m.chunks.items()
-                  if (not c.written and k not in promoted) or c.loads} | {
-            k for j in m.jobs if j.kind == "store" for k in j.keys}
-        expect = m.prepare_store(keys)
+        expect = self.model.prepare_store(keys)
+        # Asked after the model's prepare_store: its poll has run (finished jobs dropped their
+        # pins), eviction changed no other chunk's pin, and what it stored was offered.
+        pinned = self.model.pinned()
         actual = self.mgr.prepare_store(keys)
         self.record_step(f"mgr.prepare_store({list(keys)})", repr(expect),
                          _store_effect(expect))
@@ -321,8 +317,7 @@ def end_step(mgr):
         m = self.model
         promotions = len(m.promotions)
         could_promote = not m.promotions_held and key not in m.chunks and (
-            key in m.tier_keys if m.secondary == "memory"
-            else m.secondary == "probe" and m.probes.get(key) is LookupResult.HIT)
+            m.secondary_answer(key) is LookupResult.HIT)
         answer = m.lookup(key)
         live.append(m.in_flight(key))
         if answer in DEFERRED:
