@@ -21,7 +21,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from models.tiered_lookup import TieredLookupModel, maximal_prefix_lookup, sliding_window_lookup
+from models.tiered_lookup import TieredLookupModel
+from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
 from models.tiered_lookup_values import LookupResult, Scan
 from properties.harness import HarnessMachine, InvalidAction, pick
 from properties.tiered_lookup_shrink import simpler_worlds
@@ -206,14 +207,10 @@ def end_step(mgr):
 
     def do_prepare_store(self, keys: tuple[int, ...]):
         self._step()
-        m = self.model
-        # Pinned as prepare_store sees them after its poll: finished jobs release their
-        # pins (store) or complete their writes (promotion) first.
-        promoted = {k for j in m.finished if j.kind == "promote" for k in j.keys}
-        pinned = {k for k, c in m.chunks.items()
-                  if (not c.written and k not in promoted) or c.loads} | {
-            k for j in m.jobs if j.kind == "store" for k in j.keys}
-        expect = m.prepare_store(keys)
+        expect = self.model.prepare_store(keys)
+        # Asked after the model's prepare_store: its poll has run (finished jobs dropped their
+        # pins), eviction changed no other chunk's pin, and what it stored was offered.
+        pinned = self.model.pinned()
         actual = self.mgr.prepare_store(keys)
         self.record_step(f"mgr.prepare_store({list(keys)})", repr(expect),
                          _store_effect(expect))
@@ -339,8 +336,7 @@ def end_step(mgr):
         m = self.model
         promotions = len(m.promotions)
         could_promote = not m.promotions_held and key not in m.chunks and (
-            key in m.tier_keys if m.secondary == "memory"
-            else m.secondary == "probe" and m.probes.get(key) is LookupResult.HIT)
+            m.secondary_answer(key) is LookupResult.HIT)
         answer = m.lookup(key)
         live.append(m.in_flight(key))
         if answer in DEFERRED:
