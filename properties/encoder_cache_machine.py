@@ -72,7 +72,7 @@ def slots(cache):
 
     @initialize(world=encoder_cache_worlds())
     def setup(self, world):
-        cache_size, requests = world
+        cache_size, requests = world.cache_size, world.requests
         self.world = world
         self.requests: tuple[ReqView, ...] = requests
         self.model = EncoderCacheModel(cache_size)
