@@ -72,16 +72,16 @@ class EncoderCacheModel:
 
     # -- the API -----------------------------------------------------------------------------
 
-    def check_and_update_cache(self, req: ReqView, input_id: int) -> bool:
-        mm_hash = req.mm_hash(input_id)
+    def check_and_update_cache(self, request: ReqView, input_id: int) -> bool:
+        mm_hash = request.mm_hash(input_id)
         if mm_hash not in self.entries:
             return False
-        self._record(req, input_id)
+        self._record(request, input_id)
         return True
 
-    def can_allocate(self, req: ReqView, input_id: int, encoder_compute_budget: int,
+    def can_allocate(self, request: ReqView, input_id: int, encoder_compute_budget: int,
                      num_embeds_to_schedule: int) -> bool:
-        needed = req.num_embeds(input_id)
+        needed = request.num_embeds(input_id)
         if needed > encoder_compute_budget:
             return False
         needed += num_embeds_to_schedule
@@ -94,8 +94,8 @@ class EncoderCacheModel:
             self.evicted_this_pass.append(mm_hash)
         return True
 
-    def allocate(self, req: ReqView, input_id: int) -> None:
-        mm_hash, num_embeds = req.mm_hash(input_id), req.num_embeds(input_id)
+    def allocate(self, request: ReqView, input_id: int) -> None:
+        mm_hash, num_embeds = request.mm_hash(input_id), request.num_embeds(input_id)
         if mm_hash in self.entries:
             raise ValueError(f"allocate({mm_hash!r}): already resident; the scheduler "
                              "allocates only after check_and_update_cache returned False")
@@ -103,19 +103,19 @@ class EncoderCacheModel:
             raise ValueError(f"allocate({mm_hash!r}): {num_embeds} embeds but only "
                              f"{self.num_free_slots} free; call can_allocate first")
         self.entries[mm_hash] = Entry(num_embeds)
-        self._record(req, input_id)
+        self._record(request, input_id)
 
-    def free_encoder_input(self, req: ReqView, input_id: int) -> None:
-        inputs = self.recorded.get(req.request_id, {})
+    def free_encoder_input(self, request: ReqView, input_id: int) -> None:
+        inputs = self.recorded.get(request.request_id, {})
         mm_hash = inputs.pop(input_id, None)
         if not inputs:
-            self.recorded.pop(req.request_id, None)
+            self.recorded.pop(request.request_id, None)
         if mm_hash is not None:
             self._note_if_unreferenced(mm_hash)
 
-    def free(self, req: ReqView) -> None:
-        for input_id in sorted(self.recorded.get(req.request_id, {})):
-            self.free_encoder_input(req, input_id)
+    def free(self, request: ReqView) -> None:
+        for input_id in sorted(self.recorded.get(request.request_id, {})):
+            self.free_encoder_input(request, input_id)
 
     def get_freed_mm_hashes(self) -> list[str]:
         # Evicted-then-reallocated in the same pass is not reported: the worker must keep the
@@ -124,11 +124,11 @@ class EncoderCacheModel:
         self.evicted_this_pass = []
         return freed
 
-    def get_cached_input_ids(self, req: ReqView) -> set[int]:
-        return set(self.recorded.get(req.request_id, {}))
+    def get_cached_input_ids(self, request: ReqView) -> set[int]:
+        return set(self.recorded.get(request.request_id, {}))
 
-    def get_cached_num_encoder_embeds(self, req: ReqView, input_id: int) -> int | None:
-        entry = self.entries.get(req.mm_hash(input_id))
+    def get_cached_num_encoder_embeds(self, request: ReqView, input_id: int) -> int | None:
+        entry = self.entries.get(request.mm_hash(input_id))
         return None if entry is None else entry.num_embeds
 
     def reset(self) -> None:

@@ -155,6 +155,11 @@ _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
 }
 
 
+def implemented_pairs() -> list[tuple[str, str]]:
+    """(target base, subsystem) pairs that have an implementation, in a stable order."""
+    return sorted(_FACTORIES)
+
+
 def check_size(name: str, value: int, minimum: int = 1) -> int:
     if not isinstance(value, int) or value < minimum:
         raise HarnessError(f"{name} must be an integer >= {minimum}, got {value!r}")

@@ -1,0 +1,72 @@
+"""Every implementation of a subsystem satisfies its port (``sim/ports.py``): the model, the
+native target and, where vLLM is installed, the vllm adapter have each of the port's members,
+and each method takes the port's parameters by the port's names (so a machine or a
+reproducer can call any of them the same way)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from sim import targets
+from sim.errors import TargetUnavailable
+from sim.ports import PORTS
+
+SMALL_CONFIGS = {
+    "encoder_cache": dict(cache_size=4),
+    "scheduler_pass": dict(cache_size=4, token_budget=4, encoder_compute_budget=4),
+    "tiered_lookup": dict(num_chunks=2, secondary="memory"),
+    "offload_engine": dict(block_size=2, num_slots=1, num_layers=1, num_cpu_blocks=2),
+}
+BASES = ["model", "native", "vllm"]
+
+
+def port_members(port: type) -> dict[str, inspect.Signature | None]:
+    """Member name -> the method's signature (None: a plain attribute)."""
+    members: dict[str, inspect.Signature | None] = dict.fromkeys(
+        getattr(port, "__annotations__", {}))
+    for name, value in vars(port).items():
+        if not name.startswith("_") and callable(value):
+            members[name] = inspect.signature(value)
+    return members
+
+
+def mismatches(port: type, implementation: object) -> list[str]:
+    problems = []
+    for name, wanted in sorted(port_members(port).items()):
+        if not hasattr(implementation, name):
+            problems.append(f"{name}: missing")
+            continue
+        if wanted is None:
+            continue
+        got = inspect.signature(getattr(implementation, name))
+        want_names = [p for p in wanted.parameters if p != "self"]
+        got_names = list(got.parameters)
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in got.parameters.values())
+        missing = [p for p in want_names if p not in got_names and not takes_any]
+        if missing:
+            problems.append(f"{name}{got}: lacks parameter(s) {missing} of the port")
+    return problems
+
+
+@pytest.mark.parametrize("base", BASES)
+@pytest.mark.parametrize("subsystem", sorted(PORTS))
+def test_implementation_satisfies_its_port(subsystem, base):
+    if (base, subsystem) not in targets.implemented_pairs():
+        pytest.skip(f"target {base} has no {subsystem} implementation")
+    try:
+        implementation = targets.make(base, subsystem, **SMALL_CONFIGS[subsystem])
+    except TargetUnavailable as why:
+        pytest.skip(str(why))
+    assert mismatches(PORTS[subsystem], implementation) == []
+
+
+def test_a_wrong_implementation_is_caught():
+    class Half:
+        def check_and_update_cache(self, req, i):   # renamed parameters
+            return False
+
+    problems = mismatches(PORTS["encoder_cache"], Half())
+    assert "allocate: missing" in problems
+    assert any(p.startswith("check_and_update_cache") for p in problems)
