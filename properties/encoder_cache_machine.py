@@ -198,30 +198,26 @@ def slots(cache):
         item = req.items[i]
         if item.mm_hash in self.model.evicted_this_pass:
             self.hazard("evicted then reallocated in one pass")
-        self.model.allocate(req, i)
-        self.cache.allocate(req, i)
+        self.apply("allocate", req, i, shown=f"cache.allocate({req.request_id}, {i})",
+                   effect=f"{item.mm_hash} resident ({item.num_embeds} embeds)")
         self.worker.encode(item)                     # the scheduled encoder input runs
-        self.record(f"cache.allocate({req.request_id}, {i})", None,
-                    f"{item.mm_hash} resident ({item.num_embeds} embeds)")
 
     def do_free_encoder_input(self, r: int, i: int):
         req = self.requests[r]
         if sum(h == req.mm_hash(i) for h in self._recorded(r).values()) > 1:
             self.hazard("repeated item freed once")
         idle_before = set(self.model.freeable_order())
-        self.model.free_encoder_input(req, i)
-        self.cache.free_encoder_input(req, i)
-        self.record(f"cache.free_encoder_input({req.request_id}, {i})", None,
-                    self._freeing_effect(idle_before))
+        self.apply("free_encoder_input", req, i,
+                   shown=f"cache.free_encoder_input({req.request_id}, {i})",
+                   effect=lambda: self._freeing_effect(idle_before))
 
     def do_free(self, r: int):
         req = self.requests[r]
         if self.approved and self.approved[0][0] == req:
             self.approved.clear()                    # a finished request allocates nothing
         idle_before = set(self.model.freeable_order())
-        self.model.free(req)
-        self.cache.free(req)
-        self.record(f"cache.free({req.request_id})", None, self._freeing_effect(idle_before))
+        self.apply("free", req, shown=f"cache.free({req.request_id})",
+                   effect=lambda: self._freeing_effect(idle_before))
 
     def do_get_freed_mm_hashes(self):
         self.approved.clear()                        # the pass ends
@@ -245,10 +241,8 @@ def slots(cache):
     def do_reset(self):
         self.passes_since_reset = 0
         self.approved.clear()
-        self.model.reset()
-        self.cache.reset()
+        self.apply("reset", shown="cache.reset()", effect="empties the cache")
         self.worker.free(list(self.worker.resident_hashes()))   # weights changed: drop all
-        self.record("cache.reset()", None, "empties the cache")
 
     # -- invariants ---------------------------------------------------------------------------
 

@@ -170,6 +170,16 @@ class HarnessMachine(RuleBasedStateMachine):
                    lambda: f"{method} returned {actual!r}, the model expects {expect!r}")
         return expect
 
+    def apply(self, method: str, *args, shown: str, effect: str | Callable[[], str] = "",
+              **kwargs) -> None:
+        """One API call that returns nothing, ``method(*args, **kwargs)``, on the model and
+        on the target, recorded as ``shown`` (``effect``: its comment, or a function that
+        says it from the model's state after the call). What it did is checked by the
+        machine's invariants, after every step."""
+        getattr(self.model, method)(*args, **kwargs)
+        getattr(self.target, method)(*args, **kwargs)
+        self.record(shown, None, effect() if callable(effect) else effect)
+
     def record(self, call: str, expect: Any, comment: str) -> None:
         """Record a step whose call returned ``expect`` (None: nothing to assert)."""
         self.record_step(call, None if expect is None else repr(expect), comment)

@@ -206,22 +206,19 @@ class OffloadEngineMachine(HarnessMachine):
     def do_finish(self, uid: int):
         if uid not in self.requests:
             raise InvalidAction("finish: unknown or finished sequence")
-        self.model.finish(uid)
-        self.eng.finish(uid)
+        self.apply("finish", uid, shown=f"eng.finish({uid})",
+                   effect=f"s{uid} finished: blocks and handle freed")
         self.handles.release(self.requests.pop(uid).handle)   # the object dies: id is free
         if self.owner == uid:
             self.owner = None
-        self.record_step(f"eng.finish({uid})", None, f"s{uid} finished: blocks and handle freed")
 
     def do_preempt(self, uid: int):
         if uid not in self.model.live:
             raise InvalidAction("preempt: not allocated")
-        self.model.preempt(uid)
-        self.eng.preempt(uid)
+        self.apply("preempt", uid, shown=f"eng.preempt({uid})",
+                   effect=f"s{uid} preempted: blocks freed, requeued with its tokens")
         if self.owner == uid:
             self.owner = None
-        self.record_step(f"eng.preempt({uid})", None,
-                         f"s{uid} preempted: blocks freed, requeued with its tokens")
 
     # -- invariants ---------------------------------------------------------------------------
 

@@ -232,37 +232,33 @@ def end_step(mgr):
             raise InvalidAction("complete_store: not a prepared store")
         self._step()
         self.batches.remove(keys)
-        self.model.complete_store(keys, success=not failed)
-        self.mgr.complete_store(keys, success=not failed)
+        cascade = " and cascaded to the secondary" if self.model.secondary != "none" else ""
+        self.apply("complete_store", keys, success=not failed,
+                   shown=f"mgr.complete_store({list(keys)}, success={not failed})",
+                   effect="removed: the store failed" if failed else f"stored{cascade}")
         if failed:
             self.hazard("complete_store: failed store removed")
-        cascade = " and cascaded to the secondary" if self.model.secondary != "none" else ""
-        self.record_step(f"mgr.complete_store({list(keys)}, success={not failed})", None,
-                         "removed: the store failed" if failed else f"stored{cascade}")
 
     def do_prepare_load(self, keys: tuple[int, ...]):
         if any(self.model.read_chunk(k) is None for k in keys):
             raise InvalidAction("prepare_load: a key is not readable")
         self._step()
-        self.model.prepare_load(keys)
-        self.mgr.prepare_load(keys)
         self.loads.append(keys)
-        self.record_step(f"mgr.prepare_load({list(keys)})", None, "pinned by a load")
+        self.apply("prepare_load", keys, shown=f"mgr.prepare_load({list(keys)})",
+                   effect="pinned by a load")
 
     def do_complete_load(self, keys: tuple[int, ...]):
         if keys not in self.loads:
             raise InvalidAction("complete_load: not a prepared load")
         self._step()
         self.loads.remove(keys)
-        self.model.complete_load(keys)
-        self.mgr.complete_load(keys)
-        self.record_step(f"mgr.complete_load({list(keys)})", None, "unpinned")
+        self.apply("complete_load", keys, shown=f"mgr.complete_load({list(keys)})",
+                   effect="unpinned")
 
     def do_touch(self, keys: tuple[int, ...]):
         self._step()
-        self.model.touch(keys)
-        self.mgr.touch(keys)
-        self.record_step(f"mgr.touch({list(keys)})", None, f"{keys[0]} most recent")
+        self.apply("touch", keys, shown=f"mgr.touch({list(keys)})",
+                   effect=f"{keys[0]} most recent")
 
     def do_lookup(self, key: int):
         self._step()
@@ -297,9 +293,8 @@ def end_step(mgr):
             raise InvalidAction("complete_job: fewer pending jobs")
         self._step()
         job_id = self.model.jobs[position].job_id
-        self.model.complete_job(job_id)
-        self.mgr.complete_job(job_id)
-        self.record_step(f"mgr.complete_job({job_id})", None, "copied; noticed at next poll")
+        self.apply("complete_job", job_id, shown=f"mgr.complete_job({job_id})",
+                   effect="copied; noticed at next poll")
 
     def do_on_schedule_end(self):
         self._step()
@@ -307,27 +302,20 @@ def end_step(mgr):
         # and the connector draining the events it produced, as ``end_step`` in reproducers.
         self.model.on_schedule_end()
         self.mgr.on_schedule_end()
-        expect = self.model.take_events()
-        actual = self.mgr.take_events()
-        self.record_step("end_step(mgr)", repr(expect),
-                         "on_schedule_end (promotions submitted, probes flushed), take_events")
-        self.check("events-agree", actual == expect,
-                   lambda: f"take_events() -> {actual!r}, expected {expect!r}")
+        self.call("events-agree", "take_events", shown="end_step(mgr)",
+                  effect="on_schedule_end (promotions submitted, probes flushed), take_events")
 
     def do_reset_cache(self):
         self.steps_since_reset = 0
         self.batches.clear()        # no complete_store / complete_load for pre-reset jobs
         self.loads.clear()
-        self.model.reset_cache()
-        self.mgr.reset_cache()
-        self.record_step("mgr.reset_cache()", None,
-                         "jobs drained, primary emptied, promotions held")
+        self.apply("reset_cache", shown="mgr.reset_cache()",
+                   effect="jobs drained, primary emptied, promotions held")
 
     def do_on_reset_flushed(self):
         self._step()
-        self.model.on_reset_flushed()
-        self.mgr.on_reset_flushed()
-        self.record_step("mgr.on_reset_flushed()", None, "promotions allowed again")
+        self.apply("on_reset_flushed", shown="mgr.on_reset_flushed()",
+                   effect="promotions allowed again")
 
     # -- checks -------------------------------------------------------------------------------
 
