@@ -6,26 +6,26 @@ what the worker then gathers, and how computed tokens, encoder inputs and reques
 after the step. Not in scope: KV blocks, preemption, priorities, sampling (every request
 samples one token when its computed tokens reach its known tokens).
 
-The pass (one ``schedule()`` call), for each open request while tokens are left, running
-requests first (in the order they were first scheduled), then waiting ones (in arrival order),
-as vLLM's V1 scheduler orders them: ``k = min(tokens left to compute, token budget left)``;
-the items overlapping the window ``[c, c + k + r)`` are considered in order, where ``r`` is
-the drafter's read-ahead (MTP / EAGLE drafters read a few positions past the scheduled range,
-vLLM issue #38551):
-- an item entirely before ``c`` is done; one starting at or past the window end stops the scan;
-- with ``disable_chunked_mm_input``, a scheduled range starting at or before an item and
-  ending inside it is rolled back to before it (and the drafter reads nothing past it);
-- a hash already chosen for this request in this pass is a duplicate: nothing to encode, and
-  once the request is scheduled the duplicate input holds the entry too (vLLM 0.33.0
+The policy, stated as what each request is granted. Requests are served running first (in
+the order they were first scheduled), then waiting ones (in arrival order), as vLLM's V1
+scheduler orders them, while token budget is left. A request with ``c`` computed tokens wants
+``w = min(tokens left to compute, token budget left)`` and is granted:
+- the longest scheduled range ``[c, c + k)``, ``k <= w``, whose items (the placeholders
+  overlapping it) can all be resident at once: a resident hash is held
+  (``check_and_update_cache``), any other is allocated, all of them within the cache (held
+  entries and the range's hashes, counted once each, fit ``cache_size``; room comes from
+  evicting freeable entries oldest first) and within the compute budget left (the embeds of
+  the hashes not resident when reached: one evicted to make room for an earlier item of the
+  range is encoded again). A hash placed earlier in the pass is resident by then: a repeated
+  item costs nothing and its input holds the entry too (vLLM 0.33.0
   ``_allocate_encoder_inputs``);
-- a resident hash is held (``check_and_update_cache``);
-- an item ``can_allocate`` refuses (compute budget or cache space) stops the scan: inside the
-  scheduled range, ``k`` is cut to end right before the item (no token if ``c`` is past its
-  start) and the drafter reads nothing further; inside the read-ahead only, the read-ahead is
-  cut to end before it (the scheduled range stays: the drafter proposes fewer tokens);
-- otherwise the item is chosen: compute budget and ``num_embeds_to_schedule`` grow by it.
-A request left with no token is skipped (its approvals lapse; a waiting one stays waiting);
-otherwise its chosen items are ``allocate``d, its duplicates recorded, and it is running.
+- with ``disable_chunked_mm_input``, a range may not end inside an item it starts at or before;
+- a shorter range therefore ends right before an item; if no range qualifies (``k = 0``) the
+  request is skipped and keeps nothing it tried (a waiting one stays waiting);
+- the drafter's read-ahead (MTP / EAGLE drafters read a few positions past the scheduled
+  range, vLLM issue #38551): none when the range was shortened; otherwise the longest
+  ``r' <= read_ahead`` whose range ``[c, c + k + r')`` qualifies as above (its extra items
+  are encoded too); a shorter one ends right before the item that could not be placed.
 ``get_freed_mm_hashes()`` ends the pass.
 
 The read-ahead is gated: the output says how far each request's drafter may read, and that
@@ -34,11 +34,21 @@ drafter able to read an entry evicted in an earlier pass and that the scheduler 
 it; vLLM 0.33.0 lets the drafter fall back to token embeddings for an input it could not
 encode (``_try_schedule_encoder_inputs``), which this output states explicitly. So a correct
 scheduler never makes the worker miss.
+
+How the model computes it: candidate ranges are tried longest first (the wanted end and the
+item offsets below it: between two offsets the items, hence the outcome, do not change); a
+range is judged as a whole set (footprint against ``cache_size``, encoding against the
+compute budget) placed on a scratch copy of the cache model; the first that qualifies is
+kept (its copy becomes the cache). The pass's facts are then checked (budgets, every item
+read is resident, no hash encoded twice).
 """
 
 from __future__ import annotations
 
-from attrs import define, field
+import copy
+from collections import Counter
+
+from attrs import define, field, frozen
 
 from models.encoder_cache import EncoderCacheModel
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
@@ -62,11 +72,34 @@ class PassNotes:
     """What happened inside the last pass (for hazard counting, not part of the output)."""
 
     reallocated: list[str] = field(factory=list)   # evicted then allocated again in the pass
-    shared: bool = False                           # a hash used by two inputs in the pass
+    shared: bool = False                           # a hash two inputs use (see _notes)
     cut: bool = False                              # tokens cut right before an item
     read_ahead_cut: bool = False                   # the read-ahead stopped before an item
     blocked: bool = False                          # a request got no token from its items
     read_ahead_read: bool = False                  # the drafter read an item past its range
+
+
+@frozen(eq=False)
+class Placement:
+    """A range's items placed on a scratch copy of the cache: all held, some encoded."""
+
+    cache: EncoderCacheModel
+    held: tuple[int, ...]          # input ids of every item in the range, in order
+    encoded: tuple[int, ...]       # those that were not resident: the encoder runs them
+    compute: int                   # their embeds
+
+
+@frozen(eq=False)
+class Grant:
+    """What one request got in a pass; the output and the hazard notes are read off these."""
+
+    request: SchedRequest
+    computed: int                  # c when the pass started
+    wanted: int
+    tokens: int
+    read_ahead: int
+    placement: Placement
+    refused_for_room: bool         # the next longer range failed the cache or compute test
 
 
 @define
@@ -98,53 +131,49 @@ class SchedulerPassModel:
         state = self.requests.pop(request_id)
         self.cache.free(state.request)
 
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.requests)
+
+    def resident_mm_hashes(self) -> set[str]:
+        return set(self.cache.entries)
+
     def schedule(self) -> SchedulerOutputView:
-        self.notes = PassNotes()
-        tokens_left, compute_left = self.token_budget, self.encoder_compute_budget
-        num_tokens: dict[str, int] = {}
-        encoder_inputs: dict[str, tuple[int, ...]] = {}
-        read_ahead: dict[str, int] = {}
-        users: dict[str, set[str]] = {}
         self.passes += 1
-        for rid, state in self._in_order():
+        grants: list[Grant] = []
+        for state in self._in_order():
+            spent = [g for g in grants if g.tokens]
+            tokens_left = self.token_budget - sum(g.tokens for g in spent)
             if tokens_left == 0:
                 break
-            k = min(state.num_tokens - state.num_computed_tokens, tokens_left)
-            k, r, chosen, duplicates, compute = self._encoder_inputs(state, k, compute_left,
-                                                                     users)
-            if k == 0:
-                self.notes.blocked = True
-                continue
-            if state.started_at is None:
-                state.started_at = self.passes
-            compute_left = compute
-            for input_id in chosen:
-                self.cache.allocate(state.request, input_id)
-            for input_id in duplicates:
-                self.cache.check_and_update_cache(state.request, input_id)
-            num_tokens[rid] = k
-            tokens_left -= k
-            if chosen:
-                encoder_inputs[rid] = tuple(chosen)
-            if self.read_ahead:
-                read_ahead[rid] = r
-        evicted = list(self.cache.evicted_this_pass)
-        self.notes.reallocated = [h for h in evicted if self.cache.is_resident(h)]
-        self.notes.shared = any(len(rids) > 1 for rids in users.values())
-        freed = self.cache.get_freed_mm_hashes()
-        return SchedulerOutputView(num_tokens, encoder_inputs, freed, read_ahead)
+            compute_left = self.encoder_compute_budget - sum(g.placement.compute for g in spent)
+            grant = self._grant(state, min(state.num_tokens - state.num_computed_tokens,
+                                           tokens_left), compute_left)
+            grants.append(grant)
+            if grant.tokens:                 # a skipped request's trials are dropped
+                self.cache = grant.placement.cache
+                state.started_at = state.started_at or self.passes
+        granted = [g for g in grants if g.tokens]
+        self._check_pass(granted)
+        self.notes = self._notes(grants)
+        return SchedulerOutputView(
+            {g.request.request_id: g.tokens for g in granted},
+            {g.request.request_id: g.placement.encoded for g in granted if g.placement.encoded},
+            self.cache.get_freed_mm_hashes(),
+            {g.request.request_id: g.read_ahead for g in granted} if self.read_ahead else {})
 
     def gathered(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
-        """What the worker gathers for ``output`` (call before ``update_from_output``)."""
+        """What the worker gathers for ``output`` (call before ``update_from_output``): each
+        item's rows that fall in the scheduled range plus the granted read-ahead."""
         rows = []
         for rid, k in output.num_scheduled_tokens.items():
-            c = self.requests[rid].num_computed_tokens
-            end = c + k + output.num_read_ahead_tokens.get(rid, 0)
-            for item in self.requests[rid].request.items:
-                if item.offset < end and item.end > c:
-                    self.notes.read_ahead_read |= item.end > c + k and end > c + k
-                    rows.append(Gathered(rid, item.mm_hash, max(c, item.offset) - item.offset,
-                                         min(end, item.end) - item.offset))
+            state = self.requests[rid]
+            first, scheduled_end = state.num_computed_tokens, state.num_computed_tokens + k
+            read_end = scheduled_end + output.num_read_ahead_tokens.get(rid, 0)
+            for item in state.request.items:
+                lo, hi = max(item.offset, first), min(item.end, read_end)
+                if lo < hi:
+                    rows.append(Gathered(rid, item.mm_hash, lo - item.offset, hi - item.offset))
+                    self.notes.read_ahead_read |= hi > scheduled_end
         return tuple(rows)
 
     execute_model = gathered      # the worker's part of a step, as the model predicts it
@@ -152,80 +181,141 @@ class SchedulerPassModel:
     def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
         """The step ran: advance computed tokens, free fully computed items' inputs, sample
         one token where the known tokens are all computed, finish at max tokens."""
-        finished = []
         for rid, k in output.num_scheduled_tokens.items():
-            state = self.requests[rid]
-            state.num_computed_tokens += k
-            request = state.request
-            for input_id in sorted(self.cache.get_cached_input_ids(request)):
-                if request.items[input_id].end <= state.num_computed_tokens:
-                    self.cache.free_encoder_input(request, input_id)
-            if state.num_computed_tokens == state.num_tokens:
-                state.num_output_tokens += 1
-            if state.num_output_tokens >= request.max_tokens:
-                finished.append(rid)
-                self.finish_request(rid)
-        return tuple(finished)
+            self._advance(self.requests[rid], k)
+        # A finished request has computed its whole prompt, so ``_advance`` already freed all
+        # its inputs: finishing after every request advanced frees nothing out of order.
+        finished = tuple(rid for rid in output.num_scheduled_tokens
+                         if self.requests[rid].num_output_tokens
+                         >= self.requests[rid].request.max_tokens)
+        for rid in finished:
+            self.finish_request(rid)
+        return finished
 
     def step(self) -> StepView:
-        """One engine step: schedule, the worker runs the output, update from it."""
+        """One engine step: schedule, the worker runs the output (gathers before the update,
+        arguments are evaluated left to right), update from it."""
         output = self.schedule()
-        gathered = self.gathered(output)
-        return StepView(output, gathered, self.update_from_output(output))
+        return StepView(output, self.gathered(output), self.update_from_output(output))
 
-    def resident_mm_hashes(self) -> set[str]:
-        return set(self.cache.entries)
+    # -- one request's grant -----------------------------------------------------------------
 
-    def get_num_unfinished_requests(self) -> int:
-        return len(self.requests)
+    def _grant(self, state: RequestState, wanted: int, compute_left: int) -> Grant:
+        request, c = state.request, state.num_computed_tokens
+        end, placement, for_room = self._longest(request, c, c + wanted, c, compute_left,
+                                                 self.disable_chunked_mm_input)
+        read_ahead = 0
+        if self.read_ahead and end == c + wanted:
+            read_end, placement, _ = self._longest(request, c, end + self.read_ahead, end,
+                                                   compute_left, False)
+            read_ahead = read_end - end
+        return Grant(request, c, wanted, end - c, read_ahead, placement, for_room)
 
-    def _in_order(self) -> list[tuple[str, RequestState]]:
+    def _longest(self, request: SchedRequest, c: int, top: int, floor: int,
+                 compute_left: int, whole_items: bool) -> tuple[int, Placement, bool]:
+        """The longest range ``[c, end)``, ``floor <= end <= top``, that qualifies, its
+        placement, and whether the next longer candidate failed for room or compute.
+
+        ``floor`` always qualifies (an empty range, or a range already granted). Only ``top``
+        and the item offsets in between are candidates: a shorter range ends before an item.
+        """
+        candidates = sorted({top, floor} | {x.offset for x in request.items
+                                            if floor < x.offset < top}, reverse=True)
+        for_room = False
+        for end in candidates:
+            if whole_items and any(c <= x.offset < end < x.end for x in request.items):
+                for_room = False           # disable_chunked_mm_input: no part of an item
+                continue
+            placement = self._place(request, c, end, compute_left)
+            if placement is not None:
+                return end, placement, for_room
+            for_room = True
+        raise AssertionError(f"model: {request.request_id} has no range, not even [{c}, {floor})")
+
+    def _place(self, request: SchedRequest, c: int, end: int,
+               compute_left: int) -> Placement | None:
+        """Place the items overlapping ``[c, end)`` on a scratch copy of the cache, or None
+        when the whole set cannot be resident at once or its encoding exceeds the budget.
+
+        Room is a property of the set: freeable entries can always be evicted and held ones
+        never, so the set fits exactly when the held entries and its own hashes, each counted
+        once, fit the cache. Which hashes must be encoded depends on what the evictions for
+        its earlier items took, so that part is read off the placement."""
+        ids = _overlapping(request, c, end)
+        held = {h: e.num_embeds for h, e in self.cache.entries.items() if self.cache.holders(h)}
+        footprint = held | {request.mm_hash(i): request.num_embeds(i) for i in ids}
+        if sum(footprint.values()) > self.cache_size:
+            return None
+        scratch, encoded = copy.deepcopy(self.cache), []
+        for i in ids:
+            if scratch.check_and_update_cache(request, i):
+                continue
+            # Compute is judged on the whole set below; room is known to suffice (footprint),
+            # so this can_allocate only evicts. A refusal here would be a model bug.
+            assert scratch.can_allocate(request, i, request.num_embeds(i), 0), \
+                f"model: footprint fits but can_allocate refused {request.mm_hash(i)}"
+            scratch.allocate(request, i)
+            encoded.append(i)
+        compute = sum(request.num_embeds(i) for i in encoded)
+        if compute > compute_left:
+            return None
+        return Placement(scratch, tuple(ids), tuple(encoded), compute)
+
+    # -- facts about the pass ------------------------------------------------------------------
+
+    def _check_pass(self, granted: list[Grant]) -> None:
+        """Postconditions the grants must meet (a failure here is a model bug)."""
+        assert sum(g.tokens for g in granted) <= self.token_budget, "model: token budget"
+        assert sum(g.placement.compute for g in granted) <= self.encoder_compute_budget, \
+            "model: compute budget"
+        encoded = [g.request.mm_hash(i) for g in granted for i in g.placement.encoded]
+        assert len(encoded) == len(set(encoded)), f"model: {encoded} encodes a hash twice"
+        assert self.cache.num_free_slots >= 0, "model: resident embeds exceed the cache"
+        for g in granted:
+            read = _overlapping(g.request, g.computed, g.computed + g.tokens + g.read_ahead)
+            held = self.cache.get_cached_input_ids(g.request)
+            assert set(read) <= held and all(self.cache.is_resident(g.request.mm_hash(i))
+                                             for i in read), f"model: {g} reads a missing item"
+            assert g.tokens == g.wanted or any(g.computed + g.tokens == x.offset
+                                               for x in g.request.items), \
+                f"model: {g} is cut but not right before an item"
+
+    def _notes(self, grants: list[Grant]) -> PassNotes:
+        granted = [g for g in grants if g.tokens]
+        # Shared: two requests hold one hash, or a repeated item is encoded once for both of
+        # its inputs (the duplicate path); a repeat that only hits a resident entry is not.
+        holders = Counter(h for g in granted for h in {g.request.mm_hash(i)
+                                                       for i in g.placement.held})
+        uses = Counter(g.request.mm_hash(i) for g in granted for i in g.placement.held)
+        encoded = {g.request.mm_hash(i) for g in granted for i in g.placement.encoded}
+        return PassNotes(
+            reallocated=[h for h in self.cache.evicted_this_pass if self.cache.is_resident(h)],
+            shared=any(n > 1 for n in holders.values()) or any(uses[h] > 1 for h in encoded),
+            cut=any(g.refused_for_room and g.tokens < g.wanted for g in granted),
+            read_ahead_cut=any(g.tokens == g.wanted and g.read_ahead < self.read_ahead
+                               for g in granted),
+            blocked=len(granted) < len(grants))
+
+    def _advance(self, state: RequestState, k: int) -> None:
+        state.num_computed_tokens += k
+        computed = {i for i, x in enumerate(state.request.items)
+                    if x.end <= state.num_computed_tokens}
+        # In prompt order: the order entries turn freeable is the order they are evicted.
+        for input_id in sorted(computed & self.cache.get_cached_input_ids(state.request)):
+            self.cache.free_encoder_input(state.request, input_id)
+        if state.num_computed_tokens == state.num_tokens:
+            state.num_output_tokens += 1       # the step completed the known tokens: sample
+
+    def _in_order(self) -> list[RequestState]:
         """Running requests by the pass that started them, then waiting ones; arrival order
         within each (``sorted`` is stable and ``requests`` is in arrival order)."""
-        return sorted(self.requests.items(),
-                      key=lambda kv: (kv[1].started_at is None, kv[1].started_at or 0))
+        return sorted(self.requests.values(),
+                      key=lambda s: (s.started_at is None, s.started_at or 0))
 
-    # -- the encoder path of one request ---------------------------------------------------
 
-    def _encoder_inputs(self, state: RequestState, k: int, compute_left: int,
-                        users: dict[str, set[str]]
-                        ) -> tuple[int, int, list[int], list[int], int]:
-        """(tokens, read-ahead, chosen input ids, duplicate input ids, compute budget left)
-        for one request."""
-        request, c = state.request, state.num_computed_tokens
-        r = self.read_ahead
-        chosen: list[int] = []
-        duplicates: list[int] = []
-        chosen_hashes: set[str] = set()
-        embeds_to_schedule = 0
-        for input_id, item in enumerate(request.items):
-            if item.offset >= min(c + k + r, request.prompt_len):
-                break
-            if item.end <= c:
-                continue
-            in_range = item.offset < c + k
-            if in_range and self.disable_chunked_mm_input and c <= item.offset \
-                    and c + k < item.end:
-                k, r = item.offset - c, 0
-                break
-            users.setdefault(item.mm_hash, set()).add(request.request_id)
-            if item.mm_hash in chosen_hashes:
-                self.notes.shared = True
-                duplicates.append(input_id)
-                continue
-            if self.cache.check_and_update_cache(request, input_id):
-                continue
-            if not self.cache.can_allocate(request, input_id, compute_left,
-                                           embeds_to_schedule):
-                if not in_range:
-                    r = item.offset - (c + k)
-                    self.notes.read_ahead_cut = True
-                else:
-                    k, r = max(0, item.offset - c), 0
-                    self.notes.cut = self.notes.cut or k > 0
-                break
-            chosen.append(input_id)
-            chosen_hashes.add(item.mm_hash)
-            embeds_to_schedule += item.length
-            compute_left -= item.length
-        return k, r, chosen, duplicates, compute_left
+def _overlapping(request: SchedRequest, lo: int, hi: int) -> list[int]:
+    """Input ids of the items with a position in ``[lo, hi)`` (none when it is empty).
+    Placeholders are prompt tokens: a position past the prompt has no item."""
+    return [i for i, x in enumerate(request.items)
+            if x.offset < request.prompt_len and max(x.offset, lo) < min(x.end, hi)]
+
