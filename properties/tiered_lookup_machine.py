@@ -19,50 +19,24 @@ tier's keys and the bytes of every readable chunk (``data-roundtrip``).
 from __future__ import annotations
 
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
 
 from models.tiered_lookup import TieredLookupModel
 from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
-from models.tiered_lookup_values import LookupResult, Scan
+from models.tiered_lookup_values import LookupResult
 from properties.harness import HarnessMachine, InvalidAction, pick
+from properties.tiered_lookup_checks import (
+    HAZARDS,
+    PROPERTIES,
+    RESOLVE_ROUNDS,
+    TieredLookupChecks,
+)
 from properties.tiered_lookup_shrink import simpler_worlds
 from properties.tiered_lookup_worlds import TieredWorld, tiered_worlds
 from sim import targets
 
-DEFERRED = (LookupResult.RETRY, LookupResult.HIT_PENDING)
-RESOLVE_ROUNDS = 4          # probe flushed, promotion started, submitted, completed
 
-HAZARDS = (
-    "prepare_store: evicts",
-    "prepare_store: no room",
-    "complete_store: failed store removed",
-    "lookup: HIT_PENDING",
-    "lookup: RETRY",
-    "promotion started",
-    "promotion refused: primary full",
-    "scan: pending block in the run",
-    "deferred lookup resolved",
-    "reset: promotions held",
-)
-
-
-PROPERTIES = {
-    "lookup-results-agree": "every lookup answers what the model answers",
-    "deferred-lookup-resolves": "a deferral (HIT_PENDING / RETRY) has a job or probe in flight",
-    "scan-agrees": "a prefix / sliding-window scan looks up the model's keys, returns its value",
-    "store-outputs-agree": "prepare_store returns the model's keys to store and evictions",
-    "pinned-never-evicted": "no pinned, write-pending or offered chunk is evicted",
-    "events-agree": "take_events() drains the model's stored / removed events",
-    "ref-counts-agree": "each key's ref count is the model's (-1 write pending)",
-    "data-roundtrip": "a readable chunk holds the bytes stored for its own key",
-    "free-chunks-agree": "num_free_chunks is the model's",
-    "chunk-partition": "free chunks + resident chunks == num_chunks",
-    "jobs-agree": "the pending jobs are the model's",
-    "secondary-agrees": "the secondary tier holds the model's keys",
-}
-
-
-class TieredLookupMachine(HarnessMachine):
+class TieredLookupMachine(TieredLookupChecks, HarnessMachine):
     subsystem = "tiered_lookup"
     SUBJECT = "mgr"
     PROPERTIES = PROPERTIES
@@ -316,97 +290,6 @@ def end_step(mgr):
         self._step()
         self.apply("on_reset_flushed", shown="mgr.on_reset_flushed()",
                    effect="promotions allowed again")
-
-    # -- checks -------------------------------------------------------------------------------
-
-    def _model_lookup(self, key: int, live: list[bool]) -> LookupResult:
-        """The model's lookup, noting whether a deferral has something in flight."""
-        m = self.model
-        promotions = len(m.promotions)
-        could_promote = not m.promotions_held and key not in m.chunks and (
-            m.secondary_answer(key) is LookupResult.HIT)
-        answer = m.lookup(key)
-        live.append(m.in_flight(key))
-        if answer in DEFERRED:
-            self.hazard(f"lookup: {answer.name}")
-            self.deferred.add(key)
-        else:
-            if key in self.deferred:
-                self.hazard("deferred lookup resolved")
-            self.deferred.discard(key)
-        if len(m.promotions) > promotions:
-            self.hazard("promotion started")
-        elif could_promote and answer is LookupResult.MISS:
-            self.hazard("promotion refused: primary full")
-        if m.promotions_held and answer is LookupResult.MISS and key in m.tier_keys:
-            self.hazard("reset: promotions held")
-        return answer
-
-    def _check_answer(self, key: int, expect: LookupResult, actual: LookupResult,
-                      live: bool, where: str) -> None:
-        if actual != expect and actual in DEFERRED and not live:
-            self.fail("deferred-lookup-resolves",
-                      f"{where} of key {key} answered {actual!r} (expected {expect!r}) with "
-                      "nothing in flight for it: no store, promotion or probe will ever "
-                      "change the answer, the request waits forever")
-        self.check("lookup-results-agree", actual == expect,
-                   lambda: f"{where} of key {key} answered {actual!r}, expected {expect!r}")
-
-    def _check_scan(self, name: str, expect: Scan, actual: Scan, live: list[bool]) -> None:
-        for i, (key, want, got) in enumerate(zip(expect.lookups, expect.answers,
-                                                 actual.answers, strict=False)):
-            if actual.lookups[i] != key:
-                break
-            self._check_answer(key, want, got, live[i], f"{name} lookup {i}")
-        # One property for the whole scan: a wrong scan may return the right value after
-        # probing further (starting promotions and probes), or the wrong value after the
-        # same lookups; both are the same divergence.
-        self.check("scan-agrees", actual.lookups == expect.lookups,
-                   lambda: f"{name} looked up {list(actual.lookups)}, expected "
-                   f"{list(expect.lookups)} (answers {actual.answers}, expected "
-                   f"{expect.answers})")
-        self.check("scan-agrees", actual.result == expect.result,
-                   lambda: f"{name} returned {actual.result} after looking up "
-                   f"{list(actual.lookups)} (answers {actual.answers}), expected "
-                   f"{expect.result}")
-        if LookupResult.HIT_PENDING in expect.answers:
-            self.hazard("scan: pending block in the run")
-
-    @invariant()
-    def state_agrees(self):
-        if not hasattr(self, "model"):
-            return
-        m, t = self.model, self.mgr
-        for key in self.keys:
-            if t.ref_cnt(key) != m.ref_cnt(key):
-                self.fail("ref-counts-agree", f"key {key} ref count {t.ref_cnt(key)}, expected "
-                          f"{m.ref_cnt(key)} (-1 write pending, loads + store jobs reading it)")
-            got, want = t.read_chunk(key), m.read_chunk(key)
-            if got != want:
-                self.fail("data-roundtrip",
-                          f"key {key}'s chunk holds key {got}'s bytes, expected {want}'s")
-        self.check("free-chunks-agree", t.num_free_chunks == m.num_free_chunks,
-                   lambda: f"{t.num_free_chunks} free chunks, expected {m.num_free_chunks}")
-        resident = sum(t.ref_cnt(k) is not None for k in self.keys)
-        self.check("chunk-partition", t.num_free_chunks + resident == m.num_chunks,
-                   lambda: f"{t.num_free_chunks} free + {resident} resident != "
-                   f"{m.num_chunks} chunks")
-        self.check("jobs-agree", t.pending_jobs() == m.pending_jobs(),
-                   lambda: f"pending jobs {t.pending_jobs()}, expected {m.pending_jobs()}")
-        self.check("secondary-agrees", t.secondary_keys() == m.secondary_keys(),
-                   lambda: f"secondary tier holds {t.secondary_keys()}, expected "
-                   f"{m.secondary_keys()}")
-        self.check_valid(t)
-
-    def state_checks(self) -> list[str]:
-        m = self.model
-        keys = list(self.keys)
-        return [f"assert mgr.num_free_chunks == {m.num_free_chunks}",
-                f"assert [mgr.ref_cnt(k) for k in {keys}] == {[m.ref_cnt(k) for k in keys]}",
-                f"assert [mgr.read_chunk(k) for k in {keys}] == "
-                f"{[m.read_chunk(k) for k in keys]}",
-                f"assert mgr.pending_jobs() == {m.pending_jobs()!r}",
-                f"assert mgr.secondary_keys() == {m.secondary_keys()!r}"]
 
     # -- helpers ------------------------------------------------------------------------------
 
