@@ -2,9 +2,11 @@
 
 1. Steps per second of each subsystem's machine on ``native`` next to a trivial
    RuleBasedStateMachine (one counter, one rule, one invariant) run with the same settings:
-   the ratio is the harness's cost over Hypothesis's own floor.
-2. For every catalogued bug: examples and seconds to the first failure, seconds to minimize,
-   and the minimized length, over several seeds.
+   the ratio is the harness's cost over Hypothesis's own floor; and the same machine driven
+   by the explorer (``properties/explore.py``): its speed-up over Hypothesis mode.
+2. For every catalogued bug, in Hypothesis mode and in explorer mode: examples (walks) and
+   seconds to the first failure, seconds to minimize, and the minimized length, over several
+   seeds.
 
 CPU time of this process (time.process_time) is read here only, outside any state machine
 run: it is steadier than wall time on a shared machine.
@@ -41,7 +43,9 @@ class TrivialMachine(RuleBasedStateMachine):
         assert self.total >= 0
 
 
-def steps_per_second(examples: int) -> list[tuple[str, float, float]]:
+def steps_per_second(examples: int) -> list[tuple[str, float, float, float | None]]:
+    """(machine, Hypothesis-mode steps/s, trivial/this, explorer steps/s)."""
+    from properties.explore import explore
     from properties.machines import MACHINES, machine_for
     from properties.run import run_machine
 
@@ -55,17 +59,22 @@ def steps_per_second(examples: int) -> list[tuple[str, float, float]]:
     began = time.process_time()
     run_state_machine_as_test(TrivialMachine, settings=profile)
     trivial = TrivialMachine.steps / (time.process_time() - began)
-    rows = [("trivial RuleBasedStateMachine", trivial, 1.0)]
+    rows = [("trivial RuleBasedStateMachine", trivial, 1.0, None)]
     for subsystem in MACHINES:
         began = time.process_time()
         result = run_machine(machine_for(subsystem), "native", profile, seed=1)
         rate = result.recorder.steps / (time.process_time() - began)
-        rows.append((f"{subsystem} x native", rate, trivial / rate))
+        began = time.process_time()
+        walked = explore(machine_for(subsystem), "native", seed=1, runs=examples)
+        walk_rate = walked.recorder.steps / (time.process_time() - began)
+        rows.append((f"{subsystem} x native", rate, trivial / rate, walk_rate))
     return rows
 
 
-def time_to_find(seeds: int) -> list[dict]:
+def time_to_find(seeds: int, mode: str = "hypothesis") -> list[dict]:
+    """Per catalogued bug over ``seeds`` seeds, in ``mode`` (hypothesis or explore)."""
     from fixtures.known_bugs import CATALOGUE
+    from properties.explore import explore
     from properties.machines import MACHINES, machine_for
     from properties.run import minimize, run_machine
 
@@ -83,11 +92,14 @@ def time_to_find(seeds: int) -> list[dict]:
                            max_examples=2000, phases=[Phase.generate])
         for seed in range(seeds):
             began = time.process_time()
-            result = run_machine(machine, target, profile, seed=seed, shrink_program=False)
+            if mode == "explore":
+                result = explore(machine, target, seed=seed, runs=2000, shrink_program=False)
+            else:
+                result = run_machine(machine, target, profile, seed=seed, shrink_program=False)
             found_s.append(time.process_time() - began)
             if result.failure is None:
                 continue
-            examples.append(result.recorder.examples)
+            examples.append(result.runs if mode == "explore" else result.recorder.examples)
             began = time.process_time()
             calls.append(minimize(machine, result.failure, target).calls)
             shrink_s.append(time.process_time() - began)
@@ -108,16 +120,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=10)
     args = parser.parse_args(argv)
-    print(f"{'machine':40} {'steps/s':>10} {'trivial/this':>13}")
-    for name, rate, ratio in steps_per_second(args.examples):
-        print(f"{name:40} {rate:10.0f} {ratio:12.2f}x")
-    print()
-    print(f"{'bug':36} {'found':>7} {'examples':>9} {'find s':>8} {'shrink s':>9} "
-          f"{'calls':>6} {'bound':>6}")
-    for row in time_to_find(args.seeds):
-        print(f"{row['bug']:36} {row['found']:>7} {row['examples_median']!s:>9} "
-              f"{row['find_s_median']:>8} {row['shrink_s_median']!s:>9} "
-              f"{row['calls_max']!s:>6} {row['bound']:>6}")
+    print(f"{'machine':34} {'steps/s':>9} {'trivial/this':>13} {'explorer steps/s':>17} "
+          f"{'explorer/hyp':>13}")
+    for name, rate, ratio, walk_rate in steps_per_second(args.examples):
+        walk = f"{walk_rate:17.0f} {walk_rate / rate:12.1f}x" if walk_rate else ""
+        print(f"{name:34} {rate:9.0f} {ratio:12.2f}x {walk}")
+    for mode in ("hypothesis", "explore"):
+        print(f"\n{mode} mode")
+        print(f"{'bug':36} {'found':>7} {'examples':>9} {'find s':>8} {'shrink s':>9} "
+              f"{'calls':>6} {'bound':>6}")
+        for row in time_to_find(args.seeds, mode):
+            print(f"{row['bug']:36} {row['found']:>7} {row['examples_median']!s:>9} "
+                  f"{row['find_s_median']:>8} {row['shrink_s_median']!s:>9} "
+                  f"{row['calls_max']!s:>6} {row['bound']:>6}")
     return 0
 
 

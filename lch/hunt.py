@@ -18,6 +18,7 @@ from pathlib import Path
 from attrs import define, field
 from hypothesis import Phase, settings
 
+from properties.explore import explore
 from properties.harness import Recorder
 from properties.machines import MACHINES, machine_for
 from properties.reproducer import write_reproducer
@@ -59,6 +60,7 @@ class Hunt:
     seed: int
     reproducer_dir: str
     report_dir: str = "."
+    engine: str = "hypothesis"      # or "explore": seeded random walks (properties/explore.py)
 
     def run(self) -> HuntReport:
         subsystems = self.subsystems or list(MACHINES)
@@ -89,7 +91,12 @@ class Hunt:
         recorder = Recorder()
         began = time.monotonic()
         try:
-            result = run_machine(machine, pair.target, profile, seed=seed, recorder=recorder)
+            if self.engine == "explore":
+                result = explore(machine, pair.target, seed=seed, runs=ROUND_EXAMPLES,
+                                 recorder=recorder)
+            else:
+                result = run_machine(machine, pair.target, profile, seed=seed,
+                                     recorder=recorder)
         except TargetUnavailable as why:
             pair.skipped = str(why)
             return

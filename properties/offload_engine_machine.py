@@ -23,7 +23,7 @@ from hypothesis.stateful import initialize, invariant, precondition, rule
 from fixtures.handles import HandleAllocator
 from models.offload_engine import OffloadEngineModel
 from models.offload_engine_values import kv_origin
-from properties.harness import HarnessMachine, InvalidAction
+from properties.harness import HarnessMachine, InvalidAction, choose, draw_bool, draw_integer
 from properties.offload_engine_shrink import simpler_worlds
 from properties.offload_engine_worlds import OffloadWorld, offload_worlds
 from sim import targets
@@ -110,25 +110,25 @@ class OffloadEngineMachine(HarnessMachine):
     @precondition(lambda self: self._prefillable())
     @rule(data=st.data())
     def prefill(self, data):
-        uid = data.draw(st.sampled_from(self._prefillable()), label="uid")
-        whole = data.draw(st.booleans(), label="all_chunks")
+        uid = choose(data, self._prefillable(), "uid")
+        whole = draw_bool(data, "all_chunks")
         self.act("prefill", uid, self._chunks_left(uid) if whole else 1)
 
     @precondition(lambda self: self._decodable())
     @rule(data=st.data())
     def decode(self, data):
-        self.act("decode", data.draw(st.sampled_from(self._decodable()), label="uid"))
+        self.act("decode", choose(data, self._decodable(), "uid"))
 
     @precondition(lambda self: getattr(self, "requests", None))
     @rule(data=st.data())
     def finish(self, data):
         # Any request: a decoded one finishes, a waiting or half-prefilled one is aborted.
-        self.act("finish", data.draw(st.sampled_from(sorted(self.requests)), label="uid"))
+        self.act("finish", choose(data, sorted(self.requests), "uid"))
 
     @precondition(lambda self: getattr(self, "model", None) and self.model.live)
     @rule(data=st.data())
     def preempt(self, data):
-        self.act("preempt", data.draw(st.sampled_from(sorted(self.model.live)), label="uid"))
+        self.act("preempt", choose(data, sorted(self.model.live), "uid"))
 
     @classmethod
     def simpler_worlds(cls, world: OffloadWorld, actions):
@@ -264,8 +264,8 @@ class OffloadEngineMachine(HarnessMachine):
 
     def _draw_request(self, data) -> tuple[int, int]:
         longest = min(3 * self.B + 1, self.world.num_cpu_blocks * self.B)
-        return (data.draw(st.integers(1, longest), label="prompt_len"),
-                data.draw(st.integers(1, 3 * self.B), label="max_new"))
+        return (draw_integer(data, 1, longest, "prompt_len"),
+                draw_integer(data, 1, 3 * self.B, "max_new"))
 
     def _chunks_left(self, uid: int) -> int:
         live = self.model.live.get(uid)
