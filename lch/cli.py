@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     hunt.add_argument("--subsystem", action="append", choices=SUBSYSTEMS,
                       help="subsystem (repeatable); default every one with a machine")
     hunt.add_argument("--seed", type=int, help="master seed (default: drawn and printed)")
+    hunt.add_argument("--db", metavar="URL_OR_DIR",
+                      help="example database shared by hunts: redis://HOST:PORT (every worker "
+                           "replays what another found) or a directory (default .hypothesis/)")
     hunt.add_argument("--engine", choices=("hypothesis", "explore"), default="hypothesis",
                       help="hypothesis: Hypothesis's engine; explore: seeded random walks over "
                            "the same rules, several times faster, failures minimized the same")
@@ -88,7 +91,7 @@ def run_hunt(args: argparse.Namespace) -> int:
     print(f"SEED={seed}", flush=True)
     hunt = Hunt(targets=targets, subsystems=args.subsystem, budget_s=budget_s, seed=seed,
                 reproducer_dir=args.reproducer_dir, report_dir=args.report_dir,
-                engine=args.engine)
+                engine=args.engine, database=args.db)
     report = hunt.run()
     return 1 if report.failures else 0
 
