@@ -121,6 +121,47 @@ def time_to_find(seeds: int, mode: str = "hypothesis") -> list[dict]:
     return rows
 
 
+def shrinking(seeds: int) -> list[dict]:
+    """Per catalogued bug (home subsystem), over ``seeds`` seeds: seconds and calls of the
+    domain minimizer alone, Hypothesis's shrinker alone, and the two chained."""
+    from fixtures.known_bugs import CATALOGUE
+    from properties.machines import machine_for
+    from properties.run import minimize, run_machine
+
+    rows = []
+    profile = settings(settings.get_profile("ci"), derandomize=False, database=None,
+                       max_examples=2000, phases=[Phase.generate, Phase.shrink])
+    for bug in CATALOGUE:
+        machine, target = machine_for(bug.subsystem), f"native:{bug.id}"
+        paths: dict[str, tuple[list, list]] = {p: ([], []) for p in
+                                               ("minimizer", "hypothesis", "both")}
+        for seed in range(seeds):
+            found = run_machine(machine, target, profile, seed=seed, shrink_program=False)
+            if found.failure is None:
+                continue
+            began = time.process_time()
+            calls = minimize(machine, found.failure, target).calls
+            _add(paths["minimizer"], time.process_time() - began, calls)
+            began = time.process_time()
+            shrunk = run_machine(machine, target, profile, seed=seed, shrink_program=False,
+                                 hypothesis_shrink=True)
+            hypothesis_s = time.process_time() - began
+            _add(paths["hypothesis"], hypothesis_s, shrunk.failure.calls)
+            began = time.process_time()
+            calls = minimize(machine, shrunk.failure, target).calls
+            _add(paths["both"], hypothesis_s + time.process_time() - began, calls)
+        for path, (seconds, calls) in paths.items():
+            rows.append({"bug": bug.id, "path": path, "bound": bug.max_calls,
+                         "shrink_s_median": round(statistics.median(seconds), 3)
+                         if seconds else None, "calls_max": max(calls) if calls else None})
+    return rows
+
+
+def _add(into: tuple[list, list], seconds: float, calls: int) -> None:
+    into[0].append(seconds)
+    into[1].append(calls)
+
+
 def hunt_scaling(workers_max: int, budget_s: int) -> list[dict]:
     """Steps per second of wall time of a whole hunt with 1..workers_max workers."""
     rows = []
@@ -193,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         lines += [f"{r['bug']:36} {r['found']:>7} {r['examples_median']!s:>9} "
                   f"{r['find_s_median']:>8} {r['shrink_s_median']!s:>9} "
                   f"{r['calls_max']!s:>6} {r['bound']:>6}" for r in bugs[mode]]
+    shrink_rows = shrinking(min(args.seeds, 3))
+    lines += ["", "shrinking (from the same found failure; hypothesis includes re-finding it)",
+              f"{'bug':28} {'path':>11} {'shrink s':>9} {'calls':>6} {'bound':>6}"]
+    lines += [f"{r['bug']:28} {r['path']:>11} {r['shrink_s_median']!s:>9} "
+              f"{r['calls_max']!s:>6} {r['bound']:>6}" for r in shrink_rows]
     scaling = hunt_scaling(args.workers_max, args.hunt_budget) if args.workers_max else []
     if scaling:
         lines += ["", f"{'workers':>8} {'hunt steps/s':>13} {'x one worker':>13}"]
@@ -206,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         {"machines": [{"machine": m[0], "hypothesis_steps_per_s": round(m[1]),
                        "trivial_over_this": round(m[2], 2),
                        "explorer_steps_per_s": round(m[3]) if m[3] else None}
-                      for m in machines], "bugs": bugs, "scaling": scaling}, indent=2) + "\n")
+                      for m in machines], "bugs": bugs, "shrinking": shrink_rows,
+         "scaling": scaling}, indent=2) + "\n")
     return 0
 
 

@@ -44,16 +44,18 @@ def bind(machine: type[HarnessMachine], target: str, recorder: Recorder) -> type
 
 def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
                 seed: int | None = None, recorder: Recorder | None = None,
-                shrink_program: bool = True) -> RunResult:
+                shrink_program: bool = True, hypothesis_shrink: bool = False) -> RunResult:
     """Run ``machine`` against ``target``; a failure is returned (minimized), not raised.
 
-    Hypothesis's own shrink phase is skipped: ``minimize`` shrinks the program itself, faster
-    and to fewer API calls. Every machine module is imported first because Hypothesis mixes
+    Hypothesis's own shrink phase is skipped unless ``hypothesis_shrink``: ``minimize``
+    shrinks the program itself, faster and to fewer API calls (``nox -s bench`` compares the
+    two, alone and chained). Every machine module is imported first because Hypothesis mixes
     literal constants of the loaded local modules into generation: a fixed module set keeps
     a seed's trace the same whichever machines ran before in this process.
     """
     import_all_machines()
-    settings = Settings(settings, phases=[p for p in settings.phases if p != Phase.shrink])
+    if not hypothesis_shrink:
+        settings = Settings(settings, phases=[p for p in settings.phases if p != Phase.shrink])
     recorder = recorder or Recorder()
     bound = bind(machine, target, recorder)
     factory: Callable[[], HarnessMachine] = bound
