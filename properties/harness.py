@@ -21,7 +21,8 @@ from hypothesis import settings as Settings
 from hypothesis.errors import FailedHealthCheck, InvalidArgument, InvalidDefinition, Unsatisfiable
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
-from sim.errors import HarnessError
+from sim.errors import AdapterError, CapabilityMissing, HarnessError
+from sim.outcomes import classify, property_of
 
 # Errors that say the harness or its input is wrong, not the target: never a "finding".
 NOT_FINDINGS = (HarnessError, FailedHealthCheck, InvalidArgument, InvalidDefinition,
@@ -63,16 +64,24 @@ class Recorder:
     steps: int = 0
     report_events: bool = True     # False when replaying outside a Hypothesis test
     keep_state: bool = False       # record each step's state checks (replays: reproducers)
+    action: tuple = ()             # the action running now (an adapter error names it)
+    missing: Counter = field(factory=Counter)   # capabilities the target lacks, and how often
 
     def begin(self) -> Trace:
         self._seal()
         self.trace = Trace()
         self.examples += 1
+        self.action = ()
         return self.trace
 
     def step(self, step: Step) -> None:
         self.trace.steps.append(step)
         self.steps += 1
+
+    def note_missing(self, reason: str) -> None:
+        """A configuration or call this target cannot run (``CapabilityMissing``): skipped,
+        counted, and reported beside the outcome."""
+        self.missing[reason] += 1
 
     def hazard(self, name: str) -> None:
         if self.report_events:
@@ -117,7 +126,7 @@ class HarnessMachine(RuleBasedStateMachine):
         self.recorder.hazard(name)
 
     def act(self, name: str, *args) -> None:
-        self._action = (name, *args)
+        self._action = self.recorder.action = (name, *args)
         getattr(self, f"do_{name}")(*args)
 
     def record_step(self, call: str, expect: str | None, comment: str,
@@ -175,15 +184,6 @@ class RunResult:
     failure: Failure | None = None
 
 
-PROPERTY_PREFIX = re.compile(r"^\s*([a-z][a-z0-9]*(?:-[a-z0-9]+)*):")
-
-
-def property_of(error: BaseException) -> str:
-    """The property an assertion names: messages read ``<property>: <detail>``."""
-    match = PROPERTY_PREFIX.match(str(error))
-    return match.group(1) if match else type(error).__name__
-
-
 def bind(machine: type[HarnessMachine], target: str, recorder: Recorder) -> type:
     # The bound class keeps the machine's name: Hypothesis derives a derandomized run's seed
     # from it, so every target gets the same stream of choices and their runs compare.
@@ -203,7 +203,9 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
     """
     from properties.machines import import_all_machines
     import_all_machines()
-    settings = Settings(settings, phases=[p for p in settings.phases if p != Phase.shrink])
+    # One error per run: a second, different one would come back as an ExceptionGroup.
+    settings = Settings(settings, phases=[p for p in settings.phases if p != Phase.shrink],
+                        report_multiple_bugs=False)
     recorder = recorder or Recorder()
     bound = bind(machine, target, recorder)
     factory: Callable[[], HarnessMachine] = bound
@@ -212,13 +214,28 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
     result = RunResult(target, recorder)
     try:
         run_state_machine_as_test(factory, settings=settings)
+    except (Unsatisfiable, FailedHealthCheck):
+        if recorder.missing and not recorder.steps:   # every configuration needs what is missing
+            raise CapabilityMissing("; ".join(sorted(recorder.missing))) from None
+        raise
     except NOT_FINDINGS:
         raise
-    except Exception as error:  # noqa: BLE001 - any failure of the target is a finding
+    except Exception as error:  # noqa: BLE001 - classified: a finding, or an adapter error
+        verdict = classify(error)
+        if verdict.kind == "unavailable":
+            raise AdapterError(f"{target} failed in {_call(recorder.action)}: "
+                               f"{verdict.detail} (at {verdict.where})") from error
         found = _replayed(machine, target,
                           Failure(property_of(error), str(error).strip(), recorder.trace, error))
         result.failure = minimize(machine, found, target) if shrink_program else found
     return result
+
+
+def _call(action: tuple) -> str:
+    if not action:
+        return "the machine's setup"
+    name, *args = action
+    return f"{name}({', '.join(map(repr, args))})"
 
 
 # -- replay and minimization ------------------------------------------------------------------
@@ -268,6 +285,7 @@ def minimize(machine: type[HarnessMachine], failure: Failure, target: str) -> Fa
             error, trace = replay(machine, target, world, actions)
             if error is not None and not isinstance(error, InvalidAction) \
                     and property_of(error) == failure.property \
+                    and classify(error).kind == "divergence" \
                     and _smaller(trace, best.trace):
                 best = Failure(failure.property, str(error).strip(), trace, error)
                 progress = True
