@@ -16,7 +16,14 @@ store jobs reading the chunk), evictable chunks.
 
 Named options keep older semantics checkable: ``pending_as_miss`` (the sliding-window lookup
 before PR #46363 treated HIT_PENDING as a miss) and ``promotion_answers_retry`` (the seed's
-version of PR #46363 answered RETRY, not HIT_PENDING, when a promotion started).
+version of PR #46363 answered RETRY, not HIT_PENDING, when a promotion started). Releases
+before 0.33.0 meant other things on purpose, each an option too (the vllm adapter picks
+them per release, ``sim/vllm/compat.py: lookup_semantics``): ``pending_lookup`` (what a
+chunk whose write is in flight answers: MISS before 0.22.0, when "not ready" meant "not
+offloaded"; RETRY in 0.22-0.24, when the manager said "retry"), ``failed_store_events``
+(a failed store's removal is announced as an event: from 0.33.0) and
+``reset_holds_promotions`` (promotions wait for ``on_reset_flushed`` after a reset: from
+0.33.0).
 """
 
 from __future__ import annotations
@@ -102,6 +109,9 @@ class TieredLookupModel:
     secondary: str = "none"
     pending_as_miss: bool = False
     promotion_answers_retry: bool = False
+    pending_lookup: str = "HIT_PENDING"      # the answer of a chunk whose write is in flight
+    failed_store_events: bool = True
+    reset_holds_promotions: bool = True
     chunks: dict[int, Chunk] = field(factory=dict)
     recency: list[int] = field(factory=list)       # least recently used first
     jobs: list[Job] = field(factory=list)          # submitted, not yet complete
@@ -117,6 +127,8 @@ class TieredLookupModel:
     def __attrs_post_init__(self) -> None:
         if self.secondary not in SECONDARY_KINDS:
             raise ValueError(f"secondary must be one of {SECONDARY_KINDS}")
+        if self.pending_lookup not in ("HIT_PENDING", "RETRY", "MISS"):
+            raise ValueError("pending_lookup must be HIT_PENDING, RETRY or MISS")
 
     # -- observables, computed -----------------------------------------------------------
 
@@ -156,7 +168,8 @@ class TieredLookupModel:
 
     def _primary_lookup(self, key: int) -> LookupResult:
         chunk = self.chunks.get(key)
-        return MISS if chunk is None else HIT if chunk.written else HIT_PENDING
+        return MISS if chunk is None else HIT if chunk.written else \
+            LookupResult[self.pending_lookup]
 
     def _primary_prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
         to_store = tuple(k for k in keys if k not in self.chunks)
@@ -199,7 +212,7 @@ class TieredLookupModel:
                 self.chunks[key].written = True
             else:
                 self._remove(key)
-        if done:
+        if done and (success or self.failed_store_events):
             self.events.append((tuple(done), not success, not success))
 
     def take_events(self) -> list[OffloadEvent]:
@@ -240,7 +253,7 @@ class TieredLookupModel:
         if not self.polled_this_step:
             self._poll()
         primary = self._primary_lookup(key)
-        if primary is not MISS:
+        if key in self.chunks:
             return primary
         if self.promotions_held:
             return MISS
@@ -289,7 +302,7 @@ class TieredLookupModel:
         self.chunks.clear()
         self.recency.clear()
         self.polled_this_step = False
-        self.promotions_held = self.secondary != "none"
+        self.promotions_held = self.secondary != "none" and self.reset_holds_promotions
 
     def on_reset_flushed(self) -> None:
         self.promotions_held = False

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -94,6 +95,9 @@ def _import_vllm() -> ModuleType:
     except Exception as error:  # noqa: BLE001 - any import failure makes the target unusable
         raise _import_failed("vllm", error) from None
     check_supported(release())
+    if os.environ["VLLM_TARGET_DEVICE"] == "cpu":
+        from sim.vllm import compat
+        compat.select_cpu_platform(importlib.import_module("vllm.platforms"))
     return vllm
 
 
@@ -112,6 +116,15 @@ def import_module(name: str) -> ModuleType:
         return importlib.import_module(name)
     except Exception as error:  # noqa: BLE001
         raise _import_failed(name, error) from None
+
+
+def has_module(name: str) -> bool:
+    """Whether the installed vLLM ships module ``name`` (without importing it)."""
+    load()
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:          # a parent package is missing too
+        return False
 
 
 def _import_failed(name: str, error: Exception) -> TargetUnavailable:
