@@ -12,7 +12,8 @@ from hypothesis import settings
 from hypothesis.stateful import initialize, rule
 
 from fixtures.pytest_plugin import Divergence, Unavailable, outcome_of
-from properties.harness import HarnessMachine, run_machine
+from properties.harness import HarnessMachine
+from properties.run import run_machine
 from sim import targets
 from sim.errors import AdapterError, HarnessError
 from sim.outcomes import classify, where_arose
@@ -94,14 +95,14 @@ class _Machine(HarnessMachine):
     @initialize()
     def setup(self):
         self.trace.world = "w"
-        self.target = _Target(self.op)
+        self.thing = _Target(self.op)
 
     @rule()
     def step(self):
         self.act("call")
 
     def do_call(self):
-        self.target.op()
+        self.thing.op()
         self.record_step("target.op()", None, "")
 
 

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.lookup_values import LookupResult
-from models.tiered_lookup import maximal_prefix_lookup, sliding_window_lookup
-from properties.runner import unavailable
+from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
+from models.tiered_lookup_values import LookupResult
+from properties.run import unavailable
 from sim.errors import CapabilityMissing, TargetUnavailable
 from sim.vllm import compat
 

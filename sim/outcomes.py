@@ -87,8 +87,13 @@ PROPERTY_PREFIX = re.compile(r"^\s*([a-z][a-z0-9]*(?:-[a-z0-9]+)*):")
 
 
 def property_of(error: BaseException) -> str:
-    """The property an assertion names: messages read ``<property>: <detail>``."""
-    match = PROPERTY_PREFIX.match(str(error))
+    """The property a failure breaks: the declared one (``PropertyFailed.property``), else
+    one an assertion message names (``<property>: <detail>``), else the exception's type (a
+    target that raises, e.g. ``EncoderCacheMiss``, breaks no declared property but fails)."""
+    declared = getattr(error, "property", None)
+    if declared:
+        return declared
+    match = PROPERTY_PREFIX.match(str(error)) if isinstance(error, AssertionError) else None
     return match.group(1) if match else type(error).__name__
 
 

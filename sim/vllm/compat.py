@@ -296,6 +296,9 @@ def lookup_semantics(found: str) -> dict[str, Any]:
       # vLLM >=0.33.0. Older: no event.
     - ``reset_holds_promotions``: after ``reset_cache`` promotions wait for
       ``on_reset_flushed``. # vLLM >=0.33.0. Older: there is no hold.
+    - ``store_poll_gated``: ``prepare_store`` polls finished jobs only if nothing polled since
+      the step began. # vLLM 0.22.0-0.32.x (the connector called it first thing after
+      ``on_schedule_end``; 0.33.0 moved that call to the step's end and polls always).
     """
     version = release.parse_release(found)
     options: dict[str, Any] = {}
@@ -307,6 +310,7 @@ def lookup_semantics(found: str) -> dict[str, Any]:
     if version < (0, 33, 0):
         options["failed_store_events"] = False
         options["reset_holds_promotions"] = False
+        options["store_poll_gated"] = True
     return options
 
 

@@ -28,7 +28,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from models.lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
+from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 from sim.errors import HarnessError
 from sim.vllm import compat, release
 

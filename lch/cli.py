@@ -1,10 +1,10 @@
 """Command line: ``hunt`` (time-budgeted search, report, reproducers), ``replay``, ``bisect``,
 ``history``.
 
-    python -m sim.cli hunt --budget 60s [--target native] [--subsystem encoder_cache]
-    python -m sim.cli replay [pytest args...]
-    python -m sim.cli bisect --from 0.10.2 --to 0.33.0 [--releases A,B] (sim/vllm/bisect.py)
-    python -m sim.cli history --releases 0.10.2,0.33.0 [--from X --to Y] (sim/vllm/history.py)
+    python -m lch.cli hunt --budget 60s [--target native] [--subsystem encoder_cache]
+    python -m lch.cli replay [pytest args...]
+    python -m lch.cli bisect --from 0.10.2 --to 0.33.0 [--releases A,B] (lch/bisect.py)
+    python -m lch.cli history --releases 0.10.2,0.33.0 [--from X --to Y] (lch/history.py)
 
 The entry points sit on top of everything else: they drive the state machines in
 ``properties/`` (imported lazily) against the targets of ``sim/targets.py``.
@@ -55,10 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "hunt":
             return run_hunt(args)
         if args.verb == "bisect":
-            from sim.vllm.bisect import main as run_bisect
+            from lch.bisect import main as run_bisect
             return run_bisect(args)
         if args.verb == "history":
-            from sim.vllm.history import main as run_history
+            from lch.history import main as run_history
             return run_history(args)
         return run_replay(args.pytest_args)
     except HarnessError as error:
@@ -94,7 +94,7 @@ def add_bisect_parser(verbs) -> None:
 
 
 def run_hunt(args: argparse.Namespace) -> int:
-    from properties.hunt import Hunt
+    from lch.hunt import Hunt
 
     budget_s = parse_budget(args.budget)
     targets = args.target or ["native"]

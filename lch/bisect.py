@@ -1,9 +1,9 @@
 """``bisect``: find, per subsystem, the releases where its outcome changes (a divergence
 appears, changes property, or is fixed), running as few releases as it can.
 
-    python -m sim.cli bisect --from 0.10.2 --to 0.33.0          # binary search between the ends
-    python -m sim.cli bisect --releases 0.10.2,0.20.0,0.33.0     # just these, in order
-    python -m sim.cli bisect --from 0.24.0 --to 0.33.0 --subsystem scheduler_pass
+    python -m lch.cli bisect --from 0.10.2 --to 0.33.0          # binary search between the ends
+    python -m lch.cli bisect --releases 0.10.2,0.20.0,0.33.0     # just these, in order
+    python -m lch.cli bisect --from 0.24.0 --to 0.33.0 --subsystem scheduler_pass
 
 A release runs once for every subsystem (``history.run_release``: one cached venv, one pytest
 run); a subsystem's state at a release is ``pass`` or the properties that diverged there.
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.vllm import venvs
-from sim.vllm.history import SUITES, ReleaseRun, markdown, pytest_args, run_release, write_reports
+from lch import venvs
+from lch.history import SUITES, ReleaseRun, markdown, pytest_args, run_release, write_reports
 
 
 def bisect(releases: list[str], search: bool, venv_dir: Path, out_dir: Path,

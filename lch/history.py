@@ -1,7 +1,7 @@
 """``history``: every subsystem's vllm suites over a list of vLLM releases, as a matrix.
 
-    python -m sim.cli history --releases 0.10.2,0.14.0,0.33.0
-    python -m sim.cli history --from 0.10.2 --to 0.33.0       # every final release between
+    python -m lch.cli history --releases 0.10.2,0.14.0,0.33.0
+    python -m lch.cli history --from 0.10.2 --to 0.33.0       # every final release between
 
 Per release: its cached venv (``venvs.py``), one pytest run of the suites below with
 ``--target vllm`` and ``--outcomes`` (one JSON line per test), then one cell per subsystem:
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from attrs import asdict, define, field
 
+from lch import venvs
 from sim.errors import HarnessError
-from sim.vllm import venvs
 
 # Test module -> the matrix column it reports to. The adapter tests of test_vllm_target.py
 # drive the encoder cache.

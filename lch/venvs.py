@@ -28,7 +28,7 @@ from attrs import frozen
 from sim.errors import HarnessError
 from sim.vllm.release import check_supported, parse_release, requirements_file
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TEST_PINS = ("attrs==26.1.0", "hypothesis==6.155.2", "numpy==2.4.6", "pytest==9.0.3",
              "pytest-xdist==3.8.0")
 MARKER = ".lch-installed"
@@ -112,7 +112,7 @@ def suite_env(**extra: str) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m sim.vllm.venvs --venv-dir DIR 0.10.2 0.14.0``: make the venvs only."""
+    """``python -m lch.venvs --venv-dir DIR 0.10.2 0.14.0``: make the venvs only."""
     venv_dir = Path(argv[argv.index("--venv-dir") + 1]) if "--venv-dir" in argv \
         else ROOT / ".nox" / "bisect"
     releases = [a for a in argv if re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", a)]
