@@ -290,8 +290,10 @@ def lookup_semantics(found: str) -> dict[str, Any]:
       # vLLM >=0.25.0: HIT_PENDING (PR #46363).
       # vLLM 0.22.0-0.24.x: None, "write in flight; retry" (RETRY).
       # vLLM 0.11.0-0.21.x: not ready is not offloaded (MISS).
-    - ``promotion_answers_retry``: a promotion that starts answers None (RETRY).
-      # vLLM 0.22.0-0.24.x (tiering answered bool | None).
+    - ``promotion_answers_retry``: a promotion that starts answers RETRY, not HIT_PENDING.
+      # vLLM 0.22.0-0.24.x: None ("retry later"; tiering answered bool | None).
+      # vLLM 0.25.0-0.27.x: ``LookupResult.RETRY`` (seed 001's version of PR #46363; read in
+      #   0.26.0, 0.25.x and 0.27.x unread). vLLM >=0.28.0: HIT_PENDING.
     - ``failed_store_events``: a failed store's removal is an event (``metadata_only``).
       # vLLM >=0.33.0. Older: no event.
     - ``reset_holds_promotions``: after ``reset_cache`` promotions wait for
@@ -306,6 +308,7 @@ def lookup_semantics(found: str) -> dict[str, Any]:
         options["pending_lookup"] = "MISS"
     elif version < (0, 25, 0):
         options["pending_lookup"] = "RETRY"
+    if (0, 22, 0) <= version < (0, 28, 0):
         options["promotion_answers_retry"] = True
     if version < (0, 33, 0):
         options["failed_store_events"] = False
@@ -542,3 +545,17 @@ def mid_prefill(request: Any) -> bool:
     if flag is not None:
         return bool(flag)
     return request.num_computed_tokens < request.num_prompt_tokens
+
+
+def attention_spec(kv: Any, dtype: Any) -> Any:
+    """The one KV cache group's spec (a tiny full-attention layer; KV pressure is not this
+    subsystem's).
+
+    # vLLM >=0.11.0: ``FullAttentionSpec(block_size, num_kv_heads, head_size, dtype)``.
+    # vLLM 0.10.x: ``use_mla`` is required too (False).
+    """
+    params = inspect.signature(kv.FullAttentionSpec).parameters
+    extra = {"use_mla": False} if "use_mla" in params \
+        and params["use_mla"].default is inspect.Parameter.empty else {}
+    return kv.FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1, dtype=dtype,
+                                **extra)

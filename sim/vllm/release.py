@@ -219,13 +219,20 @@ def installed_release() -> str | None:
         return None
 
 
-def xfail_before(fixed_in: str, reason: str):
+def xfail_before(fixed_in: str, reason: str, since: str | None = None):
     """A strict xfail for the ``vllm`` target on releases before ``fixed_in``, for curated
     reproducers of divergences that upstream fixed (``pytest.param("vllm", marks=...)``):
-    an affected release stays green, and a reproducer that starts passing there turns red."""
+    an affected release stays green, and a reproducer that starts passing there turns red.
+    With ``since`` (the first release that has the class, or the bug), older releases skip:
+    they have nothing to run the reproducer on."""
     import pytest
 
     found = installed_release()
-    affected = found is not None and parse_release(found) < parse_release(fixed_in)
-    return pytest.mark.xfail(affected, strict=True,
-                             reason=f"vLLM {found} < {fixed_in}: {reason}")
+    version = parse_release(found) if found is not None else None
+    affected = version is not None and version < parse_release(fixed_in) and (
+        since is None or version >= parse_release(since))
+    mark = pytest.mark.xfail(affected, strict=True, reason=f"vLLM {found} < {fixed_in}: {reason}")
+    if since is None:
+        return mark
+    absent = version is not None and version < parse_release(since)
+    return [pytest.mark.skipif(absent, reason=f"absent: vLLM {found} predates {since}"), mark]

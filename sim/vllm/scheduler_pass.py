@@ -64,8 +64,7 @@ def _vllm_config() -> Any:
 def _kv_cache_config() -> Any:
     import torch
     kv = release.import_module("vllm.v1.kv_cache_interface")
-    spec = kv.FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1,
-                                dtype=torch.float32)
+    spec = compat.attention_spec(kv, torch.float32)
     return kv.KVCacheConfig(num_blocks=1000, kv_cache_tensors=[],
                             kv_cache_groups=[kv.KVCacheGroupSpec(["layer"], spec)])
 
