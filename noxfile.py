@@ -128,9 +128,21 @@ def vllm(session: nox.Session) -> None:
                 *pytest_args)
 
 
+def release_session(session: nox.Session, verb: str) -> None:
+    """``bisect`` and ``history`` run from a small venv; each release gets its own, cached
+    under ``LCH_VENV_DIR`` (default ``.nox/bisect``), with the suites run from this checkout."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
+    session.run("python", "-m", "lch.cli", verb, *session.posargs)
+
+
 @nox.session
 def bisect(session: nox.Session) -> None:
-    """The vllm suites over a range of releases, one venv each (``-- --from X --to Y``)."""
-    session.install("--no-deps", "-e", ".")
-    session.install("attrs")
-    session.run("python", "-m", "lch.cli", "bisect", *session.posargs)
+    """Per subsystem, the vLLM releases where its outcome changes (``-- --from X --to Y``)."""
+    release_session(session, "bisect")
+
+
+@nox.session
+def history(session: nox.Session) -> None:
+    """Every subsystem's vllm suites over releases: ``history-report.{md,json}``
+    (``-- --releases 0.10.2,0.14.0,...`` or ``-- --from X --to Y``)."""
+    release_session(session, "history")

@@ -1,8 +1,10 @@
-"""Command line: ``hunt`` (time-budgeted search, report, reproducers), ``replay``, ``bisect``.
+"""Command line: ``hunt`` (time-budgeted search, report, reproducers), ``replay``, ``bisect``,
+``history``.
 
     python -m lch.cli hunt --budget 60s [--target native] [--subsystem encoder_cache]
     python -m lch.cli replay [pytest args...]
-    python -m lch.cli bisect --from 0.10.2 --to 0.33.0 [--releases A,B] (sim/vllm/bisect.py)
+    python -m lch.cli bisect --from 0.10.2 --to 0.33.0 [--releases A,B] (lch/bisect.py)
+    python -m lch.cli history --releases 0.10.2,0.33.0 [--from X --to Y] (lch/history.py)
 
 The entry points sit on top of everything else: they drive the state machines in
 ``properties/`` (imported lazily) against the targets of ``sim/targets.py``.
@@ -64,22 +66,40 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "bisect":
             from lch.bisect import main as run_bisect
             return run_bisect(args)
+        if args.verb == "history":
+            from lch.history import main as run_history
+            return run_history(args)
         return run_replay(args.pytest_args)
     except HarnessError as error:
         print(f"llm-cache-harness: error: {error}", file=sys.stderr)
         return 2
 
 
+def add_release_options(parser, what: str) -> None:
+    """The options ``bisect`` and ``history`` share: which releases, where their venvs go."""
+    parser.add_argument("--from", dest="first", default="0.10.2", help="oldest release")
+    parser.add_argument("--to", dest="last", default="0.33.0", help="newest release")
+    parser.add_argument("--releases", help="comma-separated releases to run instead")
+    parser.add_argument("--venv-dir", default=os.environ.get("LCH_VENV_DIR", ".nox/bisect"),
+                        help="one cached venv per release here (LCH_VENV_DIR)")
+    parser.add_argument("--reproducer-dir", default=f"fixtures/reproducers/found/{what}",
+                        help="reproducers and pytest logs, one folder per release")
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                        help="after --: passed to pytest for every release")
+
+
 def add_bisect_parser(verbs) -> None:
-    bisect = verbs.add_parser("bisect", help="the vllm suites over a range of vLLM releases")
-    bisect.add_argument("--from", dest="first", default="0.10.2", help="oldest release")
-    bisect.add_argument("--to", dest="last", default="0.33.0", help="newest release")
-    bisect.add_argument("--releases", help="comma-separated releases to run instead")
+    bisect = verbs.add_parser("bisect", help="per subsystem, the releases where it changes")
+    add_release_options(bisect, "bisect")
     bisect.add_argument("--linear", action="store_true", help="run every release in range")
-    bisect.add_argument("--venv-dir", default=".nox/bisect", help="one venv per release here")
-    bisect.add_argument("--reproducer-dir", default="fixtures/reproducers/found/bisect")
+    bisect.add_argument("--subsystem", action="append",
+                        help="subsystem (repeatable): encoder_cache, scheduler_pass, "
+                             "tiered_lookup, connector_scans; default all")
     bisect.add_argument("--report", default="bisect-report.md")
-    bisect.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    history = verbs.add_parser("history", help="every subsystem over releases: a matrix")
+    add_release_options(history, "history")
+    history.add_argument("--report-dir", default=".",
+                         help="where history-report.{md,json} go")
 
 
 def run_hunt(args: argparse.Namespace) -> int:

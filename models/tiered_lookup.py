@@ -17,7 +17,16 @@ whether promotions are held, what a probe answers.
 
 Named options keep older semantics checkable: ``pending_as_miss`` (the sliding-window lookup
 before PR #46363 treated HIT_PENDING as a miss) and ``promotion_answers_retry`` (the seed's
-version of PR #46363 answered RETRY, not HIT_PENDING, when a promotion started).
+version of PR #46363 answered RETRY, not HIT_PENDING, when a promotion started). Releases
+before 0.33.0 meant other things on purpose, each an option too (the vllm adapter picks them
+per release, ``sim/vllm/compat.py: lookup_semantics``): ``pending_lookup`` (what a chunk whose
+write is in flight answers: MISS before 0.22.0, when "not ready" meant "not offloaded"; RETRY
+in 0.22-0.24, when the manager said "retry"), ``failed_store_events`` (a failed store's
+removal is announced as an event: from 0.33.0), ``reset_holds_promotions`` (promotions
+wait for ``on_reset_flushed`` after a reset: from 0.33.0) and ``store_poll_gated`` (before
+0.33.0 ``prepare_store`` polled only if nothing had polled since the step began: the
+connector called it right after ``on_schedule_end``, which began the step; 0.33.0 moved
+``on_schedule_end`` to the step's very end and made the poll unconditional).
 """
 
 from __future__ import annotations
@@ -53,6 +62,10 @@ class TieredLookupModel:
     secondary: str = "none"
     pending_as_miss: bool = False
     promotion_answers_retry: bool = False
+    pending_lookup: str = "HIT_PENDING"      # the answer of a chunk whose write is in flight
+    failed_store_events: bool = True
+    reset_holds_promotions: bool = True
+    store_poll_gated: bool = False
     chunks: dict[int, Chunk] = field(factory=dict)
     clock: Timeline = field(factory=Timeline)
     submitted: list[Job] = field(factory=list)          # every job; job_id = position
@@ -64,6 +77,8 @@ class TieredLookupModel:
     def __attrs_post_init__(self) -> None:
         if self.secondary not in SECONDARY_KINDS:
             raise ValueError(f"secondary must be one of {SECONDARY_KINDS}")
+        if self.pending_lookup not in ("HIT_PENDING", "RETRY", "MISS"):
+            raise ValueError("pending_lookup must be HIT_PENDING, RETRY or MISS")
 
     # -- observables, computed -----------------------------------------------------------
 
@@ -117,7 +132,7 @@ class TieredLookupModel:
     def promotions_held(self) -> bool:
         """From ``reset_cache`` until ``on_reset_flushed`` a late write may still land in a
         freed chunk, so no promotion may take one (vLLM 0.33.0 ``tiering/manager.py``)."""
-        return self.secondary != "none" and (
+        return self.secondary != "none" and self.reset_holds_promotions and (
             self.clock.last("reset") > self.clock.last("reset_flushed"))
 
     def secondary_answer(self, key: int) -> LookupResult:
@@ -171,7 +186,8 @@ class TieredLookupModel:
         return StoreOutput(to_store, victims)
 
     def prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
-        self._poll()                 # unconditionally: eviction sees the freshest completions
+        if not (self.store_poll_gated and self.polled_this_step):
+            self._poll()             # unconditionally: eviction sees the freshest completions
         return self._primary_prepare_store(keys)
 
     def complete_store(self, keys: Sequence[int], success: bool = True) -> None:
@@ -185,7 +201,8 @@ class TieredLookupModel:
         done = tuple(k for k in keys if self.ref_cnt(k) == -1)
         if not done:
             return
-        self.events.append((done, not success, not success))
+        if success or self.failed_store_events:
+            self.events.append((done, not success, not success))
         for key in done:
             if success:
                 self.chunks[key].written = True
@@ -227,7 +244,7 @@ class TieredLookupModel:
             self._poll()
         chunk = self.chunks.get(key)
         if chunk is not None:                  # the primary wins, readable or in flight
-            return HIT if chunk.written else HIT_PENDING
+            return HIT if chunk.written else LookupResult[self.pending_lookup]
         if self.promotions_held:               # MISS, not RETRY: the request recomputes
             return MISS
         answer = self.secondary_answer(key)

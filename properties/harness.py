@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine
 
 from sim.errors import HarnessError
+from sim.outcomes import property_of  # noqa: F401 - the runner and tests import it from here
 
 # Declared for every machine, on top of its own PROPERTIES.
 COMMON_PROPERTIES = {"check-valid": "the target's own structural self-check passes"}
@@ -34,12 +35,6 @@ class PropertyFailed(AssertionError):
     def __init__(self, property: str, detail: str):
         super().__init__(f"{property}: {detail}")
         self.property = property
-
-
-def property_of(error: BaseException) -> str:
-    """The property a failure breaks: the declared one, else the exception's type (a target
-    that raises, e.g. ``EncoderCacheMiss``, breaks no declared property but still fails)."""
-    return getattr(error, "property", None) or type(error).__name__
 
 
 @frozen
@@ -78,13 +73,21 @@ class Recorder:
     steps: int = 0
     report_events: bool = True     # False when replaying outside a Hypothesis test
     keep_state: bool = False       # record each step's state checks (replays: reproducers)
+    action: tuple = ()             # the action running now (an adapter error names it)
+    missing: Counter = field(factory=Counter)   # capabilities the target lacks, and how often
 
     def begin(self) -> Trace:
         self._seal()
         self.trace = Trace()
         self.examples += 1
         self._reached = set()
+        self.action = ()
         return self.trace
+
+    def note_missing(self, reason: str) -> None:
+        """A configuration or call this target cannot run (``CapabilityMissing``): skipped,
+        counted, and reported beside the outcome."""
+        self.missing[reason] += 1
 
     def step(self, step: Step) -> None:
         self.trace.steps.append(step)
@@ -185,7 +188,7 @@ class HarnessMachine(RuleBasedStateMachine):
         self.record_step(call, None if expect is None else repr(expect), comment)
 
     def act(self, name: str, *args) -> None:
-        self._action = (name, *args)
+        self._action = self.recorder.action = (name, *args)
         getattr(self, f"do_{name}")(*args)
 
     def record_step(self, call: str, expect: str | None, comment: str,

@@ -2,6 +2,12 @@
 Hypothesis and minimized into the shortest program that still breaks the same property, and
 the pytest form of it (``check_machine``: skip an unavailable target, fail with the property
 and the reproducer written).
+
+An error ends a run in one of two ways (``sim/outcomes.py`` decides by where it arose): a
+divergence is a finding, minimized and returned; anything else (the adapter raised, vLLM
+raised a ``TypeError`` on what the adapter passed) is ``AdapterError``, naming the action
+that was running. The exception ``check_machine`` raises says which outcome it is
+(``Divergence`` / ``Unavailable``), so ``--outcomes`` records them apart.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from hypothesis import settings as Settings
 from hypothesis.errors import FailedHealthCheck, InvalidArgument, InvalidDefinition, Unsatisfiable
 from hypothesis.stateful import get_state_machine_test
 
+from fixtures.pytest_plugin import Divergence, Unavailable, note_missing
 from properties.harness import (
     Failure,
     HarnessMachine,
@@ -28,7 +35,8 @@ from properties.harness import (
 )
 from properties.machines import import_all_machines
 from properties.reproducer import write_reproducer
-from sim.errors import HarnessError, TargetUnavailable
+from sim.errors import AdapterError, CapabilityMissing, HarnessError, TargetUnavailable
+from sim.outcomes import classify
 
 # Errors that say the harness or its input is wrong, not the target: never a "finding".
 NOT_FINDINGS = (HarnessError, FailedHealthCheck, InvalidArgument, InvalidDefinition,
@@ -54,6 +62,8 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
     a seed's trace the same whichever machines ran before in this process.
     """
     import_all_machines()
+    # One error per run: a second, different one would come back as an ExceptionGroup.
+    settings = Settings(settings, report_multiple_bugs=False)
     if not hypothesis_shrink:
         settings = Settings(settings, phases=[p for p in settings.phases if p != Phase.shrink])
     recorder = recorder or Recorder()
@@ -69,9 +79,17 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
         # replays in the same pair on every worker sharing the database, and only there.
         test._hypothesis_internal_database_key = database_key(machine, target)
         test()
+    except (Unsatisfiable, FailedHealthCheck):
+        if recorder.missing and not recorder.steps:   # every configuration needs what is missing
+            raise CapabilityMissing("; ".join(sorted(recorder.missing))) from None
+        raise
     except NOT_FINDINGS:
         raise
-    except Exception as error:  # noqa: BLE001 - any failure of the target is a finding
+    except Exception as error:  # noqa: BLE001 - classified: a finding, or an adapter error
+        verdict = classify(error)
+        if verdict.kind == "unavailable":
+            raise AdapterError(f"{target} failed in {_call(recorder.action)}: "
+                               f"{verdict.detail} (at {verdict.where})") from error
         found = _replayed(machine, target,
                           Failure(property_of(error), str(error).strip(), recorder.trace, error))
         result.failure = minimize(machine, found, target) if shrink_program else found
@@ -80,6 +98,13 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
 
 def database_key(machine: type[HarnessMachine], target: str) -> bytes:
     return f"llm-cache-harness:{machine.__name__}:{target}".encode()
+
+
+def _call(action: tuple) -> str:
+    if not action:
+        return "the machine's setup"
+    name, *args = action
+    return f"{name}({', '.join(map(repr, args))})"
 
 
 # -- replay and minimization ------------------------------------------------------------------
@@ -129,6 +154,7 @@ def minimize(machine: type[HarnessMachine], failure: Failure, target: str) -> Fa
             error, trace = replay(machine, target, world, actions)
             if error is not None and not isinstance(error, InvalidAction) \
                     and property_of(error) == failure.property \
+                    and classify(error).kind == "divergence" \
                     and _smaller(trace, best.trace):
                 best = Failure(failure.property, str(error).strip(), trace, error)
                 progress = True
@@ -172,12 +198,23 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
     """Run ``machine`` under the loaded profile (with ``overrides``) as a pytest test."""
     try:
         result = run_machine(machine, target, Settings(Settings(), **overrides))
+    except CapabilityMissing as why:        # nothing of this machine exists in the release
+        pytest.skip(f"absent: {why}")
     except TargetUnavailable as why:
-        if os.environ.get("LCH_REQUIRE_TARGETS"):
-            pytest.fail(f"target {target} is required here but unavailable: {why}")
-        pytest.skip(str(why))
+        unavailable(target, why)
+    note_missing(result.recorder.missing)
     if result.failure:
         path = write_reproducer(machine, result.failure, target, reproducer_dir)
-        pytest.fail(f"{result.failure.message}\n{machine.__name__} against {target}: "
-                    f"{result.failure.calls} calls; reproducer: {path}", pytrace=False)
+        raise Divergence(
+            f"{result.failure.message}\n{machine.__name__} against {target}: "
+            f"{result.failure.calls} calls; reproducer: {path}",
+            property=result.failure.property, calls=result.failure.calls,
+            reproducer=str(path), trace=[s.call for s in result.failure.trace.steps])
     return result
+
+
+def unavailable(target: str, why: BaseException):
+    """Skip, or fail as ``unavailable`` where targets are required (``nox -s vllm``)."""
+    if os.environ.get("LCH_REQUIRE_TARGETS"):
+        raise Unavailable(f"target {target} is required here but unavailable: {why}")
+    pytest.skip(str(why))

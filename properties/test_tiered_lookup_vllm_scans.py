@@ -2,13 +2,18 @@
 ``_sliding_window_lookup``, called unbound on a stub ``self`` over scripted answer sequences
 (``specs/vllm-drive.md`` section 3): same result, same keys looked up, for any script.
 
+The script is written in the installed release's vocabulary (``compat.scripted_answer``):
+before 0.25.0 a lookup said True / False / None, so HIT_PENDING and RETRY were one answer
+(None, "retry later") and the model scans the script with HIT_PENDING read as RETRY. Before
+0.20.0 the connector had no scans of its own (it asked the manager for a prefix count,
+which the tiered-lookup machine checks): the tests are ``absent`` there.
+
 Without vLLM the test skips with the install command; under ``LCH_REQUIRE_TARGETS=1``
 (``nox -s vllm``) it fails instead.
 """
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import pytest
@@ -17,53 +22,73 @@ from hypothesis import strategies as st
 
 from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
 from models.tiered_lookup_values import LookupResult
-from sim.errors import TargetUnavailable
-from sim.vllm import release
-from sim.vllm.tiered_lookup import lookup_api
+from properties.run import unavailable
+from sim.errors import CapabilityMissing, TargetUnavailable
+from sim.vllm import compat
 
 
 def vllm_scans():
     try:
-        base = lookup_api()
-        scheduler = release.import_module(
-            "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler")
+        base = compat.offload_base()
+        scans = compat.connector_scans()
+    except CapabilityMissing as why:
+        pytest.skip(f"absent: {why}")
     except TargetUnavailable as why:
-        if os.environ.get("LCH_REQUIRE_TARGETS"):
-            pytest.fail(f"vllm is required here but unavailable: {why}")
-        pytest.skip(str(why))
-    return base, scheduler.OffloadingConnectorScheduler
+        unavailable("vllm", why)
+    if scans is None:
+        pytest.skip(f"absent: the connector has no scans before {compat.SCANS_FROM}")
+    return base, scans
 
 
 scripts = st.lists(st.sampled_from(list(LookupResult)), max_size=8)
 
 
+def in_release_vocabulary(base, script: list[LookupResult]) -> list[LookupResult]:
+    """The script as the installed release can say it (HIT_PENDING is RETRY before 0.25)."""
+    return [LookupResult[compat.lookup_answer(compat.scripted_answer(base, r.name))]
+            for r in script]
+
+
 def run_vllm(scan: str, script: list[LookupResult], window: int, initial: int | None):
-    base, ocs = vllm_scans()
+    base, scans = vllm_scans()
     made: list[int] = []
 
     def lookup(key, ctx):
         made.append(key)
-        return base.LookupResult[script[key].name]
+        return compat.scripted_answer(base, script[key].name)
 
     stub = SimpleNamespace(manager=SimpleNamespace(lookup=lookup),
                            _events_tracker=SimpleNamespace(record_lookup=lambda *a: None))
-    ctx = base.ReqContext(req_id="r0")
+    ctx = compat.request_context(base, "r0")
     keys = list(range(len(script)))
     if scan == "prefix":
-        result = ocs._maximal_prefix_lookup(stub, keys, ctx, None, None, 0)
+        result = compat.prefix_scan(scans, stub, keys, ctx)
     else:
-        result = ocs._sliding_window_lookup(stub, keys, window, ctx, initial)
-    return result, tuple(made)
+        try:
+            result = compat.window_scan(scans, stub, keys, window, ctx, initial)
+        except CapabilityMissing:
+            result = compat.window_scan(scans, stub, keys, window, ctx, None)
+            initial = None
+    return result, tuple(made), initial
 
 
 @given(script=scripts)
 def test_prefix_scan_agrees_with_vllm(script):
+    base, _ = vllm_scans()
+    script = in_release_vocabulary(base, script)
     got = maximal_prefix_lookup(lambda k: script[k], range(len(script)))
-    assert (got.result, got.lookups) == run_vllm("prefix", script, 0, None)
+    result, made, _ = run_vllm("prefix", script, 0, None)
+    assert (got.result, got.lookups) == (result, made), \
+        f"scan-agrees: prefix over {script}: vLLM {(result, made)}, model {got}"
 
 
 @given(script=scripts, window=st.integers(1, 4), extra=st.sampled_from([None, 0, 1, 2]))
 def test_window_scan_agrees_with_vllm(script, window, extra):
+    base, _ = vllm_scans()
+    script = in_release_vocabulary(base, script)
     initial = None if extra is None else window + extra
+    result, made, initial = run_vllm("window", script, window, initial)
     got = sliding_window_lookup(lambda k: script[k], list(range(len(script))), window, initial)
-    assert (got.result, got.lookups) == run_vllm("window", script, window, initial)
+    assert (got.result, got.lookups) == (result, made), \
+        f"scan-agrees: window {window} (initial {initial}) over {script}: vLLM " \
+        f"{(result, made)}, model {got}"

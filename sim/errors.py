@@ -7,3 +7,14 @@ class HarnessError(Exception):
 
 class TargetUnavailable(HarnessError):
     """The target cannot be built on this machine (e.g. vLLM is not installed)."""
+
+
+class AdapterError(TargetUnavailable):
+    """The adapter could not drive the installed release: a call into it (or the target's
+    construction) raised where no property was checked. The message names the call and the
+    error; the outcome is ``unavailable``, never a divergence and never a pass."""
+
+
+class CapabilityMissing(TargetUnavailable):
+    """The installed release lacks what one configuration needs (e.g. secondary tiers before
+    vLLM 0.22.0). A machine skips that configuration and reports the reason; the others run."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from attrs import frozen
 
-from sim.errors import HarnessError
+from sim.errors import AdapterError, HarnessError
 from sim.native.bugs import BUG_SWITCHES, bug_subsystems
 
 SUBSYSTEMS = ("encoder_cache", "scheduler_pass", "tiered_lookup", "offload_engine")
@@ -180,4 +180,18 @@ def make(name: str, subsystem: str, **config: Any) -> Any:
         raise HarnessError(f"target {target.base!r} has no {subsystem} implementation yet")
     if "cache_size" in config:
         check_size("cache_size", config["cache_size"])
-    return factory(target, **config)
+    if target.base != "vllm":
+        return factory(target, **config)
+    try:
+        return factory(target, **config)
+    except HarnessError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the adapter cannot build it on this release
+        from sim.outcomes import classify
+        verdict = classify(error)
+        raise AdapterError(f"building the vllm {subsystem} ({_config_text(config)}) failed: "
+                           f"{verdict.detail} (at {verdict.where})") from error
+
+
+def _config_text(config: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in config.items())

@@ -12,6 +12,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from sim.errors import CapabilityMissing
+from sim.vllm import release
+
 # -- how a request names its items ------------------------------------------------------------
 
 
@@ -76,3 +79,483 @@ def cached_num_embeds(manager: Any, request: Any, mm_hash: str, input_id: int,
     if method is not None:
         return method(request, input_id)
     return num_embeds if mm_hash in manager.cached else None
+
+
+# -- KV offload: the managers' home, construction and call shapes (vllm/v1/kv_offload) ---------
+#
+# Generations read from the released wheels (0.11.0 ... 0.33.0); boundaries between releases we
+# did not read are detected on the installed classes where a signature shows them.
+
+
+OFFLOAD_FROM = "0.11.0"
+
+
+def offload_base() -> Any:
+    """The module of the offload value types (``ReqContext``, ``LookupResult``, keys).
+
+    # vLLM >=0.21.0: ``vllm.v1.kv_offload.base``.
+    # vLLM 0.11.0-0.20.x: ``vllm.v1.kv_offload.abstract``.
+    # vLLM 0.10.x: no KV offload (``CapabilityMissing``).
+    """
+    for name in ("vllm.v1.kv_offload.base", "vllm.v1.kv_offload.abstract"):
+        if release.has_module(name):
+            return release.import_module(name)
+    raise CapabilityMissing(f"KV offload: vLLM {release.release()} has no vllm/v1/kv_offload "
+                            f"(first in {OFFLOAD_FROM})")
+
+
+def count_kwarg(manager_cls: type) -> str:
+    """The constructor's capacity keyword.
+
+    # vLLM >=0.30.0: ``num_chunks``.
+    # vLLM 0.19.0-0.29.x: ``num_blocks`` (PR renaming blocks to chunks came in 0.30.0).
+    """
+    params = inspect.signature(manager_cls.__init__).parameters
+    return "num_chunks" if "num_chunks" in params else "num_blocks"
+
+
+def primary_manager(num_chunks: int) -> Any:
+    """The CPU offloading manager alone, LRU, with events on.
+
+    # vLLM >=0.19.0: ``cpu.manager.CPUOffloadingManager(num_blocks|num_chunks=n)``.
+    # vLLM 0.11.0-0.18.x: ``lru_manager.LRUOffloadingManager(CPUBackend(block_size, n))``:
+    #   the manager over a pluggable backend that hands out block ids.
+    """
+    if not release.has_module("vllm.v1.kv_offload.cpu.manager"):
+        lru = release.import_module("vllm.v1.kv_offload.lru_manager")
+        backends = release.import_module("vllm.v1.kv_offload.backends.cpu")
+        return lru.LRUOffloadingManager(backends.CPUBackend(block_size=16, num_blocks=num_chunks),
+                                        enable_events=True)
+    cls = release.import_module("vllm.v1.kv_offload.cpu.manager").CPUOffloadingManager
+    return cls(**{count_kwarg(cls): num_chunks}, enable_events=True)
+
+
+def offload_key(base: Any, i: int) -> Any:
+    """The key the manager files block ``i`` under.
+
+    # vLLM >=0.20.0: ``make_offload_key(block_hash, group_idx)`` (hash bytes + group id).
+    # vLLM 0.11.0-0.19.x: the block hash itself (``BlockHash``: bytes).
+    """
+    block_hash = i.to_bytes(8, "big")
+    make = getattr(base, "make_offload_key", None)
+    return make(block_hash, 0) if make is not None else block_hash
+
+
+def request_context(base: Any, req_id: str) -> Any:
+    """The per-request context passed to the manager's calls.
+
+    # vLLM >=0.22.0: ``ReqContext(req_id=...)``.
+    # vLLM 0.20.x-0.21.x: ``ReqContext()`` (kv_transfer_params only).
+    # vLLM 0.11.0-0.19.x: none (calls take the keys alone).
+    """
+    cls = getattr(base, "ReqContext", None)
+    if cls is None:
+        return None
+    params = inspect.signature(cls).parameters
+    return cls(req_id=req_id) if "req_id" in params else cls()
+
+
+def keyed_call(manager: Any, name: str, keys: list, ctx: Any, **kwargs: Any) -> Any:
+    """``manager.<name>(keys[, ctx], **kwargs)``, with the request context where it is taken.
+
+    # vLLM >=0.22.0: every keyed call takes ``req_context`` after the keys.
+    # vLLM 0.20.x-0.21.x: ``prepare_load`` / ``prepare_store`` take it; ``touch``,
+    #   ``complete_load`` and ``complete_store`` do not.
+    # vLLM 0.11.0-0.19.x: no call takes one.
+    """
+    method = getattr(manager, name)
+    if "req_context" in inspect.signature(method).parameters:
+        return method(keys, ctx, **kwargs)
+    return method(keys, **kwargs)
+
+
+def start_request(manager: Any, ctx: Any) -> None:
+    """Announce the request before its first store.
+
+    # vLLM >=0.24.0: ``on_new_request(ctx)`` (the tiering manager needs it before
+    #   ``prepare_store``; the CPU manager returns an empty context).
+    # vLLM 0.11.0-0.23.x: no such call.
+    """
+    if hasattr(manager, "on_new_request"):
+        manager.on_new_request(ctx)
+
+
+def lookup_answer(raw: Any) -> str:
+    """A lookup's answer as a ``LookupResult`` name (``HIT``, ``HIT_PENDING``, ``RETRY``,
+    ``MISS``): the shape differs by release, the vocabulary is translated.
+
+    # vLLM >=0.25.0: ``LookupResult`` (PR #46363).
+    # vLLM 0.15.0-0.24.x: ``None`` = retry later; 0.20.0-0.24.x per key ``True`` / ``False``.
+    # vLLM 0.11.0-0.19.x: a prefix count; asked of one key (``lookup_one``) it is 1 or 0.
+    """
+    if raw is None:
+        return "RETRY"
+    name = getattr(raw, "name", None)
+    if name is not None:
+        return name
+    return "HIT" if raw else "MISS"          # True / False, or a count of 1 / 0
+
+
+def lookup_one(manager: Any, key: Any, ctx: Any) -> str:
+    """Look one key up; its ``LookupResult`` name.
+
+    # vLLM >=0.20.0: ``lookup(key, req_context)``, one key.
+    # vLLM 0.11.0-0.19.x: ``lookup(block_hashes) -> int``, the length of the offloaded prefix:
+    #   asked for the one-key prefix ``[key]`` it answers 1 (hit) or 0.
+    """
+    params = inspect.signature(manager.lookup).parameters
+    if "req_context" in params:
+        return lookup_answer(manager.lookup(key, ctx))
+    return lookup_answer(manager.lookup([key]))
+
+
+def store_output(out: Any) -> tuple[list, list, list[int]]:
+    """``prepare_store``'s output: (keys to store, evicted keys, chunk ids written to).
+
+    # vLLM >=0.20.0: ``keys_to_store`` / ``evicted_keys``.
+    # vLLM 0.11.0-0.19.x: ``block_hashes_to_store`` / ``block_hashes_evicted``.
+    # Every release: ``store_spec.block_ids`` (the CPU chunk ids).
+    """
+    stored = getattr(out, "keys_to_store", None)
+    if stored is None:
+        stored, evicted = out.block_hashes_to_store, out.block_hashes_evicted
+    else:
+        evicted = out.evicted_keys
+    return list(stored), list(evicted), [int(c) for c in out.store_spec.block_ids]
+
+
+def event_keys(event: Any) -> list:
+    """An offloading event's keys.
+
+    # vLLM >=0.20.0: ``keys``. vLLM 0.11.0-0.19.x: ``block_hashes``.
+    """
+    keys = getattr(event, "keys", None)
+    return list(keys if keys is not None else event.block_hashes)
+
+
+def chunk_status(manager: Any, key: Any) -> Any:
+    """The manager's record for ``key`` (``ref_cnt``; None when absent); private fields.
+
+    # vLLM >=0.19.0: ``manager._policy.get(key)`` (the cache policy holds the chunks).
+    # vLLM 0.11.0-0.18.x: ``manager.blocks.get(key)`` (an OrderedDict in LRU order).
+    """
+    policy = getattr(manager, "_policy", None)
+    return policy.get(key) if policy is not None else manager.blocks.get(key)
+
+
+def chunk_index(chunk: Any) -> int:
+    """Where a chunk's bytes live.
+
+    # vLLM >=0.30.0: ``chunk_id``. vLLM 0.11.0-0.29.x: ``block_id``.
+    """
+    index = getattr(chunk, "chunk_id", None)
+    return int(index if index is not None else chunk.block_id)
+
+
+def num_free_chunks(manager: Any) -> int:
+    """Unallocated chunks (private helpers).
+
+    # vLLM >=0.30.0: ``_get_num_free_chunks()``. 0.19.0-0.29.x: ``_get_num_free_blocks()``.
+    # vLLM 0.11.0-0.18.x: ``backend.get_num_free_blocks()``.
+    """
+    for name in ("_get_num_free_chunks", "_get_num_free_blocks"):
+        method = getattr(manager, name, None)
+        if method is not None:
+            return method()
+    return manager.backend.get_num_free_blocks()
+
+
+def end_step(manager: Any, base: Any) -> None:
+    """The scheduler step ends.
+
+    # vLLM >=0.26.0: ``on_schedule_end(ScheduleEndContext(new_req_ids, preempted_req_ids))``.
+    # vLLM 0.24.x-0.25.x: ``on_schedule_end()``.
+    # vLLM 0.11.0-0.23.x: no such call (the CPU manager has nothing to do at a step's end;
+    #   0.22.x's tiering manager ends its step in ``take_events``, which the step calls next).
+    """
+    method = getattr(manager, "on_schedule_end", None)
+    if method is None:
+        return
+    if "context" in inspect.signature(method).parameters:
+        method(base.ScheduleEndContext(new_req_ids=(), preempted_req_ids=()))
+    else:
+        method()
+
+
+def lookup_semantics(found: str) -> dict[str, Any]:
+    """Model options for what release ``found`` meant (changed on purpose upstream), so the
+    model checks an older release against its own semantics.
+
+    - ``pending_lookup``: what a chunk whose write is in flight answers.
+      # vLLM >=0.25.0: HIT_PENDING (PR #46363).
+      # vLLM 0.22.0-0.24.x: None, "write in flight; retry" (RETRY).
+      # vLLM 0.11.0-0.21.x: not ready is not offloaded (MISS).
+    - ``promotion_answers_retry``: a promotion that starts answers RETRY, not HIT_PENDING.
+      # vLLM 0.22.0-0.24.x: None ("retry later"; tiering answered bool | None).
+      # vLLM 0.25.0-0.27.x: ``LookupResult.RETRY`` (seed 001's version of PR #46363; read in
+      #   0.26.0, 0.25.x and 0.27.x unread). vLLM >=0.28.0: HIT_PENDING.
+    - ``failed_store_events``: a failed store's removal is an event (``metadata_only``).
+      # vLLM >=0.33.0. Older: no event.
+    - ``reset_holds_promotions``: after ``reset_cache`` promotions wait for
+      ``on_reset_flushed``. # vLLM >=0.33.0. Older: there is no hold.
+    - ``store_poll_gated``: ``prepare_store`` polls finished jobs only if nothing polled since
+      the step began. # vLLM 0.22.0-0.32.x (the connector called it first thing after
+      ``on_schedule_end``; 0.33.0 moved that call to the step's end and polls always).
+    """
+    version = release.parse_release(found)
+    options: dict[str, Any] = {}
+    if version < (0, 22, 0):
+        options["pending_lookup"] = "MISS"
+    elif version < (0, 25, 0):
+        options["pending_lookup"] = "RETRY"
+    if (0, 22, 0) <= version < (0, 28, 0):
+        options["promotion_answers_retry"] = True
+    if version < (0, 33, 0):
+        options["failed_store_events"] = False
+        options["reset_holds_promotions"] = False
+        options["store_poll_gated"] = True
+    return options
+
+
+# -- KV offload: tiering (vllm/v1/kv_offload/tiering, from 0.22.0) -----------------------------
+
+TIERING_FROM = "0.22.0"
+
+
+def tiering_manager_module() -> Any:
+    """``vllm.v1.kv_offload.tiering.manager``.
+
+    # vLLM >=0.22.0: present. vLLM 0.11.0-0.21.x: absent: a secondary tier cannot be driven
+    #   (``CapabilityMissing``: the machine skips those worlds and reports why).
+    """
+    if not release.has_module("vllm.v1.kv_offload.tiering.manager"):
+        raise CapabilityMissing(
+            f"secondary tiers: vLLM {release.release()} has no TieringOffloadingManager "
+            f"(vllm/v1/kv_offload/tiering/ first ships in {TIERING_FROM})")
+    return release.import_module("vllm.v1.kv_offload.tiering.manager")
+
+
+def tiering_base() -> Any:
+    """``vllm.v1.kv_offload.tiering.base`` (``SecondaryTierManager``, ``JobResult``); every
+    release with tiering (0.22.0 on)."""
+    return release.import_module("vllm.v1.kv_offload.tiering.base")
+
+
+def tiering_manager(module: Any, primary: Any, tiers: list) -> Any:
+    """``TieringOffloadingManager(primary, tiers)``.
+
+    # vLLM 0.22.0-0.25.x: also ``enable_events`` (its own list, never filled: the primary's
+    #   events are the ones yielded), left off.
+    # vLLM >=0.33.0: also ``tier_poll_interval_s``; a poll thread starts only for tiers with
+    #   ``tolerates_off_thread_polling`` (not the harness's).
+    """
+    return module.TieringOffloadingManager(primary, tiers)
+
+
+def tier_answer(base: Any, found: bool | None) -> Any:
+    """A secondary tier's lookup answer: found, absent, or None (probe unresolved).
+
+    # vLLM >=0.25.0: ``LookupResult`` HIT / MISS / RETRY.
+    # vLLM 0.22.0-0.24.x: True / False / None.
+    """
+    result = getattr(base, "LookupResult", None)
+    if result is None:
+        return found
+    return result.RETRY if found is None else result.HIT if found else result.MISS
+
+
+def job_chunk_ids(job: Any) -> Any:
+    """The primary chunks a secondary job reads or writes.
+
+    # vLLM >=0.30.0: ``chunk_ids``. vLLM 0.22.0-0.29.x: ``block_ids``.
+    """
+    ids = getattr(job, "chunk_ids", None)
+    return ids if ids is not None else job.block_ids
+
+
+# -- KV offload: the connector's scans (offloading/scheduler.py, from 0.20.0) ------------------
+
+SCANS_FROM = "0.20.0"
+SCANS_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler"
+
+
+def connector_scans() -> Any:
+    """``OffloadingConnectorScheduler`` with ``_maximal_prefix_lookup`` and
+    ``_sliding_window_lookup``, or None.
+
+    # vLLM >=0.20.0: the scans are the connector's own helpers over per-key lookups.
+    # vLLM 0.11.0-0.19.x: None: the connector asks the manager for a prefix count
+    #   (``manager_prefix_scan``) and has no sliding-window scan.
+    """
+    if not release.has_module(SCANS_MODULE):
+        return None
+    cls = release.import_module(SCANS_MODULE).OffloadingConnectorScheduler
+    return cls if hasattr(cls, "_maximal_prefix_lookup") else None
+
+
+def manager_prefix_scan(manager: Any, keys: list) -> tuple[int | None, list[str]]:
+    """The maximal-prefix scan of a release before the connector had one: the manager's
+    ``lookup(block_hashes) -> int`` (``-> int | None`` from 0.15.0), "the length of the
+    maximal series of blocks, starting from the first one, that are all offloaded".
+
+    # vLLM 0.11.0-0.19.x. Returns the count and the answers it implies: HIT for the counted
+    #   keys and MISS for the one that stopped it (the count's meaning; the keys the manager
+    #   examined are not observable). None (retry later) implies nothing about the keys.
+    """
+    count = manager.lookup(keys)
+    if count is None:
+        return None, []
+    return count, ["HIT"] * count + (["MISS"] if count < len(keys) else [])
+
+
+def prefix_scan(scans: Any, stub: Any, keys: list, ctx: Any) -> int | None:
+    """``_maximal_prefix_lookup`` on a stub ``self``.
+
+    # vLLM >=0.28.0: (keys, req_context, req, group_config, start_chunk_idx); it records
+    #   each hit with ``self._events_tracker.record_lookup``.
+    # vLLM 0.20.0-0.27.x: (keys, req_context).
+    """
+    params = inspect.signature(scans._maximal_prefix_lookup).parameters
+    if "start_chunk_idx" in params:
+        return scans._maximal_prefix_lookup(stub, keys, ctx, None, None, 0)
+    return scans._maximal_prefix_lookup(stub, keys, ctx)
+
+
+def window_scan(scans: Any, stub: Any, keys: list, window: int, ctx: Any,
+                initial_window: int | None) -> int | None:
+    """``_sliding_window_lookup`` on a stub ``self``.
+
+    # vLLM >=0.30.0: (keys, sliding_window_size, req_context, initial_window_size).
+    # vLLM 0.20.0-0.29.x: (keys, sliding_window_size, req_context): no larger first window
+    #   (``missing_offload_calls`` says so, and the machine asks for none).
+    """
+    params = inspect.signature(scans._sliding_window_lookup).parameters
+    if "initial_window_size" in params:
+        return scans._sliding_window_lookup(stub, keys, window, ctx, initial_window)
+    if initial_window is not None:
+        raise CapabilityMissing(f"initial_window: vLLM {release.release()}'s sliding-window "
+                                "scan takes no initial window (added in 0.30.0)")
+    return scans._sliding_window_lookup(stub, keys, window, ctx)
+
+
+def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
+    """Calls the machine may make that this release lacks: name -> reason.
+
+    # vLLM 0.11.0-0.19.x: no sliding-window scan (the connector had none before 0.20.0).
+    # vLLM 0.20.0-0.29.x: no initial (larger) window for the rightmost run.
+    # vLLM 0.11.0-0.21.x: no ``reset_cache`` (0.24.0 for the tiering manager).
+    (``on_reset_flushed``, from 0.33.0, is no gap: before it a reset held nothing to release,
+    ``lookup_semantics``'s ``reset_holds_promotions``.)
+    """
+    found = release.release()
+    missing: dict[str, str] = {}
+    if scans is None:
+        missing["sliding_window_lookup"] = (f"sliding_window_lookup: vLLM {found}'s connector "
+                                            f"has no sliding-window scan (from {SCANS_FROM})")
+    elif "initial_window_size" not in inspect.signature(scans._sliding_window_lookup).parameters:
+        missing["initial_window"] = (f"initial_window: vLLM {found}'s sliding-window scan "
+                                     "takes no larger first window (from 0.30.0)")
+    if not hasattr(manager, "reset_cache"):
+        missing["reset_cache"] = (f"reset_cache: vLLM {found}'s {type(manager).__name__} "
+                                  "has no reset_cache")
+    return missing
+
+
+def scripted_answer(base: Any, name: str) -> Any:
+    """What a manager of this release returns for the ``LookupResult`` ``name`` (a scripted
+    manager's answer in the release's vocabulary).
+
+    # vLLM >=0.25.0: the ``LookupResult`` itself.
+    # vLLM 0.20.0-0.24.x: HIT True, MISS False, HIT_PENDING and RETRY None ("retry later":
+    #   the one "not yet" answer the bool API had).
+    """
+    result = getattr(base, "LookupResult", None)
+    if result is not None:
+        return result[name]
+    return {"HIT": True, "MISS": False}.get(name)
+
+
+# -- the platform -----------------------------------------------------------------------------
+
+
+def select_cpu_platform(platforms: Any) -> None:
+    """Make vLLM resolve its CPU platform (``vllm.platforms``, before anything asks).
+
+    # vLLM >=0.28.0: ``VLLM_TARGET_DEVICE=cpu`` selects it (``cpu_platform_plugin`` reads it).
+    # vLLM 0.10.2-0.27.x: the CPU platform is detected only for a CPU build (a ``cpu`` version
+    #   suffix) or on macOS; the CUDA wheel on a machine without a GPU resolves
+    #   ``UnspecifiedPlatform`` and ``VllmConfig`` fails "Failed to infer device type". The
+    #   harness drives the CPU build's platform class instead, as that build would.
+    """
+    if platforms._current_platform is not None:
+        return
+    if "VLLM_TARGET_DEVICE" in inspect.getsource(platforms.cpu_platform_plugin):
+        return
+    from vllm.platforms.cpu import CpuPlatform
+    platforms._current_platform = CpuPlatform()
+
+
+# -- the V1 Scheduler, offline (vllm/v1/core/sched/scheduler.py) ------------------------------
+
+
+def scheduler_kwargs(scheduler_cls: type, block_size: int) -> dict[str, Any]:
+    """Keywords the ``Scheduler`` takes beyond the configs.
+
+    # vLLM >=0.12.0: ``block_size`` (the KV block size, hashed blocks follow it).
+    # vLLM 0.10.2-0.11.x: none (read from ``cache_config.block_size``).
+    """
+    params = inspect.signature(scheduler_cls.__init__).parameters
+    return {"block_size": block_size} if "block_size" in params else {}
+
+
+def request_kwargs(request_cls: type) -> dict[str, Any]:
+    """Keywords a ``Request`` needs beyond id, prompt, sampling, pooling and features.
+
+    # vLLM 0.10.2-0.17.x: ``eos_token_id`` is required (None: ``ignore_eos`` anyway).
+    # vLLM >=0.18.0 (after 0.16.0): no such parameter.
+    """
+    params = inspect.signature(request_cls.__init__).parameters
+    return {"eos_token_id": None} if "eos_token_id" in params else {}
+
+
+def runner_output(outputs: Any, ids: list[str], sampled: list[list[int]]) -> Any:
+    """A ``ModelRunnerOutput`` sampling ``sampled[i]`` for ``ids[i]`` (nothing else).
+
+    # vLLM >=0.14.0: every field but the ids has a default.
+    # vLLM 0.10.2-0.13.x: ``logprobs``, ``prompt_logprobs_dict`` and ``pooler_output`` are
+    #   required too (None, {}, and no pooler output).
+    """
+    params = inspect.signature(outputs.ModelRunnerOutput).parameters
+    extra = {name: value for name, value in (("logprobs", None), ("prompt_logprobs_dict", {}),
+                                             ("pooler_output", []))
+             if name in params and params[name].default is inspect.Parameter.empty}
+    return outputs.ModelRunnerOutput(req_ids=ids,
+                                     req_id_to_index={rid: k for k, rid in enumerate(ids)},
+                                     sampled_token_ids=sampled, **extra)
+
+
+def mid_prefill(request: Any) -> bool:
+    """Whether ``schedule()`` left ``request`` inside its prompt (a runner samples nothing).
+
+    # vLLM >=0.12.0 (after 0.11.0): ``request.is_prefill_chunk``, set by the scheduler.
+    # vLLM 0.10.2-0.11.x: computed: fewer tokens computed (scheduled ones included) than the
+    #   prompt holds, as the GPU runner decided when it discarded a partial prefill's sample.
+    """
+    flag = getattr(request, "is_prefill_chunk", None)
+    if flag is not None:
+        return bool(flag)
+    return request.num_computed_tokens < request.num_prompt_tokens
+
+
+def attention_spec(kv: Any, dtype: Any) -> Any:
+    """The one KV cache group's spec (a tiny full-attention layer; KV pressure is not this
+    subsystem's).
+
+    # vLLM >=0.11.0: ``FullAttentionSpec(block_size, num_kv_heads, head_size, dtype)``.
+    # vLLM 0.10.x: ``use_mla`` is required too (False).
+    """
+    params = inspect.signature(kv.FullAttentionSpec).parameters
+    extra = {"use_mla": False} if "use_mla" in params \
+        and params["use_mla"].default is inspect.Parameter.empty else {}
+    return kv.FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1, dtype=dtype,
+                                **extra)

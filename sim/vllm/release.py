@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -94,6 +95,9 @@ def _import_vllm() -> ModuleType:
     except Exception as error:  # noqa: BLE001 - any import failure makes the target unusable
         raise _import_failed("vllm", error) from None
     check_supported(release())
+    if os.environ["VLLM_TARGET_DEVICE"] == "cpu":
+        from sim.vllm import compat
+        compat.select_cpu_platform(importlib.import_module("vllm.platforms"))
     return vllm
 
 
@@ -112,6 +116,15 @@ def import_module(name: str) -> ModuleType:
         return importlib.import_module(name)
     except Exception as error:  # noqa: BLE001
         raise _import_failed(name, error) from None
+
+
+def has_module(name: str) -> bool:
+    """Whether the installed vLLM ships module ``name`` (without importing it)."""
+    load()
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:          # a parent package is missing too
+        return False
 
 
 def _import_failed(name: str, error: Exception) -> TargetUnavailable:
@@ -206,13 +219,20 @@ def installed_release() -> str | None:
         return None
 
 
-def xfail_before(fixed_in: str, reason: str):
+def xfail_before(fixed_in: str, reason: str, since: str | None = None):
     """A strict xfail for the ``vllm`` target on releases before ``fixed_in``, for curated
     reproducers of divergences that upstream fixed (``pytest.param("vllm", marks=...)``):
-    an affected release stays green, and a reproducer that starts passing there turns red."""
+    an affected release stays green, and a reproducer that starts passing there turns red.
+    With ``since`` (the first release that has the class, or the bug), older releases skip:
+    they have nothing to run the reproducer on."""
     import pytest
 
     found = installed_release()
-    affected = found is not None and parse_release(found) < parse_release(fixed_in)
-    return pytest.mark.xfail(affected, strict=True,
-                             reason=f"vLLM {found} < {fixed_in}: {reason}")
+    version = parse_release(found) if found is not None else None
+    affected = version is not None and version < parse_release(fixed_in) and (
+        since is None or version >= parse_release(since))
+    mark = pytest.mark.xfail(affected, strict=True, reason=f"vLLM {found} < {fixed_in}: {reason}")
+    if since is None:
+        return mark
+    absent = version is not None and version < parse_release(since)
+    return [pytest.mark.skipif(absent, reason=f"absent: vLLM {found} predates {since}"), mark]

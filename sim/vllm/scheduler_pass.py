@@ -28,7 +28,7 @@ from typing import Any
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
 from sim.errors import HarnessError
-from sim.vllm import release
+from sim.vllm import compat, release
 
 MAX_MODEL_LEN = 4096
 SAMPLED_TOKEN = 7
@@ -64,8 +64,7 @@ def _vllm_config() -> Any:
 def _kv_cache_config() -> Any:
     import torch
     kv = release.import_module("vllm.v1.kv_cache_interface")
-    spec = kv.FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1,
-                                dtype=torch.float32)
+    spec = compat.attention_spec(kv, torch.float32)
     return kv.KVCacheConfig(num_blocks=1000, kv_cache_tensors=[],
                             kv_cache_groups=[kv.KVCacheGroupSpec(["layer"], spec)])
 
@@ -92,9 +91,9 @@ class VllmSchedulerPass:
             sampling=release.import_module("vllm.sampling_params"),
             outputs=release.import_module("vllm.v1.outputs"))
         self.scheduler = sched_mod.Scheduler(
-            vllm_config=vllm_config, kv_cache_config=_kv_cache_config(), block_size=16,
-            log_stats=False,
-            structured_output_manager=structured.StructuredOutputManager(vllm_config))
+            vllm_config=vllm_config, kv_cache_config=_kv_cache_config(), log_stats=False,
+            structured_output_manager=structured.StructuredOutputManager(vllm_config),
+            **compat.scheduler_kwargs(sched_mod.Scheduler, 16))
         # The tiny OPT is a text model, so the Scheduler built no multimodal budget: give it
         # the encoder budget and a real EncoderCacheManager of the sizes MultiModalBudget
         # would compute (compute_mm_encoder_budget: max(configured, largest item); the
@@ -154,11 +153,9 @@ class VllmSchedulerPass:
 
     def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
         ids = list(output.num_scheduled_tokens)
-        sampled = [[] if self.scheduler.requests[rid].is_prefill_chunk else [SAMPLED_TOKEN]
+        sampled = [[] if compat.mid_prefill(self.scheduler.requests[rid]) else [SAMPLED_TOKEN]
                    for rid in ids]
-        runner_output = self._mods.outputs.ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)},
-            sampled_token_ids=sampled)
+        runner_output = compat.runner_output(self._mods.outputs, ids, sampled)
         self.scheduler.update_from_output(self._last, runner_output)
         finished = tuple(rid for rid in ids if rid not in self.scheduler.requests)
         for rid in finished:
@@ -189,9 +186,11 @@ class VllmSchedulerPass:
             for item in request.items]
         params = self._mods.sampling.SamplingParams(max_tokens=request.max_tokens,
                                                     ignore_eos=True)
-        return self._mods.request.Request(
+        request_cls = self._mods.request.Request
+        return request_cls(
             request_id=request.request_id, prompt_token_ids=[0] * request.prompt_len,
-            sampling_params=params, pooling_params=None, mm_features=features or None)
+            sampling_params=params, pooling_params=None, mm_features=features or None,
+            **compat.request_kwargs(request_cls))
 
     def __repr__(self) -> str:
         return f"VllmSchedulerPass(vllm=={self.release})"

@@ -14,7 +14,9 @@ stub ``self`` (``specs/vllm-drive.md`` sections 2 and 3).
 The harness plays the GPU worker: a successful ``complete_store`` writes the key's bytes into
 the chunk vLLM chose in ``prepare_store``; ``read_chunk`` reads the chunk the manager reports
 for the key. Keys are our small integers; vLLM sees ``make_offload_key(i.to_bytes(8, "big"),
-0)``. Private fields read here are tagged ``# vLLM 0.33.0:``.
+0)`` (the hash bytes alone before 0.20.0). Every call whose shape differs between releases
+goes through one function of ``compat.py`` (the CPU manager from 0.11.0, the tiering manager
+from 0.22.0, the connector's scans from 0.20.0; before, the manager's own prefix count).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
-from sim.errors import HarnessError, TargetUnavailable
-from sim.vllm import release
+from sim.errors import HarnessError
+from sim.vllm import compat, release
 
 CHUNK_WORDS = 4
 CHUNK_BYTES = mmap.PAGESIZE
@@ -48,24 +50,19 @@ class _Region:
 
 
 def lookup_api():
-    """``vllm.v1.kv_offload.base`` if it has PR #46363's ``LookupResult``; releases before it
-    (``lookup -> bool | None``) are a skip with the reason, not a failure."""
-    base = release.import_module("vllm.v1.kv_offload.base")
-    if not hasattr(base, "LookupResult"):
-        raise TargetUnavailable(
-            f"vLLM {release.release()} predates LookupResult (PR #46363): the tiered-lookup "
-            "adapter drives the 0.33.0 API; use vLLM 0.33.0 or later")
-    return base
+    """The offload value types' module (``base``, or ``abstract`` before 0.21.0)."""
+    return compat.offload_base()
 
 
 def _manual_tier_class():
     """A ``SecondaryTierManager`` whose jobs the test completes (defined on first use: the
-    base class is vLLM's)."""
-    base = release.import_module("vllm.v1.kv_offload.base")
-    tiering = release.import_module("vllm.v1.kv_offload.tiering.base")
+    base class is vLLM's, and its abstract methods changed names across releases)."""
+    base = compat.offload_base()
+    tiering = compat.tiering_base()
 
     class ManualTier(tiering.SecondaryTierManager):
-        medium = base.Medium.CPU
+        medium = getattr(base, "Medium", None) and base.Medium.CPU
+        tolerates_off_thread_polling = False
 
         def __init__(self, view: memoryview, probe: bool):
             super().__init__(None, view, "manual")
@@ -78,13 +75,12 @@ def _manual_tier_class():
 
         def lookup(self, key, req_context):
             if not self.probe:
-                return base.LookupResult.HIT if key in self.copies else base.LookupResult.MISS
+                return compat.tier_answer(base, key in self.copies)
             if key in self.probe_answer:
-                found = self.probe_answer.pop(key)
-                return base.LookupResult.HIT if found else base.LookupResult.MISS
+                return compat.tier_answer(base, self.probe_answer.pop(key))
             if key not in self.probe_queue:
                 self.probe_queue.append(key)
-            return base.LookupResult.RETRY
+            return compat.tier_answer(base, None)
 
         def submit_store(self, job_metadata) -> None:
             self.queued[job_metadata.job_id] = job_metadata
@@ -94,7 +90,7 @@ def _manual_tier_class():
 
         def complete(self, job_id: int) -> None:
             job = self.queued.pop(job_id)
-            for key, chunk_id in zip(job.keys, job.chunk_ids, strict=True):
+            for key, chunk_id in zip(job.keys, compat.job_chunk_ids(job), strict=True):
                 if job.is_promotion:
                     self.rows[int(chunk_id)] = self.copies[key]
                 else:
@@ -105,8 +101,17 @@ def _manual_tier_class():
             done, self.finished = self.finished, []
             return done
 
+        get_finished = get_finished_jobs      # vLLM 0.22.x: the poll's name
+
+        def touch(self, keys, req_context) -> None:
+            pass
+
         def on_new_request(self, req_context):
-            return base.RequestOffloadingContext()
+            context = getattr(base, "RequestOffloadingContext", None)
+            return context() if context is not None else None
+
+        def on_request_finished(self, req_context) -> None:
+            pass
 
         def drain_jobs(self) -> None:
             for job_id in sorted(self.queued):
@@ -115,57 +120,63 @@ def _manual_tier_class():
         def has_pending_work(self) -> bool:
             return bool(self.queued)
 
-        def on_schedule_end(self, context) -> None:
+        def take_events(self):
+            return ()
+
+        def on_schedule_end(self, context=None) -> None:
             for key in self.probe_queue:
                 self.probe_answer[key] = key in self.copies
             self.probe_queue = []
+
+        def shutdown(self) -> None:
+            pass
 
     return ManualTier
 
 
 class VllmTieredLookup:
-    """The tiered-lookup port over vLLM's ``CPUOffloadingManager`` or
-    ``TieringOffloadingManager``."""
+    """The tiered-lookup port over vLLM's ``CPUOffloadingManager`` (``LRUOffloadingManager``
+    before 0.19.0) or ``TieringOffloadingManager`` (from 0.22.0)."""
 
     def __init__(self, num_chunks: int, secondary: str = "none"):
-        self._base = lookup_api()
-        connector = release.import_module(
-            "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler")
+        self._base = compat.offload_base()
         self.release = release.release()
         self.num_chunks = num_chunks
         self.secondary = secondary
-        self._scheduler_cls = connector.OffloadingConnectorScheduler
         self.tier = None
         if secondary == "none":
-            cpu = release.import_module("vllm.v1.kv_offload.cpu.manager")
-            self.manager = self.primary = cpu.CPUOffloadingManager(num_chunks=num_chunks,
-                                                                 enable_events=True)
+            self.manager = self.primary = compat.primary_manager(num_chunks)
             self._chunks = np.zeros((num_chunks, CHUNK_BYTES), dtype=np.uint8)
         elif secondary in ("memory", "probe"):
-            manager = release.import_module("vllm.v1.kv_offload.tiering.manager")
-            self.primary = manager.CPUPrimaryTierOffloadingManager(
-                num_chunks=num_chunks, mmap_region=_Region(num_chunks), enable_events=True)
+            manager = compat.tiering_manager_module()
+            cls = manager.CPUPrimaryTierOffloadingManager
+            self.primary = cls(**{compat.count_kwarg(cls): num_chunks},
+                               mmap_region=_Region(num_chunks), enable_events=True)
             view = self.primary.get_kv_memoryview()
             self._chunks = np.asarray(view)               # writable (num_chunks, bytes) uint8
             self.tier = _manual_tier_class()(view, probe=secondary == "probe")
-            self.manager = manager.TieringOffloadingManager(self.primary, [self.tier])
+            self.manager = compat.tiering_manager(manager, self.primary, [self.tier])
         else:
             raise HarnessError(f"unknown secondary tier {secondary!r}")
-        self._ctx = self._base.ReqContext(req_id="r0")
+        self._scans = compat.connector_scans()
+        self.missing_calls = compat.missing_offload_calls(self.manager, self._scans)
+        self.model_options = compat.lookup_semantics(self.release)
+        self._ctx = compat.request_context(self._base, "r0")
         with self._locked():
-            self.manager.on_new_request(self._ctx)
+            compat.start_request(self.manager, self._ctx)
         self._keys: dict[int, object] = {}
         self._ints: dict[object, int] = {}
         self._store_chunk: dict[int, int] = {}      # pending key -> chunk id being written
 
     def _locked(self):
-        return self.manager.lock if self.tier is not None else contextlib.nullcontext()
+        lock = getattr(self.manager, "lock", None)  # vLLM 0.33.0: callers hold it
+        return lock if lock is not None else contextlib.nullcontext()
 
     # -- keys -------------------------------------------------------------------------------
 
     def _key(self, i: int):
         if i not in self._keys:
-            key = self._base.make_offload_key(i.to_bytes(8, "big"), 0)
+            key = compat.offload_key(self._base, i)
             self._keys[i], self._ints[key] = key, i
         return self._keys[i]
 
@@ -173,13 +184,13 @@ class VllmTieredLookup:
         return [self._key(i) for i in keys]
 
     def _chunk(self, i: int):
-        return self.primary._policy.get(self._key(i))    # vLLM 0.33.0: chunks in the policy
+        return compat.chunk_status(self.primary, self._key(i))
 
     # -- observables ------------------------------------------------------------------------
 
     @property
     def num_free_chunks(self) -> int:
-        return self.primary._get_num_free_chunks()       # vLLM 0.33.0: private helper
+        return compat.num_free_chunks(self.primary)
 
     def ref_cnt(self, key: int) -> int | None:
         chunk = self._chunk(key)
@@ -189,7 +200,7 @@ class VllmTieredLookup:
         chunk = self._chunk(key)
         if chunk is None or chunk.ref_cnt < 0:
             return None
-        row = _words(self._chunks[int(chunk.chunk_id)])
+        row = _words(self._chunks[compat.chunk_index(chunk)])
         owner = (row[0] - 1) // CHUNK_WORDS
         return owner if owner >= 0 and row == _payload(owner) else -1
 
@@ -207,13 +218,14 @@ class VllmTieredLookup:
 
     def prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
         with self._locked():
-            out = self.manager.prepare_store(self._vkeys(keys), self._ctx)
+            out = compat.keyed_call(self.manager, "prepare_store", self._vkeys(keys), self._ctx)
         if out is None:
             return None
-        stored = tuple(self._ints[k] for k in out.keys_to_store)
-        for i, chunk_id in zip(stored, out.store_spec.block_ids, strict=True):
-            self._store_chunk[i] = int(chunk_id)
-        return StoreOutput(stored, tuple(self._ints[k] for k in out.evicted_keys))
+        to_store, evicted, chunk_ids = compat.store_output(out)
+        stored = tuple(self._ints[k] for k in to_store)
+        for i, chunk_id in zip(stored, chunk_ids, strict=True):
+            self._store_chunk[i] = chunk_id
+        return StoreOutput(stored, tuple(self._ints[k] for k in evicted))
 
     def complete_store(self, keys: Sequence[int], success: bool = True) -> None:
         for i in keys:
@@ -222,34 +234,36 @@ class VllmTieredLookup:
                 self._chunks[chunk_id, :8 * CHUNK_WORDS] = np.frombuffer(
                     _bytes(_payload(i)), dtype=np.uint8)                       # GPU copy
         with self._locked():
-            self.manager.complete_store(self._vkeys(keys), self._ctx, success=success)
+            compat.keyed_call(self.manager, "complete_store", self._vkeys(keys), self._ctx,
+                              success=success)
 
     def take_events(self) -> list[OffloadEvent]:
         with self._locked():
             events = list(self.manager.take_events())
-        return [OffloadEvent(tuple(self._ints[k] for k in e.keys), bool(e.removed))
-                for e in events]
+        return [OffloadEvent(tuple(self._ints[k] for k in compat.event_keys(e)),
+                             bool(e.removed)) for e in events]
 
     def prepare_load(self, keys: Sequence[int]) -> None:
         with self._locked():
-            self.manager.prepare_load(self._vkeys(keys), self._ctx)
+            compat.keyed_call(self.manager, "prepare_load", self._vkeys(keys), self._ctx)
 
     def complete_load(self, keys: Sequence[int]) -> None:
         with self._locked():
-            self.manager.complete_load(self._vkeys(keys), self._ctx)
+            compat.keyed_call(self.manager, "complete_load", self._vkeys(keys), self._ctx)
 
     def touch(self, keys: Sequence[int]) -> None:
         with self._locked():
-            self.manager.touch(self._vkeys(keys), self._ctx)
+            compat.keyed_call(self.manager, "touch", self._vkeys(keys), self._ctx)
 
     def lookup(self, key: int) -> LookupResult:
         with self._locked():
-            return LookupResult[self.manager.lookup(self._key(key), self._ctx).name]
+            return LookupResult[compat.lookup_one(self.manager, self._key(key), self._ctx)]
 
     def on_schedule_end(self) -> None:
+        if self.tier is not None and not hasattr(self.manager, "on_schedule_end"):
+            self.tier.on_schedule_end()     # vLLM 0.22.x: the tier's step end is ours to play
         with self._locked():
-            self.manager.on_schedule_end(
-                self._base.ScheduleEndContext(new_req_ids=(), preempted_req_ids=()))
+            compat.end_step(self.manager, self._base)
 
     def complete_job(self, job_id: int) -> None:
         if self.tier is None:
@@ -262,6 +276,8 @@ class VllmTieredLookup:
             self.manager.reset_cache()
 
     def on_reset_flushed(self) -> None:
+        if not hasattr(self.manager, "on_reset_flushed"):
+            return                          # before 0.33.0 a reset holds nothing to release
         with self._locked():
             self.manager.on_reset_flushed()
 
@@ -270,7 +286,7 @@ class VllmTieredLookup:
     def _stub(self, made: list[tuple[int, LookupResult]]) -> SimpleNamespace:
         def lookup(key, ctx):
             answer = self.manager.lookup(key, ctx)
-            made.append((self._ints[key], LookupResult[answer.name]))
+            made.append((self._ints[key], LookupResult[compat.lookup_answer(answer)]))
             return answer
         return SimpleNamespace(
             manager=SimpleNamespace(lookup=lookup),
@@ -279,16 +295,20 @@ class VllmTieredLookup:
     def maximal_prefix_lookup(self, keys: Sequence[int]) -> Scan:
         made: list[tuple[int, LookupResult]] = []
         with self._locked():
-            result = self._scheduler_cls._maximal_prefix_lookup(
-                self._stub(made), self._vkeys(keys), self._ctx, None, None, 0)
+            if self._scans is None:         # vLLM 0.11.0-0.19.x: the manager's prefix count
+                result, answers = compat.manager_prefix_scan(self.manager, self._vkeys(keys))
+                made = [(k, LookupResult[a]) for k, a in zip(keys, answers, strict=False)]
+            else:
+                result = compat.prefix_scan(self._scans, self._stub(made), self._vkeys(keys),
+                                            self._ctx)
         return _scan(result, made)
 
     def sliding_window_lookup(self, keys: Sequence[int], window: int,
                               initial_window: int | None = None) -> Scan:
         made: list[tuple[int, LookupResult]] = []
         with self._locked():
-            result = self._scheduler_cls._sliding_window_lookup(
-                self._stub(made), self._vkeys(keys), window, self._ctx, initial_window)
+            result = compat.window_scan(self._scans, self._stub(made), self._vkeys(keys),
+                                        window, self._ctx, initial_window)
         return _scan(result, made)
 
 
