@@ -129,3 +129,17 @@ def bisect(session: nox.Session) -> None:
     session.install("--no-deps", "-e", ".")
     session.install("attrs")
     session.run("python", "-m", "sim.cli", "bisect", *session.posargs)
+
+
+@nox.session(venv_params=VENV_PARAMS)
+def mutants(session: nox.Session) -> None:
+    """Mutation score of the vllm suites on one real vLLM class (``-- --class M:C``)."""
+    release, args = take_option(session.posargs, "--release", VLLM_RELEASE)
+    install_vllm(session, release)
+    if "--compare-upstream" in args:
+        # pip prepares the sdist's metadata even to download it: vLLM's build tools
+        session.install(*nox.project.dependency_groups(PYPROJECT, "sdist"))
+    session.env.update(HYPOTHESIS_PROFILE="ci", LCH_REQUIRE_TARGETS="1",
+                       VLLM_TARGET_DEVICE="cpu")
+    session.run("python", "-m", "sim.vllm.release", "check")
+    session.run("python", "-m", "lch.mutants", "--release", release, *args)
