@@ -4,6 +4,11 @@ The parent imports vLLM (10-30 s) and the harness once; every task forks a fresh
 inherits them, so a mutant costs its tests and not an import. A child writes its result as
 JSON to a file and exits; one that runs past its limit is killed with its process group (a
 mutant may loop forever). Output of a child goes to its own log file, not the terminal.
+
+The limit is on the child's CPU time, not its wall time: on a shared machine another user's
+load stretches a healthy run (measured: a 44 s suite took 150 s) and a wall-clock limit
+would count a surviving mutant as killed. A mutant that loops burns CPU and still hits it; a
+wall-clock cap of ``WALL_FACTOR`` times the limit catches one that sleeps.
 """
 
 from __future__ import annotations
@@ -19,15 +24,18 @@ from pathlib import Path
 from attrs import define, field
 
 POLL_S = 0.05
+WALL_FACTOR = 10
+TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @define
 class Task:
     key: str                                  # unique: names the log and result files
     run: Callable[[], dict]                   # what the child does; returns its result
-    timeout_s: float
+    timeout_s: float                          # CPU seconds (see the module docstring)
     result: dict | None = None
-    seconds: float = 0.0
+    seconds: float = 0.0                      # wall time
+    cpu_seconds: float = 0.0
 
 
 @define
@@ -99,20 +107,33 @@ def _child(task: Task, log: Path, result_path: Path) -> None:
 def _reap(running: dict[int, _Running], workdir: Path) -> list[Task]:
     finished = []
     for pid, r in list(running.items()):
-        waited, _status = os.waitpid(pid, os.WNOHANG)
+        cpu = _cpu_seconds(pid)                # read before the wait reaps the child
         elapsed = time.monotonic() - r.started
-        if waited == 0 and elapsed <= r.task.timeout_s:
+        waited, _status, usage = os.wait4(pid, os.WNOHANG)
+        if waited:
+            cpu = usage.ru_utime + usage.ru_stime
+        elif cpu <= r.task.timeout_s and elapsed <= WALL_FACTOR * r.task.timeout_s:
             continue
         if waited == 0:
             _kill(pid)
-            r.task.result = {"outcome": "timeout",
-                             "message": f"killed after {r.task.timeout_s:.0f} s"}
+            r.task.result = {"outcome": "timeout", "message": f"killed after {cpu:.0f} s of "
+                             f"CPU ({elapsed:.0f} s wall); the limit is {r.task.timeout_s:.0f}"}
         else:
             r.task.result = _read_result(workdir / f"{r.task.key}.json", r.log)
-        r.task.seconds = elapsed
+        r.task.seconds, r.task.cpu_seconds = elapsed, cpu
         del running[pid]
         finished.append(r.task)
     return finished
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a running child (Linux ``/proc``; 0 where unreadable, which
+    leaves only the wall-clock cap)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
 
 
 def _read_result(path: Path, log: Path) -> dict:
