@@ -53,21 +53,21 @@ def hunt(session: nox.Session) -> None:
     """Time-budgeted search on the chosen targets (default native): report and reproducers."""
     install_harness(session, "test")
     session.env.setdefault("HYPOTHESIS_PROFILE", "hunt")
-    session.run("python", "-m", "sim.cli", "hunt", *session.posargs)   # default --budget 60s
+    session.run("python", "-m", "lch.cli", "hunt", *session.posargs)   # default --budget 60s
 
 
 @nox.session(venv_params=VENV_PARAMS)
 def replay(session: nox.Session) -> None:
     """Run every saved reproducer under fixtures/reproducers."""
     install_harness(session, "test")
-    session.run("python", "-m", "sim.cli", "replay", *session.posargs)
+    session.run("python", "-m", "lch.cli", "replay", *session.posargs)
 
 
 @nox.session(venv_params=VENV_PARAMS)
 def bench(session: nox.Session) -> None:
     """Steps per second against a trivial machine, time to find and shrink each known bug."""
     install_harness(session, "test")
-    session.run("python", "-m", "sim.bench", *session.posargs)
+    session.run("python", "-m", "lch.bench", *session.posargs)
 
 
 @nox.session
@@ -128,7 +128,7 @@ def bisect(session: nox.Session) -> None:
     """The vllm suites over a range of releases, one venv each (``-- --from X --to Y``)."""
     session.install("--no-deps", "-e", ".")
     session.install("attrs")
-    session.run("python", "-m", "sim.cli", "bisect", *session.posargs)
+    session.run("python", "-m", "lch.cli", "bisect", *session.posargs)
 
 
 @nox.session(venv_params=VENV_PARAMS)

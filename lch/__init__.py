@@ -1,6 +1,8 @@
-"""Entry points that drive the machines: the top layer of the harness.
+"""The top layer: entry points that drive the state machines (hunt, replay, bisect, bench,
+mutants).
 
-``lch/`` depends on ``properties``, ``sim``, ``models`` and ``fixtures``; nothing depends on
-it. ``mutants`` measures how many mutants of a real vLLM class the vllm suites kill
+Nothing below imports ``lch``: ``properties`` (machines) -> ``fixtures`` -> ``sim`` (targets)
+-> ``models``, each layer importing only the ones under it (``nox -s lint`` checks it).
+``mutants`` measures how many mutants of a real vLLM class the vllm suites kill
 (``nox -s mutants``); ``mutate`` makes those mutants.
 """

@@ -118,8 +118,8 @@ def harness_args(subj: Subject) -> list[str]:
 
 def disable_minimizing() -> None:
     """A mutant needs a kill, not a minimal reproducer: skip the program minimizer."""
-    from properties import harness
-    harness.minimize = lambda machine, failure, target: failure
+    from properties import run
+    run.minimize = lambda machine, failure, target: failure
 
 
 # -- the upstream tests, from the release's sdist ------------------------------------------------

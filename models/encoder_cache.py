@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from attrs import define, field
 
-from models.values import ReqView
+from models.encoder_cache_values import ReqView
 
 
 @define

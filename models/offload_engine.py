@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from attrs import define, field
 
-from models.kv_values import kv_value
+from models.offload_engine_values import kv_value
 
 
 @define

@@ -41,7 +41,7 @@ from __future__ import annotations
 from attrs import define, field
 
 from models.encoder_cache import EncoderCacheModel
-from models.sched_values import Gathered, SchedRequest, SchedulerOutputView, StepView
+from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 
 
 @define

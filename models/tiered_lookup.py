@@ -4,15 +4,16 @@ Scope: the primary tier (``CPUOffloadingManager`` with LRU: chunks write-pending
 pinned; eviction of stored, unpinned chunks, least recent first), one optional secondary tier
 as ``TieringOffloadingManager`` drives it (cascaded store jobs, promotions on a secondary hit,
 finished jobs polled at most once per step, an asynchronous existence probe for the "probe"
-tier, ``reset_cache`` / ``on_reset_flushed``), and the connector's two lookups
-(``maximal_prefix_lookup``, ``sliding_window_lookup``) as pure functions of a lookup callable.
-Not modelled: chunk ids (where a key is stored is the target's business), ARC,
-request-position recency, several secondary tiers, back-pressure. Data is modelled as "whose
-bytes a readable chunk holds": always its own key.
+tier, ``reset_cache`` / ``on_reset_flushed``), and the connector's lookups over it
+(``models/connector_scans.py``). Not modelled: chunk ids, ARC, request-position recency,
+several secondary tiers, back-pressure. Data is "whose bytes a readable chunk holds": its own.
 
-The model stores facts (which chunks exist, whether written, how many loads pin them, which
-jobs are in flight) and computes the rest: free chunks, ref counts (loads plus the unpolled
-store jobs reading the chunk), evictable chunks.
+The model stores facts: the chunks (written or not, loads, last use), every job submitted and
+when it finished, when each promotion and probe started, and when the manager last polled,
+ended a step, reset and was told the reset flushed, all on one clock (``Timeline``). It
+computes the rest: free chunks, ref counts, what is pinned, LRU order, pending jobs, the
+secondary's contents, whether this step has polled, which promotions await submission,
+whether promotions are held, what a probe answers.
 
 Named options keep older semantics checkable: ``pending_as_miss`` (the sliding-window lookup
 before PR #46363 treated HIT_PENDING as a miss) and ``promotion_answers_retry`` (the seed's
@@ -21,97 +22,43 @@ version of PR #46363 answered RETRY, not HIT_PENDING, when a promotion started).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from attrs import define, field
 
-from models.lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
+from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
+from models.tiered_lookup_timeline import Timeline
+from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 
 HIT, HIT_PENDING, RETRY, MISS = (LookupResult.HIT, LookupResult.HIT_PENDING,
                                  LookupResult.RETRY, LookupResult.MISS)
 SECONDARY_KINDS = ("none", "memory", "probe")
 
 
-# -- the connector's lookups (spec section 4) ------------------------------------------------
-
-def maximal_prefix_lookup(lookup: Callable[[int], LookupResult], keys: Sequence[int]) -> Scan:
-    """Scan from the start: HIT counts, HIT_PENDING counts and defers, RETRY defers and the
-    scan goes on (later probes start now), MISS stops. The hit count, or None if deferred."""
-    made: list[int] = []
-    answers: list[LookupResult] = []
-    hits, deferred = 0, False
-    for key in keys:
-        result = lookup(key)
-        made.append(key)
-        answers.append(result)
-        if result is MISS:
-            break
-        if result is RETRY:
-            deferred = True
-            continue
-        hits += 1
-        deferred = deferred or result is HIT_PENDING
-    return Scan(None if deferred else hits, tuple(made), tuple(answers))
-
-
-def sliding_window_lookup(lookup: Callable[[int], LookupResult], keys: Sequence[int],
-                          window: int, initial_window: int | None = None,
-                          pending_as_miss: bool = False) -> Scan:
-    """Scan from the end for a run of hits as long as the required window (``initial_window``
-    for the rightmost run, ``window`` after a gap). The end index of the first complete run,
-    or the run length reaching index 0; None if any RETRY was seen or the winning run holds a
-    HIT_PENDING. A gap (MISS or RETRY) resets the run and forgets its pending mark."""
-    required = initial_window or window
-    made: list[int] = []
-    answers: list[LookupResult] = []
-    run, pending, deferred = 0, False, False
-    for idx in range(len(keys) - 1, -1, -1):
-        result = lookup(keys[idx])
-        made.append(keys[idx])
-        answers.append(result)
-        if pending_as_miss and result is HIT_PENDING:
-            result = MISS            # before PR #46363: a pending block ended the run
-        if result is HIT or result is HIT_PENDING:
-            run += 1
-            pending = pending or result is HIT_PENDING
-        else:
-            run, pending, required = 0, False, window
-            deferred = deferred or result is RETRY
-        if run == required:
-            return Scan(None if deferred or pending else idx + required, tuple(made),
-                        tuple(answers))
-    return Scan(None if deferred or pending else run, tuple(made), tuple(answers))
-
-
-# -- the tiers ------------------------------------------------------------------------------
-
 @define
 class Chunk:
     written: bool            # False: write pending (a store from the GPU or a promotion)
+    used_at: int             # last store or touch; the least recently used is evicted first
     loads: int = 0           # loads to the GPU in flight (prepare_load .. complete_load)
 
 
 @define
 class TieredLookupModel:
     """Chunk lifecycle: 1. offered by ``prepare_store`` (or a promotion): write pending,
-    lookup HIT_PENDING; 2. written (``complete_store`` / the promotion polled): HIT,
-    evictable unless loads or unpolled store jobs pin it; 3. evicted (LRU) or removed by a
-    failed store or ``reset_cache``: MISS in the primary."""
+    lookup HIT_PENDING; 2. written (``complete_store`` / the promotion noticed by a poll):
+    HIT, evictable unless loads or unnoticed store jobs pin it; 3. evicted (LRU) or removed by
+    a failed store or ``reset_cache``: MISS in the primary."""
 
     num_chunks: int
     secondary: str = "none"
     pending_as_miss: bool = False
     promotion_answers_retry: bool = False
     chunks: dict[int, Chunk] = field(factory=dict)
-    recency: list[int] = field(factory=list)       # least recently used first
-    jobs: list[Job] = field(factory=list)          # submitted, not yet complete
-    finished: list[Job] = field(factory=list)      # complete, not yet polled
-    tier_keys: set[int] = field(factory=set)       # keys the secondary tier holds a copy of
-    promotions: list[int] = field(factory=list)    # allocated, submitted at on_schedule_end
-    probes: dict[int, LookupResult | None] = field(factory=dict)   # None: not flushed yet
-    polled_this_step: bool = False
-    promotions_held: bool = False
-    jobs_submitted: int = 0
+    clock: Timeline = field(factory=Timeline)
+    submitted: list[Job] = field(factory=list)          # every job; job_id = position
+    finished_at: dict[int, int] = field(factory=dict)   # job_id -> when its copy happened
+    promotion_starts: list[tuple[int, int]] = field(factory=list)   # (time, key)
+    probes_asked: dict[int, int] = field(factory=dict)  # key -> when; until its answer is used
     events: list[tuple[tuple[int, ...], bool, bool]] = field(factory=list)  # keys, removed, failed
 
     def __attrs_post_init__(self) -> None:
@@ -125,185 +72,222 @@ class TieredLookupModel:
         return self.num_chunks - len(self.chunks)
 
     def ref_cnt(self, key: int) -> int | None:
-        """None: absent; -1: write pending; else loads plus unpolled store jobs reading it."""
+        """None: absent; -1: write pending; else loads plus store jobs reading the chunk that
+        no poll has noticed finishing yet."""
         chunk = self.chunks.get(key)
         if chunk is None:
             return None
         if not chunk.written:
             return -1
-        readers = [j for j in self.jobs + self.finished if j.kind == "store" and key in j.keys]
-        return chunk.loads + len(readers)
+        return chunk.loads + sum(key in j.keys for j in self._unnoticed_stores())
 
-    def evictable(self, key: int) -> bool:
-        return self.ref_cnt(key) == 0
+    def pinned(self) -> frozenset[int]:
+        """The chunks eviction must spare: write pending, or read by a load or a store job.
+        The one statement of the rule; ``prepare_store`` and the machine both ask it."""
+        return frozenset(k for k in self.chunks if self.ref_cnt(k) != 0)
 
     def read_chunk(self, key: int) -> int | None:
         """Whose bytes the key's primary chunk holds when readable (its own), else None."""
         return key if self.ref_cnt(key) not in (None, -1) else None
 
     def pending_jobs(self) -> tuple[Job, ...]:
-        return tuple(self.jobs)
+        return tuple(j for j in self.submitted if j.job_id not in self.finished_at)
+
+    jobs = property(pending_jobs, doc="Jobs submitted and not yet finished, oldest first.")
+
+    @property
+    def tier_keys(self) -> frozenset[int]:
+        """The secondary holds a copy of every key a finished store job carried."""
+        return self._tier_keys_before(self.clock.now + 1)
 
     def secondary_keys(self) -> tuple[int, ...]:
         return tuple(sorted(self.tier_keys))
 
+    @property
+    def polled_this_step(self) -> bool:
+        return self.clock.last("poll") > self._step_began()
+
+    @property
+    def promotions(self) -> list[int]:
+        """Keys whose promotion started this step: their load is submitted, as one job, when
+        the step ends; a reset drops them (their chunks are gone)."""
+        return [k for t, k in self.promotion_starts if t > self._step_began()]
+
+    @property
+    def promotions_held(self) -> bool:
+        """From ``reset_cache`` until ``on_reset_flushed`` a late write may still land in a
+        freed chunk, so no promotion may take one (vLLM 0.33.0 ``tiering/manager.py``)."""
+        return self.secondary != "none" and (
+            self.clock.last("reset") > self.clock.last("reset_flushed"))
+
+    def secondary_answer(self, key: int) -> LookupResult:
+        """What the secondary tier says of the key now, changing nothing: "memory" answers
+        at once; "probe" answers RETRY until the probe asked for the key has been flushed by
+        a step's end, then whether the tier held the key at that flush."""
+        if self.secondary != "probe":
+            return HIT if key in self.tier_keys else MISS       # "none" holds nothing
+        asked = self.probes_asked.get(key)
+        flushed = None if asked is None else self.clock.first_after("step_end", asked)
+        if flushed is None:                    # not asked yet, or not flushed yet
+            return RETRY
+        return HIT if key in self._tier_keys_before(flushed) else MISS
+
     def in_flight(self, key: int) -> bool:
         """Something that will change the key's answer is under way: a write into its
         primary chunk, or an existence probe."""
-        return self.ref_cnt(key) == -1 or key in self.probes
+        return self.ref_cnt(key) == -1 or key in self.probes_asked
+
+    def _step_began(self) -> int:
+        # vLLM re-arms its once-per-step poll and forgets unsubmitted promotions both when a
+        # step ends and at reset_cache: either one begins a step.
+        return max(self.clock.last("step_end"), self.clock.last("reset"))
+
+    def _unnoticed_stores(self) -> list[Job]:
+        """Store jobs no poll has seen finish (still running, or finished since): each pins
+        the chunks it reads."""
+        seen = self.clock.last("poll")
+        return [j for j in self.submitted
+                if j.kind == "store" and self.finished_at.get(j.job_id, seen + 1) > seen]
+
+    def _tier_keys_before(self, time: int) -> frozenset[int]:
+        return frozenset(k for j in self.submitted if j.kind == "store"
+                         and self.finished_at.get(j.job_id, time) < time for k in j.keys)
 
     # -- the primary tier ----------------------------------------------------------------
-
-    def _primary_lookup(self, key: int) -> LookupResult:
-        chunk = self.chunks.get(key)
-        return MISS if chunk is None else HIT if chunk.written else HIT_PENDING
 
     def _primary_prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
         to_store = tuple(k for k in keys if k not in self.chunks)
         need = len(to_store) - self.num_free_chunks
-        victims: list[int] = []
-        if need > 0:
-            # Never an offered key (it must stay), never a pinned or pending chunk.
-            victims = [k for k in self.recency if self.evictable(k) and k not in keys][:need]
-            if len(victims) < need:
-                return None
-        for key in victims:
-            self._remove(key)
+        # Never an offered key (it must stay), never a pinned chunk; oldest use first.
+        spare = self.pinned() | set(keys)
+        by_age = sorted((c.used_at, k) for k, c in self.chunks.items() if k not in spare)
+        victims = tuple(k for _, k in by_age[:max(need, 0)])
+        if len(victims) < need:
+            return None
+        self.chunks = {k: c for k, c in self.chunks.items() if k not in victims}
         if victims:
-            self.events.append((tuple(victims), True, False))
-        for key in to_store:
-            self.chunks[key] = Chunk(written=False)
-            self.recency.append(key)
-        return StoreOutput(to_store, tuple(victims))
-
-    def _remove(self, key: int) -> None:
-        del self.chunks[key]
-        self.recency.remove(key)
+            self.events.append((victims, True, False))
+        self.chunks.update((k, Chunk(written=False, used_at=self.clock.tick())) for k in to_store)
+        return StoreOutput(to_store, victims)
 
     def prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
-        if self.secondary != "none":
-            self._poll()             # unconditionally: eviction sees the freshest completions
+        self._poll()                 # unconditionally: eviction sees the freshest completions
         return self._primary_prepare_store(keys)
 
     def complete_store(self, keys: Sequence[int], success: bool = True) -> None:
         self._complete_write(keys, success)
         if success and self.secondary != "none":
-            cascaded = tuple(k for k in keys if self.ref_cnt(k) not in (None, -1))
+            cascaded = tuple(k for k in keys if self.read_chunk(k) is not None)
             if cascaded:
                 self._submit("store", cascaded)
 
     def _complete_write(self, keys: Sequence[int], success: bool) -> None:
-        done = [k for k in keys if k in self.chunks and not self.chunks[k].written]
+        done = tuple(k for k in keys if self.ref_cnt(k) == -1)
+        if not done:
+            return
+        self.events.append((done, not success, not success))
         for key in done:
             if success:
                 self.chunks[key].written = True
             else:
-                self._remove(key)
-        if done:
-            self.events.append((tuple(done), not success, not success))
+                del self.chunks[key]
 
     def take_events(self) -> list[OffloadEvent]:
         """Events in order, then forgotten; a failed store's removal names only the keys
         still absent now (a retry may have stored one again)."""
         taken, self.events = self.events, []
-        out = []
-        for keys, removed, failed in taken:
-            keys = tuple(k for k in keys if not failed or k not in self.chunks)
-            if keys:
-                out.append(OffloadEvent(keys, removed))
-        return out
+        named = ((tuple(k for k in keys if not (failed and k in self.chunks)), removed)
+                 for keys, removed, failed in taken)
+        return [OffloadEvent(keys, removed) for keys, removed in named if keys]
 
     def prepare_load(self, keys: Sequence[int]) -> None:
         for key in keys:
-            if self.ref_cnt(key) in (None, -1):
+            if self.read_chunk(key) is None:
                 raise ValueError(f"prepare_load: key {key} is not stored")
             self.chunks[key].loads += 1
 
     def complete_load(self, keys: Sequence[int]) -> None:
         for key in keys:
-            if key not in self.chunks or self.chunks[key].loads == 0:
+            chunk = self.chunks.get(key)
+            if chunk is None or chunk.loads == 0:
                 raise ValueError(f"complete_load: key {key} is not being loaded")
             self.chunks[key].loads -= 1
 
     def touch(self, keys: Sequence[int]) -> None:
-        # The first key ends up most recent: a request's head outlives its tail.
-        for key in reversed(keys):
-            if key in self.chunks:
-                self.recency.remove(key)
-                self.recency.append(key)
+        # In reverse, so the first key is the most recent: a request's head outlives its tail.
+        for chunk in [self.chunks[k] for k in reversed(keys) if k in self.chunks]:
+            chunk.used_at = self.clock.tick()
 
     # -- tiering -------------------------------------------------------------------------
 
     def lookup(self, key: int) -> LookupResult:
-        if self.secondary == "none":
-            return self._primary_lookup(key)
+        # The first lookup of a step polls, so a promotion that landed answers HIT and chunks
+        # its jobs released can take a promotion this lookup starts (vLLM: lookup step 1).
         if not self.polled_this_step:
             self._poll()
-        primary = self._primary_lookup(key)
-        if primary is not MISS:
-            return primary
-        if self.promotions_held:
+        chunk = self.chunks.get(key)
+        if chunk is not None:                  # the primary wins, readable or in flight
+            return HIT if chunk.written else HIT_PENDING
+        if self.promotions_held:               # MISS, not RETRY: the request recomputes
             return MISS
-        answer = self._tier_lookup(key)
-        if answer is HIT:
-            if self._primary_prepare_store([key]) is None:
-                return MISS          # the primary cannot take it: recompute, don't wait
-            self.promotions.append(key)
-            return RETRY if self.promotion_answers_retry else HIT_PENDING
-        return answer
+        answer = self.secondary_answer(key)
+        if self.secondary == "probe":
+            self._probe_asked_or_used(key, answer)
+        return self._start_promotion(key) if answer is HIT else answer
 
-    def _tier_lookup(self, key: int) -> LookupResult:
-        if self.secondary == "memory":
-            return HIT if key in self.tier_keys else MISS
-        if self.probes.get(key) is not None:
-            return self.probes.pop(key)      # a flushed probe's answer is used once
-        self.probes.setdefault(key, None)    # queued; flushed at on_schedule_end
-        return RETRY
+    def _probe_asked_or_used(self, key: int, answer: LookupResult) -> None:
+        if answer is RETRY:
+            self.probes_asked.setdefault(key, self.clock.tick())    # flushed at step end
+        else:
+            del self.probes_asked[key]         # a flushed probe's answer is used once
+
+    def _start_promotion(self, key: int) -> LookupResult:
+        """Allocate the key's primary chunk now (write pending, may evict); its load is
+        submitted with the step's other promotions when the step ends."""
+        if self._primary_prepare_store([key]) is None:
+            return MISS                        # no room: recompute rather than wait forever
+        self.promotion_starts.append((self.clock.tick(), key))
+        return RETRY if self.promotion_answers_retry else HIT_PENDING
 
     def on_schedule_end(self) -> None:
-        if self.secondary == "none":
-            return
         if not self.polled_this_step:
-            self._poll()
-        self.polled_this_step = False
-        if self.promotions:
-            self._submit("promote", tuple(self.promotions))
-            self.promotions = []
-        for key, answer in self.probes.items():
-            if answer is None:
-                self.probes[key] = HIT if key in self.tier_keys else MISS
+            self._poll()                       # a step without lookups still notices jobs
+        batch = tuple(self.promotions)
+        if batch:
+            self._submit("promote", batch)
+        # Closes the promotion batch, re-arms the poll and flushes every probe asked so far.
+        self.clock.mark("step_end")
 
     def complete_job(self, job_id: int) -> None:
         """The job's copy happens now; the manager notices at its next poll."""
-        job = next(j for j in self.jobs if j.job_id == job_id)
-        self.jobs.remove(job)
-        self.finished.append(job)
-        if job.kind == "store":
-            self.tier_keys.update(job.keys)
+        if job_id in self.finished_at or not 0 <= job_id < len(self.submitted):
+            raise ValueError(f"complete_job: job {job_id} is not pending")
+        self.finished_at[job_id] = self.clock.tick()
 
     def reset_cache(self) -> None:
-        for job in list(self.jobs):           # every tier drains its jobs first
+        # Every tier drains its jobs and the manager notices them before the primary empties;
+        # the mark then begins a step (re-armed poll, promotions dropped) and holds promotions.
+        for job in self.jobs:
             self.complete_job(job.job_id)
         self._poll()
-        self.promotions = []
-        self.chunks.clear()
-        self.recency.clear()
-        self.polled_this_step = False
-        self.promotions_held = self.secondary != "none"
+        self.chunks = {}
+        self.clock.mark("reset")
 
     def on_reset_flushed(self) -> None:
-        self.promotions_held = False
+        self.clock.mark("reset_flushed")
 
     def _submit(self, kind: str, keys: tuple[int, ...]) -> None:
-        self.jobs.append(Job(self.jobs_submitted, kind, keys))
-        self.jobs_submitted += 1
+        self.submitted.append(Job(len(self.submitted), kind, keys))
 
     def _poll(self) -> None:
-        self.polled_this_step = True
-        done, self.finished = self.finished, []
-        for job in done:
-            if job.kind == "promote":
-                self._complete_write(job.keys, True)
+        """Notice the jobs finished since the last poll, in the order they finished: a
+        store's pins drop (computed), a promotion's chunks become written."""
+        since = self.clock.last("poll")
+        landed = sorted((t, j) for j, t in self.finished_at.items() if t > since)
+        self.clock.mark("poll")
+        for _, job_id in landed:
+            if self.submitted[job_id].kind == "promote":
+                self._complete_write(self.submitted[job_id].keys, True)
 
     # -- the connector's lookups over this manager --------------------------------------
 

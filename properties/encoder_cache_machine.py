@@ -18,13 +18,13 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from fixtures.strategies import encoder_cache_worlds
 from models.encoder_cache import EncoderCacheModel
-from models.values import ReqView
+from models.encoder_cache_values import ReqView
 from properties.encoder_cache_shrink import simpler_worlds
-from properties.harness import HarnessMachine, InvalidAction
+from properties.encoder_cache_worlds import encoder_cache_worlds
+from properties.harness import HarnessMachine, InvalidAction, pick
 from sim import targets
-from sim.native.encoder_worker import EncoderWorker, encoder_output
+from sim.encoder_worker import EncoderWorker, encoder_output
 
 UNLIMITED_BUDGET = 10**6
 BUDGET_SLACK_UNLIMITED = 8       # the largest drawn slack means "no compute limit"
@@ -41,10 +41,24 @@ HAZARDS = (
 )
 
 
+PROPERTIES = {
+    "returns-agree": "every call returns what the model returns",
+    "slots-agree": "num_free_slots and num_freeable_slots equal the model's",
+    "slot-bounds": "0 <= num_free_slots <= num_freeable_slots <= cache_size",
+    "cached-inputs-agree": "get_cached_input_ids(request) is what the request recorded",
+    "freed-not-resident": "get_freed_mm_hashes() never names a hash resident at the pass end",
+    "no-encoder-cache-miss": "every input a request holds has its tensor on the worker",
+    "gathered-equals-encoded": "the worker gathers the encoder's output, intact",
+    "worker-agrees-with-manager": "the worker holds a tensor exactly for each resident entry",
+}
+
+
 class EncoderCacheMachine(HarnessMachine):
     subsystem = "encoder_cache"
+    SUBJECT = "cache"
+    PROPERTIES = PROPERTIES
     HAZARDS = HAZARDS
-    REPRODUCER_IMPORTS = ("from models.values import MmItem, ReqView",)
+    REPRODUCER_IMPORTS = ("from models.encoder_cache_values import MmItem, ReqView",)
     REPRODUCER_HELPERS = '''
 
 def slots(cache):
@@ -58,7 +72,7 @@ def slots(cache):
 
     @initialize(world=encoder_cache_worlds())
     def setup(self, world):
-        cache_size, requests = world
+        cache_size, requests = world.cache_size, world.requests
         self.world = world
         self.requests: tuple[ReqView, ...] = requests
         self.model = EncoderCacheModel(cache_size)
@@ -142,11 +156,10 @@ def slots(cache):
     def do_check_and_update_cache(self, r: int, i: int):
         req = self.requests[r]
         was_freeable = req.mm_hash(i) in self.model.freeable_order()
-        expect = self.model.check_and_update_cache(req, i)
-        actual = self.cache.check_and_update_cache(req, i)
-        self.record(f"cache.check_and_update_cache({req.request_id}, {i})", expect,
-                    f"hit: {req.request_id} holds {req.mm_hash(i)}" if expect else "miss")
-        assert actual == expect, f"returns-agree: check_and_update_cache {actual} != {expect}"
+        expect = self.call("returns-agree", "check_and_update_cache", req, i,
+                           shown=f"cache.check_and_update_cache({req.request_id}, {i})",
+                           effect=lambda hit: f"hit: {req.request_id} holds {req.mm_hash(i)}"
+                           if hit else "miss")
         if expect and was_freeable:
             self.hazard("check_and_update_cache: freeable entry reused")
 
@@ -161,14 +174,14 @@ def slots(cache):
         budget = UNLIMITED_BUDGET if budget_slack == BUDGET_SLACK_UNLIMITED else n + budget_slack
         to_schedule = sum(q.num_embeds(j) for q, j in self.approved) + extra_to_schedule
         evicted_before = len(self.model.evicted_this_pass)
-        expect = self.model.can_allocate(req, i, budget, to_schedule)
-        actual = self.cache.can_allocate(req, i, encoder_compute_budget=budget,
-                                         num_embeds_to_schedule=to_schedule)
+        expect = self.call(
+            "returns-agree", "can_allocate", req, i, encoder_compute_budget=budget,
+            num_embeds_to_schedule=to_schedule,
+            shown=f"cache.can_allocate({req.request_id}, {i}, encoder_compute_budget="
+                  f"{budget}, num_embeds_to_schedule={to_schedule})",
+            effect=lambda ok: _allocation_effect(
+                ok, self.model.evicted_this_pass[evicted_before:], n > budget))
         evicted = self.model.evicted_this_pass[evicted_before:]
-        self.record(f"cache.can_allocate({req.request_id}, {i}, encoder_compute_budget="
-                    f"{budget}, num_embeds_to_schedule={to_schedule})", expect,
-                    _allocation_effect(expect, evicted, n > budget))
-        assert actual == expect, f"returns-agree: can_allocate {actual} != {expect}"
         if expect:
             self.approved.append((req, i))
         if evicted:
@@ -221,11 +234,13 @@ def slots(cache):
             self.hazard("get_freed_mm_hashes: reports evictions")
         self.worker.free(actual)
         stale = [h for h in actual if self.model.is_resident(h)]
-        assert not stale, f"freed-not-resident: {stale} reported freed but resident"
-        assert actual == expect, f"returns-agree: get_freed_mm_hashes {actual} != {expect}"
+        self.check("freed-not-resident", not stale, f"{stale} reported freed but resident")
+        self.check("returns-agree", actual == expect,
+                   f"get_freed_mm_hashes returned {actual}, the model expects {expect}")
         self._gather_resident()
-        assert self.worker.resident_hashes() == set(self.model.entries), \
-            "worker-agrees-with-manager: worker tensors != resident entries (leak or miss)"
+        self.check("worker-agrees-with-manager",
+                   self.worker.resident_hashes() == set(self.model.entries),
+                   "worker tensors != resident entries (leak or miss)")
 
     def do_reset(self):
         self.passes_since_reset = 0
@@ -241,14 +256,13 @@ def slots(cache):
     def slots_agree(self):
         if not hasattr(self, "model"):
             return
-        assert self.cache.num_free_slots == self.model.num_free_slots, (
-            f"slots-agree: num_free_slots {self.cache.num_free_slots} != "
-            f"{self.model.num_free_slots}")
-        assert self.cache.num_freeable_slots == self.model.num_freeable_slots, (
-            f"slots-agree: num_freeable_slots {self.cache.num_freeable_slots} != "
-            f"{self.model.num_freeable_slots}")
-        assert 0 <= self.cache.num_free_slots <= self.cache.num_freeable_slots \
-            <= self.cache.cache_size, "slot-bounds: 0 <= free <= freeable <= cache_size"
+        free, freeable = self.cache.num_free_slots, self.cache.num_freeable_slots
+        self.check("slots-agree", free == self.model.num_free_slots,
+                   f"num_free_slots {free} != {self.model.num_free_slots}")
+        self.check("slots-agree", freeable == self.model.num_freeable_slots,
+                   f"num_freeable_slots {freeable} != {self.model.num_freeable_slots}")
+        self.check("slot-bounds", 0 <= free <= freeable <= self.cache.cache_size,
+                   f"0 <= {free} <= {freeable} <= {self.cache.cache_size} fails")
         self.check_valid(self.cache)
 
     @invariant()
@@ -258,13 +272,14 @@ def slots(cache):
             return
         for r, req in enumerate(self.requests):
             actual, expect = self.cache.get_cached_input_ids(req), set(self._recorded(r))
-            assert actual == expect, \
-                f"cached-inputs-agree: {req.request_id} {sorted(actual)} != {sorted(expect)}"
+            if actual != expect:
+                self.fail("cached-inputs-agree",
+                          f"{req.request_id} {sorted(actual)} != {sorted(expect)}")
             for i in sorted(expect):
                 item = req.items[i]
-                assert item.mm_hash in self.worker.encoder_cache, \
-                    f"no-encoder-cache-miss: {item.mm_hash} held by {req.request_id} but its " \
-                    "tensor is gone"
+                if item.mm_hash not in self.worker.encoder_cache:
+                    self.fail("no-encoder-cache-miss",
+                              f"{item.mm_hash} held by {req.request_id} but its tensor is gone")
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -294,9 +309,9 @@ def slots(cache):
                 item = req.items[i]
                 got = self.worker.gather(item) if item.mm_hash in self.worker.encoder_cache \
                     else None
-                assert got is not None and got.equal(encoder_output(item, self.worker.device)), \
-                    f"gathered-equals-encoded: {item.mm_hash} for {req.request_id} is " \
-                    f"{'missing' if got is None else 'corrupted'}"
+                if got is None or not got.equal(encoder_output(item, self.worker.device)):
+                    self.fail("gathered-equals-encoded", f"{item.mm_hash} for {req.request_id} "
+                              f"is {'missing' if got is None else 'corrupted'}")
 
     def _inputs(self) -> list[tuple[int, int]]:
         return [(r, i) for r, req in enumerate(self.requests) for i in range(len(req.items))]
@@ -324,12 +339,6 @@ def slots(cache):
     def _freeing_effect(self, idle_before: set[str]) -> str:
         newly = [h for h in self.model.freeable_order() if h not in idle_before]
         return f"{', '.join(newly)} -> freeable" if newly else "no entry becomes freeable"
-
-
-def pick(data, choices: list):
-    """One of ``choices``, drawn as an index: building a ``sampled_from`` over a fresh list on
-    every step costs more than the step itself."""
-    return choices[data.draw(st.integers(0, len(choices) - 1))]
 
 
 def _allocation_effect(ok: bool, evicted: list[str], over_budget: bool) -> str:

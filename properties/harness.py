@@ -1,31 +1,45 @@
-"""What every state machine shares: the trace it records, its hazard events, and a runner.
+"""What every state machine shares: declared properties, the trace it records, its hazards.
 
-A machine appends one ``Step`` per API call to the recorder's current trace. Hypothesis
-replays the minimal failing example last, so after a failure ``recorder.trace`` *is* the
-shrunk program; the reproducer writer turns it into a pytest file. The recorder also hashes
-every trace of a run (the determinism meta-check) and counts examples, steps and hazards.
+A machine declares its ``PROPERTIES`` (name -> what holds) and ``HAZARDS``; ``check`` fails a
+declared property with a ``PropertyFailed`` that carries its name, and ``call`` makes one API
+call on the model and on the target, records it as a step and checks the two returned the
+same. A machine appends one ``Step`` per API call to the recorder's current trace; after a
+failure the runner (``properties/run.py``) replays and minimizes that trace, and the
+reproducer writer turns it into a pytest file. The recorder also hashes every trace of a run
+(the determinism meta-check) and counts examples, steps and, per example, hazards.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import sys
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import hypothesis
 from attrs import define, field, frozen
-from hypothesis import Phase
-from hypothesis import settings as Settings
-from hypothesis.errors import FailedHealthCheck, InvalidArgument, InvalidDefinition, Unsatisfiable
-from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine
 
 from sim.errors import HarnessError
 
-# Errors that say the harness or its input is wrong, not the target: never a "finding".
-NOT_FINDINGS = (HarnessError, FailedHealthCheck, InvalidArgument, InvalidDefinition,
-                Unsatisfiable)
+# Declared for every machine, on top of its own PROPERTIES.
+COMMON_PROPERTIES = {"check-valid": "the target's own structural self-check passes"}
+
+
+class PropertyFailed(AssertionError):
+    """A declared property does not hold: ``property`` names it, the message says how."""
+
+    def __init__(self, property: str, detail: str):
+        super().__init__(f"{property}: {detail}")
+        self.property = property
+
+
+def property_of(error: BaseException) -> str:
+    """The property a failure breaks: the declared one, else the exception's type (a target
+    that raises, e.g. ``EncoderCacheMiss``, breaks no declared property but still fails)."""
+    return getattr(error, "property", None) or type(error).__name__
 
 
 @frozen
@@ -58,8 +72,9 @@ class Trace:
 class Recorder:
     trace: Trace = field(factory=Trace)
     digest: hashlib._Hash = field(factory=hashlib.sha256)
-    events: Counter = field(factory=Counter)
+    events: Counter = field(factory=Counter)     # examples that reached each hazard
     examples: int = 0
+    _reached: set = field(factory=set)           # hazards reached by the current example
     steps: int = 0
     report_events: bool = True     # False when replaying outside a Hypothesis test
     keep_state: bool = False       # record each step's state checks (replays: reproducers)
@@ -68,6 +83,7 @@ class Recorder:
         self._seal()
         self.trace = Trace()
         self.examples += 1
+        self._reached = set()
         return self.trace
 
     def step(self, step: Step) -> None:
@@ -75,6 +91,11 @@ class Recorder:
         self.steps += 1
 
     def hazard(self, name: str) -> None:
+        # Counted once per example: a rate is "examples that reached it", so one noisy
+        # example cannot carry a pinned rate.
+        if name in self._reached:
+            return
+        self._reached.add(name)
         if self.report_events:
             hypothesis.event(name)
         self.events[name] += 1
@@ -96,15 +117,19 @@ class InvalidAction(Exception):
 class HarnessMachine(RuleBasedStateMachine):
     """Base of every machine: knows its target name and its recorder (set per run).
 
-    Contract for subclasses: the ``@initialize`` rule is ``setup(self, world)``; rules choose
-    plain-valued arguments and call ``self.act(name, *args)``, which runs ``do_<name>``; each
-    ``do_*`` makes one API call and calls ``record_step``; ``end_of_run`` may act once more
-    when a run ends without a failure.
+    Contract for subclasses: the ``@initialize`` rule is ``setup(self, world)``, which builds
+    ``self.model`` and the target (``self.<SUBJECT>``, named as the reproducer names it);
+    rules choose plain-valued arguments and call ``self.act(name, *args)``, which runs
+    ``do_<name>``; each ``do_*`` makes one API call (``self.call``, or the two calls and
+    ``record``) and checks what it promises with ``self.check``; ``end_of_run`` may act once
+    more when a run ends without a failure.
     """
 
     target_name: str = "native"
     recorder: Recorder = Recorder()
     subsystem: str = ""
+    SUBJECT: str = "target"                # the target's attribute, and its reproducer name
+    PROPERTIES: dict[str, str] = {}        # property name -> what holds
     HAZARDS: tuple[str, ...] = ()
 
     def __init__(self) -> None:
@@ -115,6 +140,39 @@ class HarnessMachine(RuleBasedStateMachine):
     def hazard(self, name: str) -> None:
         assert name in self.HAZARDS, f"undeclared hazard {name!r}: add it to HAZARDS"
         self.recorder.hazard(name)
+
+    @property
+    def target(self) -> Any:
+        return getattr(self, self.SUBJECT)
+
+    def check(self, property: str, holds: object, detail: str | Callable[[], str]) -> None:
+        """Fail ``property`` (declared in ``PROPERTIES``) unless ``holds``; ``detail`` (or
+        what it returns, computed only on failure) says what was seen."""
+        if property not in self.PROPERTIES or not holds:
+            self.fail(property, detail() if callable(detail) else detail)
+
+    def fail(self, property: str, detail: str) -> None:
+        """``property`` (declared in ``PROPERTIES``) does not hold: ``detail`` says how."""
+        if property not in self.PROPERTIES and property not in COMMON_PROPERTIES:
+            raise HarnessError(f"{type(self).__name__} checks undeclared property "
+                               f"{property!r}: add it to PROPERTIES")
+        raise PropertyFailed(property, detail)
+
+    def call(self, property: str, method: str, *args, shown: str,
+             effect: str | Callable[[Any], str] = "", **kwargs) -> Any:
+        """One API call, ``method(*args, **kwargs)``, on the model and on the target; it is
+        recorded as ``shown`` (the line a reproducer makes, ``effect`` its comment) and the
+        two results must be equal under ``property``. Returns the model's result."""
+        expect = getattr(self.model, method)(*args, **kwargs)
+        actual = getattr(self.target, method)(*args, **kwargs)
+        self.record(shown, expect, effect(expect) if callable(effect) else effect)
+        self.check(property, actual == expect,
+                   lambda: f"{method} returned {actual!r}, the model expects {expect!r}")
+        return expect
+
+    def record(self, call: str, expect: Any, comment: str) -> None:
+        """Record a step whose call returned ``expect`` (None: nothing to assert)."""
+        self.record_step(call, None if expect is None else repr(expect), comment)
 
     def act(self, name: str, *args) -> None:
         self._action = (name, *args)
@@ -144,12 +202,15 @@ class HarnessMachine(RuleBasedStateMachine):
         if sys.exc_info()[0] is None and self.trace.world is not None:
             self.end_of_run()
 
-    @staticmethod
-    def check_valid(target) -> None:
+    def check_valid(self, target) -> None:
         """The target's structural self-check, where it has one (vLLM's classes have none)."""
         check = getattr(target, "check_valid", None)
-        if check is not None:
+        if check is None:
+            return
+        try:
             check()
+        except AssertionError as broken:
+            self.fail("check-valid", str(broken))
 
     def check_all_invariants(self) -> None:
         for inv in self.invariants:
@@ -175,130 +236,7 @@ class RunResult:
     failure: Failure | None = None
 
 
-PROPERTY_PREFIX = re.compile(r"^\s*([a-z][a-z0-9]*(?:-[a-z0-9]+)*):")
-
-
-def property_of(error: BaseException) -> str:
-    """The property an assertion names: messages read ``<property>: <detail>``."""
-    match = PROPERTY_PREFIX.match(str(error))
-    return match.group(1) if match else type(error).__name__
-
-
-def bind(machine: type[HarnessMachine], target: str, recorder: Recorder) -> type:
-    # The bound class keeps the machine's name: Hypothesis derives a derandomized run's seed
-    # from it, so every target gets the same stream of choices and their runs compare.
-    return type(machine.__name__, (machine,), {"target_name": target, "recorder": recorder,
-                                              "__qualname__": machine.__qualname__})
-
-
-def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
-                seed: int | None = None, recorder: Recorder | None = None,
-                shrink_program: bool = True) -> RunResult:
-    """Run ``machine`` against ``target``; a failure is returned (minimized), not raised.
-
-    Hypothesis's own shrink phase is skipped: ``minimize`` shrinks the program itself, faster
-    and to fewer API calls. Every machine module is imported first because Hypothesis mixes
-    literal constants of the loaded local modules into generation: a fixed module set keeps
-    a seed's trace the same whichever machines ran before in this process.
-    """
-    from properties.machines import import_all_machines
-    import_all_machines()
-    settings = Settings(settings, phases=[p for p in settings.phases if p != Phase.shrink])
-    recorder = recorder or Recorder()
-    bound = bind(machine, target, recorder)
-    factory: Callable[[], HarnessMachine] = bound
-    if seed is not None:
-        factory = hypothesis.seed(seed)(lambda: bound())
-    result = RunResult(target, recorder)
-    try:
-        run_state_machine_as_test(factory, settings=settings)
-    except NOT_FINDINGS:
-        raise
-    except Exception as error:  # noqa: BLE001 - any failure of the target is a finding
-        found = _replayed(machine, target,
-                          Failure(property_of(error), str(error).strip(), recorder.trace, error))
-        result.failure = minimize(machine, found, target) if shrink_program else found
-    return result
-
-
-# -- replay and minimization ------------------------------------------------------------------
-
-INVALID = InvalidAction("replayed program is not valid")
-
-
-def replay(machine: type[HarnessMachine], target: str, world: object,
-           actions: list[tuple]) -> tuple[BaseException | None, Trace]:
-    """Run ``actions`` on a fresh machine; the error it raises (None: it passed)."""
-    recorder = Recorder(report_events=False, keep_state=True)
-    m = bind(machine, target, recorder)()
-    try:
-        m.setup(world=world)
-        m.check_all_invariants()
-        for action in actions:
-            m.act(*action)
-            m.check_all_invariants()
-    except InvalidAction as error:
-        return error, recorder.trace
-    except NOT_FINDINGS:
-        raise
-    except Exception as error:  # noqa: BLE001 - a finding
-        return error, recorder.trace
-    return None, recorder.trace
-
-
-def _replayed(machine: type[HarnessMachine], target: str, failure: Failure) -> Failure:
-    """The failure replayed once outside Hypothesis, so its trace carries the state checks a
-    reproducer ends with (a run records none, to stay fast)."""
-    actions = [s.action for s in failure.trace.steps]
-    error, trace = replay(machine, target, failure.trace.world, actions)
-    if error is None or property_of(error) != failure.property:
-        return failure
-    return Failure(failure.property, str(error).strip(), trace, error)
-
-
-def minimize(machine: type[HarnessMachine], failure: Failure, target: str) -> Failure:
-    """Shrink the failing *program*: delete steps, then simplify the world, while the same
-    property still fails. Hypothesis shrinks the choices that made a program; this shrinks
-    the program a reproducer reads, and it is fast (a replay costs about a millisecond)."""
-    best = failure
-    progress = True
-    while progress:
-        progress = False
-        for world, actions in _candidates(machine, best):
-            error, trace = replay(machine, target, world, actions)
-            if error is not None and not isinstance(error, InvalidAction) \
-                    and property_of(error) == failure.property \
-                    and _smaller(trace, best.trace):
-                best = Failure(failure.property, str(error).strip(), trace, error)
-                progress = True
-                break
-    return best
-
-
-def _candidates(machine: type[HarnessMachine], failure: Failure):
-    actions = [s.action for s in failure.trace.steps]
-    world = failure.trace.world
-    yield from _deletions(world, actions, max(1, len(actions) // 2))
-    variants = list(machine.simpler_worlds(world, actions))
-    yield from variants
-    # A rearranged world (e.g. items reordered) may only pay off once some steps go too.
-    for variant_world, variant_actions in variants:
-        yield from _deletions(variant_world, variant_actions, 2)
-
-
-def _deletions(world, actions: list[tuple], longest: int):
-    chunk = longest
-    while chunk >= 1:                               # delete runs of steps, long runs first
-        for start in range(0, len(actions) - chunk + 1):
-            yield world, actions[:start] + actions[start + chunk:]
-        chunk //= 2
-
-
-def _cost(trace: Trace) -> tuple:
-    """Fewer steps first, then smaller numbers in the world and the calls, then shorter text."""
-    text = trace.text()
-    return len(trace.steps), sum(int(n) for n in re.findall(r"\d+", text)), len(text), text
-
-
-def _smaller(new: Trace, old: Trace) -> bool:
-    return _cost(new) < _cost(old)
+def pick(data, choices: list):
+    """One of ``choices``, drawn as an index: building a ``sampled_from`` over a fresh list on
+    every step costs more than the step itself."""
+    return choices[data.draw(st.integers(0, len(choices) - 1))]

@@ -16,19 +16,20 @@ failing program is minimized and emitted as a reproducer).
 
 from __future__ import annotations
 
-from attrs import define, evolve
+from attrs import define
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from fixtures.handles import HandleAllocator
-from fixtures.offload_worlds import OffloadWorld, offload_worlds
-from models.kv_values import kv_origin
 from models.offload_engine import OffloadEngineModel
+from models.offload_engine_values import kv_origin
 from properties.harness import HarnessMachine, InvalidAction
+from properties.offload_engine_shrink import simpler_worlds
+from properties.offload_engine_worlds import OffloadWorld, offload_worlds
 from sim import targets
 
 MAX_OPEN_REQUESTS = 3      # added and not finished: enough to contend for a small pool
-MAX_TOKENS = 90            # positions stay below models.kv_values.POS_SPAN
+MAX_TOKENS = 90            # positions stay below models.offload_engine_values.POS_SPAN
 
 HAZARDS = (
     "id reused after finish",
@@ -49,8 +50,20 @@ class Request:
     handle: int
 
 
+PROPERTIES = {   # invariants I1-I10 of specs/offload-engine.md, grouped by what they compare
+    "attention-reads-agree": "every prefill chunk and decode step reads the model's KV rows",
+    "cpu-rows-agree": "each live sequence's CPU blocks hold its own KV, layer by layer",
+    "block-table-agrees": "one reference per block, ceil(len / block_size) blocks a sequence",
+    "decode-start-agrees": "a sequence's decode starts at cpu_len % block_size",
+    "decode-tracking-lifetime": "decode tracking exists exactly for live decoding sequences",
+    "resource-partition": "free CPU blocks + blocks in use == the pool",
+}
+
+
 class OffloadEngineMachine(HarnessMachine):
     subsystem = "offload_engine"
+    SUBJECT = "eng"
+    PROPERTIES = PROPERTIES
     HAZARDS = HAZARDS
     REPRODUCER_IMPORTS = ()
     REPRODUCER_HELPERS = ""
@@ -119,31 +132,7 @@ class OffloadEngineMachine(HarnessMachine):
 
     @classmethod
     def simpler_worlds(cls, world: OffloadWorld, actions):
-        """Fewer layers, slots or CPU blocks, a smaller block, dense uids, shorter prompts,
-        no reuse, fewer chunks per prefill call."""
-        for name, low in (("num_layers", 1), ("num_slots", 1), ("num_cpu_blocks", 1)):
-            if getattr(world, name) > low:
-                yield evolve(world, **{name: getattr(world, name) - 1}), actions
-        if world.block_size > 2:
-            yield evolve(world, block_size=world.block_size // 2), actions
-        added = [a[1] for a in actions if a[0] == "add_request"]
-        dense = {uid: k for k, uid in enumerate(added)}
-        if added != list(range(len(added))):
-            yield world, [(n, dense.get(a[0], a[0]), *a[1:]) for n, *a in actions]
-        for j, (name, *args) in enumerate(actions):
-            simpler = []
-            if name == "add_request":
-                uid, prompt_len, max_new, reuse = args
-                simpler += [(name, uid, p, max_new, reuse) for p in range(1, prompt_len)]
-                # Not simpler alone, but a prompt one token longer can stand in for a preempt
-                # and re-prefill (the minimizer pairs it with step deletions).
-                simpler.append((name, uid, prompt_len + 1, max_new, reuse))
-                if reuse:
-                    simpler.append((name, uid, prompt_len, max_new, False))
-            elif name == "prefill" and args[1] > 1:
-                simpler.append((name, args[0], args[1] - 1))
-            for action in simpler:
-                yield world, [*actions[:j], action, *actions[j + 1:]]
+        return simpler_worlds(world, actions)
 
     # -- actions: API calls on model and target, compared ----------------------------------
 
@@ -176,8 +165,8 @@ class OffloadEngineMachine(HarnessMachine):
         self.record_step(f"eng.prefill({uid}, num_chunks={num_chunks})", repr(expect),
                          f"s{uid} writes positions {begin}..{end - 1}"
                          + (" (prefill complete)" if done else ""))
-        assert len(actual) == len(expect), \
-            f"attention-reads-agree: prefill s{uid} ran {len(actual)} chunks, not {len(expect)}"
+        self.check("attention-reads-agree", len(actual) == len(expect),
+                   f"prefill s{uid} ran {len(actual)} chunks, not {len(expect)}")
         for c, (want, got) in enumerate(zip(expect, actual, strict=True)):
             self._compare_reads(f"prefill s{uid} chunk {c}", want, got)
         if not done:
@@ -241,23 +230,21 @@ class OffloadEngineMachine(HarnessMachine):
         if not hasattr(self, "model") or not self.CHECK_STATE:
             return
         m, e = self.model, self.eng
-        if self.CHECK_TRACKING_KEYS:
-            assert e.tracking_keys() == m.tracking_keys(), (
-                f"decode-tracking-lifetime: tracking keys {sorted(e.tracking_keys())}, live "
-                f"decoding sequences' handles {sorted(m.tracking_keys())}")
+        if self.CHECK_TRACKING_KEYS and e.tracking_keys() != m.tracking_keys():
+            self.fail("decode-tracking-lifetime", f"tracking keys {sorted(e.tracking_keys())}, "
+                      f"live decoding sequences' handles {sorted(m.tracking_keys())}")
         for uid in sorted(m.live):
-            assert e.block_refs(uid) == m.block_refs(uid), (
-                f"block-table-agrees: s{uid} block ref counts {e.block_refs(uid)}, expected "
-                f"{m.block_refs(uid)} (one ref per block, ceil(len / B) blocks)")
-            assert e.decode_start(uid) == m.decode_start(uid), (
-                f"decode-start-agrees: s{uid} decode start {e.decode_start(uid)}, expected "
-                f"{m.decode_start(uid)} (cpu_len % B)")
+            if e.block_refs(uid) != m.block_refs(uid):
+                self.fail("block-table-agrees", f"s{uid} block ref counts {e.block_refs(uid)}, "
+                          f"expected {m.block_refs(uid)} (one ref per block, ceil(len / B))")
+            if e.decode_start(uid) != m.decode_start(uid):
+                self.fail("decode-start-agrees", f"s{uid} decode start {e.decode_start(uid)}, "
+                          f"expected {m.decode_start(uid)} (cpu_len % B)")
             for layer, (want, got) in enumerate(zip(m.cpu_rows(uid), e.cpu_rows(uid),
-                                                              strict=False)):
-                _assert_rows("cpu-rows-agree", f"s{uid} CPU layer {layer}", want, got)
-        assert e.num_free_blocks == m.num_free_blocks, (
-            f"resource-partition: {e.num_free_blocks} free CPU blocks, expected "
-            f"{m.num_free_blocks}")
+                                                    strict=False)):
+                self._compare_rows("cpu-rows-agree", f"s{uid} CPU layer {layer}", want, got)
+        self.check("resource-partition", e.num_free_blocks == m.num_free_blocks,
+                   f"{e.num_free_blocks} free CPU blocks, expected {m.num_free_blocks}")
         self.check_valid(e)
 
     def state_checks(self) -> list[str]:
@@ -311,19 +298,18 @@ class OffloadEngineMachine(HarnessMachine):
                 and m.seqs[u].num_tokens < MAX_TOKENS]
 
     def _compare_reads(self, what: str, expect: list[list[int]], actual: list[list[int]]):
-        assert len(actual) == len(expect), \
-            f"attention-reads-agree: {what} read {len(actual)} layers, not {len(expect)}"
+        self.check("attention-reads-agree", len(actual) == len(expect),
+                   f"{what} read {len(actual)} layers, not {len(expect)}")
         for layer, (want, got) in enumerate(zip(expect, actual, strict=True)):
-            _assert_rows("attention-reads-agree", f"{what} layer {layer}", want, got)
+            self._compare_rows("attention-reads-agree", f"{what} layer {layer}", want, got)
 
-
-def _assert_rows(prop: str, what: str, want: list[int], got: list[int]) -> None:
-    """Report the first bad position and the (sequence, layer, position) actually read."""
-    if got == want:
-        return
-    for p, (w, g) in enumerate(zip(want, got, strict=False)):
-        if w != g:
-            raise AssertionError(f"{prop}: {what} position {p}: read {kv_origin(g)}, expected "
-                                 f"{kv_origin(w)} (read {got}, expected {want})")
-    raise AssertionError(f"{prop}: {what}: read {len(got)} rows, expected {len(want)} "
-                         f"(read {got}, expected {want})")
+    def _compare_rows(self, prop: str, what: str, want: list[int], got: list[int]) -> None:
+        """Report the first bad position and the (sequence, layer, position) actually read."""
+        if got == want:
+            return
+        for p, (w, g) in enumerate(zip(want, got, strict=False)):
+            if w != g:
+                self.fail(prop, f"{what} position {p}: read {kv_origin(g)}, expected "
+                          f"{kv_origin(w)} (read {got}, expected {want})")
+        self.fail(prop, f"{what}: read {len(got)} rows, expected {len(want)} "
+                  f"(read {got}, expected {want})")

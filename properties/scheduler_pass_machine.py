@@ -18,12 +18,13 @@ from attrs import evolve
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
-from fixtures.scheduler_worlds import SchedWorld, scheduler_worlds
-from models.sched_values import SchedRequest, StepView
 from models.scheduler_pass import SchedulerPassModel
+from models.scheduler_pass_values import SchedRequest, StepView
 from properties.harness import HarnessMachine, InvalidAction
+from properties.scheduler_pass_shrink import simpler_worlds
+from properties.scheduler_pass_worlds import SchedWorld, scheduler_worlds
 from sim import targets
-from sim.native.encoder_worker import EncoderCacheMiss, encoder_output
+from sim.encoder_worker import EncoderCacheMiss, encoder_output
 
 MAX_OPEN_REQUESTS = 4
 
@@ -39,10 +40,23 @@ HAZARDS = (
 )
 
 
+PROPERTIES = {
+    "freed-not-resident": "free_encoder_mm_hashes names no hash resident after the pass",
+    "budgets-hold": "token, encoder-compute and cache budgets hold for every pass",
+    "scheduler-output-agrees": "the pass's output and the step equal the FCFS prediction",
+    "no-encoder-cache-miss": "the worker finds every embedding a scheduled token needs",
+    "gathered-equals-encoded": "gathered rows are the encoder's output for the item",
+    "worker-agrees-with-manager": "the worker's tensors are exactly the resident entries",
+    "liveness": "with the cache fitting the largest item, every request finishes",
+}
+
+
 class SchedulerPassMachine(HarnessMachine):
     subsystem = "scheduler_pass"
+    SUBJECT = "sched"
+    PROPERTIES = PROPERTIES
     HAZARDS = HAZARDS
-    REPRODUCER_IMPORTS = ("from models.sched_values import (Gathered, PlacedItem, "
+    REPRODUCER_IMPORTS = ("from models.scheduler_pass_values import (Gathered, PlacedItem, "
                           "SchedRequest, SchedulerOutputView, StepView)",)
     REPRODUCER_HELPERS = ""
 
@@ -94,9 +108,9 @@ class SchedulerPassMachine(HarnessMachine):
             if not self.open:
                 break
             self.act("step")
-        assert not self.open, f"liveness: {self.open} unfinished after {bound} more passes"
-        assert self.sched.get_num_unfinished_requests() == 0, \
-            "liveness: the target still has unfinished requests"
+        self.check("liveness", not self.open, f"{self.open} unfinished after {bound} more passes")
+        self.check("liveness", self.sched.get_num_unfinished_requests() == 0,
+                   "the target still has unfinished requests")
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -139,14 +153,15 @@ class SchedulerPassMachine(HarnessMachine):
         out = self.sched.schedule()
         resident = self.sched.resident_mm_hashes()
         stale = [h for h in out.free_encoder_mm_hashes if h in resident]
-        assert not stale, f"freed-not-resident: {stale} in free_encoder_mm_hashes but resident"
+        self.check("freed-not-resident", not stale,
+                   f"{stale} in free_encoder_mm_hashes but resident")
         self._check_budgets(out)
-        assert out == expect.output, \
-            f"scheduler-output-agrees: {out!r} != FCFS prediction {expect.output!r}"
+        self.check("scheduler-output-agrees", out == expect.output,
+                   lambda: f"{out!r} != FCFS prediction {expect.output!r}")
         try:
             gathered = self.sched.execute_model(out)
         except EncoderCacheMiss as miss:
-            raise AssertionError(f"no-encoder-cache-miss: {miss}") from miss
+            self.fail("no-encoder-cache-miss", str(miss))
         actual = StepView(out, gathered, self.sched.update_from_output(out))
         self._check_step(actual, expect)
 
@@ -154,29 +169,30 @@ class SchedulerPassMachine(HarnessMachine):
 
     def _check_step(self, actual: StepView, expect: StepView) -> None:
         self._check_gathered(actual)
-        assert actual == expect, f"scheduler-output-agrees: step {actual!r} != {expect!r}"
+        self.check("scheduler-output-agrees", actual == expect,
+                   lambda: f"step {actual!r} != {expect!r}")
         resident = self.sched.resident_mm_hashes()
-        assert resident == self.model.resident_mm_hashes(), \
-            f"worker-agrees-with-manager: manager resident {sorted(resident)} != " \
-            f"{sorted(self.model.resident_mm_hashes())}"
+        self.check("worker-agrees-with-manager", resident == self.model.resident_mm_hashes(),
+                   lambda: f"manager resident {sorted(resident)} != "
+                   f"{sorted(self.model.resident_mm_hashes())}")
         worker = getattr(self.sched, "worker_mm_hashes", None)
         if worker is not None:
-            assert worker() == resident, \
-                f"worker-agrees-with-manager: worker tensors {sorted(worker())} != " \
-                f"resident entries {sorted(resident)} (leak or lost tensor)"
+            self.check("worker-agrees-with-manager", worker() == resident,
+                       lambda: f"worker tensors {sorted(worker())} != resident entries "
+                       f"{sorted(resident)} (leak or lost tensor)")
         self.check_valid(self.sched)
 
     def _check_budgets(self, out) -> None:
         world = self.world
-        assert out.total_num_scheduled_tokens <= world.token_budget, \
-            f"budgets-hold: {out.total_num_scheduled_tokens} tokens > {world.token_budget}"
+        self.check("budgets-hold", out.total_num_scheduled_tokens <= world.token_budget,
+                   lambda: f"{out.total_num_scheduled_tokens} tokens > {world.token_budget}")
         sizes = {it.mm_hash: it.length for t in world.templates for it in t.items}
         compute = sum(self.history[rid].items[i].length
                       for rid, ids in out.scheduled_encoder_inputs.items() for i in ids)
-        assert compute <= world.encoder_compute_budget, \
-            f"budgets-hold: encoder compute {compute} > {world.encoder_compute_budget}"
+        self.check("budgets-hold", compute <= world.encoder_compute_budget,
+                   lambda: f"encoder compute {compute} > {world.encoder_compute_budget}")
         held = sum(sizes[h] for h in self.sched.resident_mm_hashes())
-        assert held <= world.cache_size, f"budgets-hold: {held} resident embeds > cache"
+        self.check("budgets-hold", held <= world.cache_size, f"{held} resident embeds > cache")
 
     def _check_gathered(self, actual: StepView) -> None:
         tensors = getattr(self.sched, "last_gathered_tensors", None)
@@ -186,9 +202,9 @@ class SchedulerPassMachine(HarnessMachine):
         device = self.sched.worker.device
         for g, got in zip(actual.gathered, tensors, strict=True):
             want = encoder_output(sizes[g.mm_hash], device)[g.start:g.end]
-            assert got.equal(want), \
-                f"gathered-equals-encoded: {g.mm_hash} rows {g.start}:{g.end} for " \
-                f"{g.request_id} differ from the encoder's output"
+            if not got.equal(want):
+                self.fail("gathered-equals-encoded", f"{g.mm_hash} rows {g.start}:{g.end} for "
+                          f"{g.request_id} differ from the encoder's output")
 
     def state_checks(self) -> list[str]:
         resident = sorted(self.model.resident_mm_hashes())     # sorted: a stable file
@@ -212,73 +228,7 @@ class SchedulerPassMachine(HarnessMachine):
 
     @classmethod
     def simpler_worlds(cls, world: SchedWorld, actions):
-        """Calmer configurations and smaller templates that may fail the same way."""
-        largest = world.largest_item
-        for name, low in (("cache_size", largest), ("encoder_compute_budget", largest),
-                          ("token_budget", largest if world.disable_chunked_mm_input else 1),
-                          ("read_ahead", 0)):
-            if getattr(world, name) > low:
-                yield evolve(world, **{name: low}), actions
-                yield evolve(world, **{name: getattr(world, name) - 1}), actions
-        if world.disable_chunked_mm_input:
-            yield evolve(world, disable_chunked_mm_input=False), actions
-        # A larger token budget is a smaller program: prefills take fewer passes.
-        yield evolve(world, token_budget=2 * world.token_budget), actions
-        for mm_hash in sorted({it.mm_hash for t in world.templates for it in t.items}):
-            shorter = tuple(_shortened(t, mm_hash) for t in world.templates)
-            if shorter != world.templates:
-                yield evolve(world, templates=shorter), actions
-        for fewer in _fewer_requests(actions):
-            yield world, fewer
-        used = sorted({a[1] for a in actions if a[0] == "add_request"})
-        if used != list(range(len(used))):           # unused templates go, indexes follow
-            index = {t: k for k, t in enumerate(used)}
-            templates = tuple(evolve(world.templates[t], request_id=f"t{k}")
-                              for k, t in enumerate(used))
-            yield evolve(world, templates=templates), \
-                [(n, index[a[0]], a[1]) if n == "add_request" else (n, *a) for n, *a in actions]
-        for k, t in enumerate(world.templates):
-            for simpler in _simpler_templates(t):
-                yield evolve(world, templates=(*world.templates[:k], simpler,
-                                               *world.templates[k + 1:])), actions
-
-
-def _simpler_templates(t: SchedRequest):
-    if t.max_tokens > 1:
-        yield evolve(t, max_tokens=1)
-    end = t.items[-1].end if t.items else 1
-    if t.prompt_len > max(1, end):
-        yield evolve(t, prompt_len=max(1, end))
-    if t.items:
-        last = t.items[-1]
-        yield evolve(t, items=t.items[:-1], prompt_len=max(1, last.offset))
-        shifted = tuple(evolve(it, offset=it.offset - 1) for it in t.items)
-        if t.items[0].offset > 0:
-            yield evolve(t, items=shifted, prompt_len=t.prompt_len - 1)
-
-
-def _fewer_requests(actions):
-    """Candidates: a request added and aborted removed with its abort (the two are seldom
-    adjacent, which step deletion needs); request ids renumbered densely."""
-    added = [a for a in actions if a[0] == "add_request"]
-    for _, t, n in added:
-        if ("finish_request", n) in actions:
-            yield [a for a in actions if a not in (("add_request", t, n), ("finish_request", n))]
-    ids = {a[2]: k for k, a in enumerate(added)}
-    if any(n != k for n, k in ids.items()):
-        yield [(a[0], a[1], ids[a[2]]) if a[0] == "add_request"
-               else ("finish_request", ids.get(a[1], a[1])) if a[0] == "finish_request"
-               else a for a in actions]
-
-
-def _shortened(t: SchedRequest, mm_hash: str) -> SchedRequest:
-    """``t`` with every ``mm_hash`` item one embed shorter (later items move up one)."""
-    items, shift = [], 0
-    for it in t.items:
-        cut = it.mm_hash == mm_hash and it.length > 1
-        items.append(evolve(it, offset=it.offset - shift, length=it.length - cut))
-        shift += cut
-    return evolve(t, items=tuple(items), prompt_len=max(1, t.prompt_len - shift))
+        return simpler_worlds(world, actions)
 
 
 def _describe(request: SchedRequest) -> str:

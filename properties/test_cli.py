@@ -15,7 +15,7 @@ from sim.targets import make
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "lch.cli", *args], capture_output=True,
                           text=True, timeout=120)
 
 
@@ -55,7 +55,7 @@ def test_bug_of_another_subsystem_is_refused():
 
 def test_hunt_finds_a_planted_bug_and_reports_it(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "sim.cli", "hunt", "--budget", "3s", "--seed", "7",
+        [sys.executable, "-m", "lch.cli", "hunt", "--budget", "3s", "--seed", "7",
          "--subsystem", "encoder_cache", "--target", "native:enc-stale-freed",
          "--report-dir", str(tmp_path), "--reproducer-dir", str(tmp_path / "found")],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": "."})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-from properties.harness import run_machine
 from properties.machines import MACHINES, machine_for
+from properties.run import run_machine
 
 SUBSYSTEMS = sorted(MACHINES)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from models.encoder_cache import EncoderCacheModel
-from models.values import MmItem, ReqView
+from models.encoder_cache_values import MmItem, ReqView
 
 
 def req(rid, *items):

@@ -1,8 +1,8 @@
 """Generators create pressure: under the ``ci`` profile every named hazard of a machine is
 reached, and often. A machine that never evicts checks nothing.
 
-The rates are per 100 examples, pinned well below what was measured (see each entry) so the
-test flags a generator that lost its pressure, not noise.
+The rates are the share of examples (per 100) that reach each hazard, pinned well below what
+was measured (see each entry) so the test flags a generator that lost its pressure, not noise.
 """
 
 from __future__ import annotations
@@ -10,61 +10,63 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-from properties.harness import Recorder, run_machine
+from properties.harness import Recorder
 from properties.machines import machine_for
+from properties.run import run_machine
 
-# subsystem -> {hazard: minimum occurrences per 100 examples}, pinned at about half of what
-# was measured (native, seeds 0-2 x 150 examples, hypothesis 6.155.2). encoder_cache measured:
-# evicts 12.2, no room 90.5, over budget 58.2, freeable reused 33.4, evicted-then-reallocated
-# 3.2, repeated freed 3.3, abandoned 62.4, reports evictions 5.6.
+# subsystem -> {hazard: minimum share of examples that reach it, per 100}, pinned at about
+# half of what was measured (native, seeds 0-2 x 150 examples, hypothesis 6.155.2). Counted
+# per example (``Recorder.hazard`` counts an example once), so one noisy example cannot meet a
+# rate. Measured, in the order listed: encoder_cache 7.9, 23.3, 25.7, 11.3, 2.3, 2.3, 19.3,
+# 4.5; offload_engine 22.7, 15.1, 14.1, 4.5, 15.7, 21.4, 20.6, 8.2.
 SEEDS = (0, 1, 2)
 MIN_RATE_PER_100 = {
     "encoder_cache": {
-        "can_allocate: evicts": 6,
-        "can_allocate: no room": 45,
-        "can_allocate: over compute budget": 29,
-        "check_and_update_cache: freeable entry reused": 16,
-        "evicted then reallocated in one pass": 1.5,
-        "repeated item freed once": 1.5,
-        "approval abandoned": 31,
-        "get_freed_mm_hashes: reports evictions": 2.8,
+        "can_allocate: evicts": 4,
+        "can_allocate: no room": 11.5,
+        "can_allocate: over compute budget": 12.5,
+        "check_and_update_cache: freeable entry reused": 5.5,
+        "evicted then reallocated in one pass": 1.1,
+        "repeated item freed once": 1.1,
+        "approval abandoned": 9.5,
+        "get_freed_mm_hashes: reports evictions": 2.2,
     },
     "offload_engine": {
-        "id reused after finish": 35,
-        "decode filled a block": 6,
-        "decode filled the prompt's partial block": 5,
-        "decode read a decode-filled block": 3,
-        "preempted then re-prefilled": 25,
-        "prefill split across calls": 25,
-        "pool exhausted": 35,
-        "new decode owner after another": 7,
+        "id reused after finish": 11,
+        "decode filled a block": 7.5,
+        "decode filled the prompt's partial block": 7,
+        "decode read a decode-filled block": 2.2,
+        "preempted then re-prefilled": 7.8,
+        "prefill split across calls": 10.5,
+        "pool exhausted": 10.3,
+        "new decode owner after another": 4,
     },
-    # scheduler_pass measured: reallocated 4.8, shared 102.0, cut 95.0, read-ahead read 165.3,
-    # read-ahead cut 7.0, blocked 40.0, frees 174.2, aborted holding 11.8.
+    # scheduler_pass measured: reallocated 2.6, shared 27.5, cut 17.6, read-ahead read 19.5,
+    # read-ahead cut 4.0, blocked 13.5, frees 27.9, aborted holding 7.1.
     "scheduler_pass": {
-        "evicted then reallocated in one pass": 2.4,
-        "item shared within a pass": 51,
-        "tokens cut before an item": 47,
-        "read-ahead past the scheduled range": 82,
-        "read-ahead cut before an item": 3.5,
-        "request blocked for a pass": 20,
-        "pass frees hashes": 87,
-        "aborted while holding an input": 5.9,
+        "evicted then reallocated in one pass": 1.3,
+        "item shared within a pass": 13.5,
+        "tokens cut before an item": 8.8,
+        "read-ahead past the scheduled range": 9.7,
+        "read-ahead cut before an item": 2,
+        "request blocked for a pass": 6.7,
+        "pass frees hashes": 14,
+        "aborted while holding an input": 3.5,
     },
-    # tiered_lookup measured: evicts 12.5, no room 99.8, failed store 50.3, HIT_PENDING 148.6,
-    # RETRY 730.9, promotion started 12.7, promotion refused 2.3, scan pending 65.5, deferred
-    # resolved 186.5, promotions held 42.3.
+    # tiered_lookup measured: evicts 7.2, no room 31.7, failed store 26.2, HIT_PENDING 27.1,
+    # RETRY 30.0, promotion started 6.1, promotion refused 1.3, scan pending 20.9, deferred
+    # resolved 44.4, promotions held 12.0.
     "tiered_lookup": {
-        "prepare_store: evicts": 6,
-        "prepare_store: no room": 50,
-        "complete_store: failed store removed": 25,
-        "lookup: HIT_PENDING": 74,
-        "lookup: RETRY": 365,
-        "promotion started": 6,
-        "promotion refused: primary full": 1.1,
-        "scan: pending block in the run": 32,
-        "deferred lookup resolved": 93,
-        "reset: promotions held": 21,
+        "prepare_store: evicts": 3.6,
+        "prepare_store: no room": 15.8,
+        "complete_store: failed store removed": 13,
+        "lookup: HIT_PENDING": 13.5,
+        "lookup: RETRY": 15,
+        "promotion started": 3,
+        "promotion refused: primary full": 0.6,
+        "scan: pending block in the run": 10.4,
+        "deferred lookup resolved": 22,
+        "reset: promotions held": 6,
     },
 }
 

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import Phase, settings
 
 from fixtures.known_bugs import CATALOGUE
-from properties.harness import run_machine
 from properties.machines import MACHINES, machine_for
 from properties.reproducer import write_reproducer
+from properties.run import run_machine
 from sim.native.bugs import BUG_SWITCHES, bug_subsystems
 
 BUGS = [b for b in CATALOGUE if b.subsystem in MACHINES]

@@ -7,7 +7,7 @@ with the property's message and the reproducer's path.
 from __future__ import annotations
 
 from properties.offload_engine_machine import OffloadEngineMachine
-from properties.runner import check_machine
+from properties.run import check_machine
 
 
 def test_offload_engine_machine(target, reproducer_dir):

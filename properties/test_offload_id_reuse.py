@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from hypothesis import Phase, settings
 
-from properties.harness import run_machine
 from properties.offload_engine_machine import OffloadEngineMachine
+from properties.run import run_machine
 from sim.targets import make
 
 SPEC_BUG1_CALLS = 9     # A: add, prefill, 3 decodes, finish; B: add, prefill, decode

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.values import MmItem, ReqView
+from models.encoder_cache_values import MmItem, ReqView
 from properties.encoder_cache_machine import EncoderCacheMachine
-from properties.harness import Failure, property_of, replay
+from properties.encoder_cache_worlds import EncoderCacheWorld
+from properties.harness import Failure, property_of
 from properties.reproducer import render, write_reproducer
+from properties.run import replay
 
 GOLDEN = Path(__file__).parent.parent / "fixtures" / "golden" / "enc_stale_freed_reproducer.txt"
 TARGET = "native:enc-stale-freed"
 
 # cache 1; r1 allocates img1 and finishes; r0's can_allocate evicts img1 but r0 is never
 # allocated; r1 comes back and img1 is allocated again in the same pass.
-WORLD = (1, (ReqView("r0", (MmItem("img0", 1),)), ReqView("r1", (MmItem("img1", 1),))))
+WORLD = EncoderCacheWorld(1, (ReqView("r0", (MmItem("img0", 1),)),
+                                ReqView("r1", (MmItem("img1", 1),))))
 PROGRAM = [("can_allocate", 1, 0, 0, 0), ("allocate",), ("free", 1),
            ("can_allocate", 0, 0, 0, 0), ("can_allocate", 1, 0, 0, 0), ("allocate",),
            ("get_freed_mm_hashes",)]

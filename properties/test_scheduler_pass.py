@@ -6,7 +6,7 @@ with the property's message and the reproducer's path.
 
 from __future__ import annotations
 
-from properties.runner import check_machine
+from properties.run import check_machine
 from properties.scheduler_pass_machine import SchedulerPassMachine
 
 

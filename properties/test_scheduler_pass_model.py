@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.sched_values import Gathered, PlacedItem, SchedRequest, SchedulerOutputView
+from models.scheduler_pass_values import Gathered, PlacedItem, SchedRequest, SchedulerOutputView
 from sim.errors import TargetUnavailable
 from sim.targets import make
 

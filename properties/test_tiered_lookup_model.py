@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from models.lookup_values import LookupResult, StoreOutput
-from models.tiered_lookup import TieredLookupModel, maximal_prefix_lookup, sliding_window_lookup
+from models.tiered_lookup import TieredLookupModel
+from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
+from models.tiered_lookup_values import LookupResult, StoreOutput
 
 CODES = {"H": LookupResult.HIT, "P": LookupResult.HIT_PENDING, "R": LookupResult.RETRY,
          "M": LookupResult.MISS}

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.lookup_values import LookupResult
-from models.tiered_lookup import maximal_prefix_lookup, sliding_window_lookup
+from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
+from models.tiered_lookup_values import LookupResult
 from sim.errors import TargetUnavailable
 from sim.vllm import release
 from sim.vllm.tiered_lookup import lookup_api

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from models.values import MmItem, ReqView
+from models.encoder_cache_values import MmItem, ReqView
 from sim import targets
 from sim.errors import HarnessError, TargetUnavailable
 from sim.vllm import compat, release
@@ -136,7 +136,8 @@ def test_vllm_reaches_the_same_hazards_as_native():
     from hypothesis import settings
 
     from properties.encoder_cache_machine import EncoderCacheMachine
-    from properties.harness import Recorder, run_machine
+    from properties.harness import Recorder
+    from properties.run import run_machine
 
     vllm_cache(1)                                   # skip (or fail) early without vLLM
     profile = settings(settings.get_profile("ci"), derandomize=False, max_examples=100)

@@ -21,12 +21,12 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from fixtures.tiered_worlds import TieredWorld, tiered_worlds
-from models.lookup_values import LookupResult, Scan
-from models.tiered_lookup import TieredLookupModel, maximal_prefix_lookup, sliding_window_lookup
-from properties.encoder_cache_machine import pick
-from properties.harness import HarnessMachine, InvalidAction
+from models.tiered_lookup import TieredLookupModel
+from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
+from models.tiered_lookup_values import LookupResult, Scan
+from properties.harness import HarnessMachine, InvalidAction, pick
 from properties.tiered_lookup_shrink import simpler_worlds
+from properties.tiered_lookup_worlds import TieredWorld, tiered_worlds
 from sim import targets
 
 DEFERRED = (LookupResult.RETRY, LookupResult.HIT_PENDING)
@@ -46,11 +46,29 @@ HAZARDS = (
 )
 
 
+PROPERTIES = {
+    "lookup-results-agree": "every lookup answers what the model answers",
+    "deferred-lookup-resolves": "a deferral (HIT_PENDING / RETRY) has a job or probe in flight",
+    "scan-agrees": "a prefix / sliding-window scan looks up the model's keys, returns its value",
+    "store-outputs-agree": "prepare_store returns the model's keys to store and evictions",
+    "pinned-never-evicted": "no pinned, write-pending or offered chunk is evicted",
+    "events-agree": "take_events() drains the model's stored / removed events",
+    "ref-counts-agree": "each key's ref count is the model's (-1 write pending)",
+    "data-roundtrip": "a readable chunk holds the bytes stored for its own key",
+    "free-chunks-agree": "num_free_chunks is the model's",
+    "chunk-partition": "free chunks + resident chunks == num_chunks",
+    "jobs-agree": "the pending jobs are the model's",
+    "secondary-agrees": "the secondary tier holds the model's keys",
+}
+
+
 class TieredLookupMachine(HarnessMachine):
     subsystem = "tiered_lookup"
+    SUBJECT = "mgr"
+    PROPERTIES = PROPERTIES
     HAZARDS = HAZARDS
-    REPRODUCER_IMPORTS = ("from models.lookup_values import Job, LookupResult, OffloadEvent, "
-                          "Scan, StoreOutput",)
+    REPRODUCER_IMPORTS = ("from models.tiered_lookup_values import Job, LookupResult, "
+                          "OffloadEvent, Scan, StoreOutput",)
     REPRODUCER_HELPERS = '''
 
 def end_step(mgr):
@@ -178,8 +196,8 @@ def end_step(mgr):
                 self.act("lookup", key)
             if not self.deferred:
                 return
-        raise AssertionError(f"deferred-lookup-resolves: keys {sorted(self.deferred)} still "
-                             f"deferred after {RESOLVE_ROUNDS} steps with every job complete")
+        self.fail("deferred-lookup-resolves", f"keys {sorted(self.deferred)} still deferred "
+                  f"after {RESOLVE_ROUNDS} steps with every job complete")
 
     @classmethod
     def simpler_worlds(cls, world: TieredWorld, actions):
@@ -189,23 +207,19 @@ def end_step(mgr):
 
     def do_prepare_store(self, keys: tuple[int, ...]):
         self._step()
-        m = self.model
-        # Pinned as prepare_store sees them after its poll: finished jobs release their
-        # pins (store) or complete their writes (promotion) first.
-        promoted = {k for j in m.finished if j.kind == "promote" for k in j.keys}
-        pinned = {k for k, c in m.chunks.items()
-                  if (not c.written and k not in promoted) or c.loads} | {
-            k for j in m.jobs if j.kind == "store" for k in j.keys}
-        expect = m.prepare_store(keys)
+        expect = self.model.prepare_store(keys)
+        # Asked after the model's prepare_store: its poll has run (finished jobs dropped their
+        # pins), eviction changed no other chunk's pin, and what it stored was offered.
+        pinned = self.model.pinned()
         actual = self.mgr.prepare_store(keys)
         self.record_step(f"mgr.prepare_store({list(keys)})", repr(expect),
                          _store_effect(expect))
         if actual is not None:
             bad = [k for k in actual.evicted_keys if k in pinned or k in keys]
-            assert not bad, f"pinned-never-evicted: prepare_store({list(keys)}) evicted " \
-                            f"{bad} (pinned, write-pending or offered)"
-        assert actual == expect, f"store-outputs-agree: prepare_store({list(keys)}) -> " \
-                                 f"{actual!r}, expected {expect!r}"
+            self.check("pinned-never-evicted", not bad, f"prepare_store({list(keys)}) evicted "
+                       f"{bad} (pinned, write-pending or offered)")
+        self.check("store-outputs-agree", actual == expect,
+                   lambda: f"prepare_store({list(keys)}) -> {actual!r}, expected {expect!r}")
         if expect is None:
             self.hazard("prepare_store: no room")
         elif expect.keys_to_store:
@@ -297,7 +311,8 @@ def end_step(mgr):
         actual = self.mgr.take_events()
         self.record_step("end_step(mgr)", repr(expect),
                          "on_schedule_end (promotions submitted, probes flushed), take_events")
-        assert actual == expect, f"events-agree: take_events() -> {actual!r}, expected {expect!r}"
+        self.check("events-agree", actual == expect,
+                   lambda: f"take_events() -> {actual!r}, expected {expect!r}")
 
     def do_reset_cache(self):
         self.steps_since_reset = 0
@@ -321,8 +336,7 @@ def end_step(mgr):
         m = self.model
         promotions = len(m.promotions)
         could_promote = not m.promotions_held and key not in m.chunks and (
-            key in m.tier_keys if m.secondary == "memory"
-            else m.secondary == "probe" and m.probes.get(key) is LookupResult.HIT)
+            m.secondary_answer(key) is LookupResult.HIT)
         answer = m.lookup(key)
         live.append(m.in_flight(key))
         if answer in DEFERRED:
@@ -343,12 +357,12 @@ def end_step(mgr):
     def _check_answer(self, key: int, expect: LookupResult, actual: LookupResult,
                       live: bool, where: str) -> None:
         if actual != expect and actual in DEFERRED and not live:
-            raise AssertionError(
-                f"deferred-lookup-resolves: {where} of key {key} answered {actual!r} "
-                f"(expected {expect!r}) with nothing in flight for it: no store, promotion "
-                f"or probe will ever change the answer, the request waits forever")
-        assert actual == expect, \
-            f"lookup-results-agree: {where} of key {key} answered {actual!r}, expected {expect!r}"
+            self.fail("deferred-lookup-resolves",
+                      f"{where} of key {key} answered {actual!r} (expected {expect!r}) with "
+                      "nothing in flight for it: no store, promotion or probe will ever "
+                      "change the answer, the request waits forever")
+        self.check("lookup-results-agree", actual == expect,
+                   lambda: f"{where} of key {key} answered {actual!r}, expected {expect!r}")
 
     def _check_scan(self, name: str, expect: Scan, actual: Scan, live: list[bool]) -> None:
         for i, (key, want, got) in enumerate(zip(expect.lookups, expect.answers,
@@ -359,12 +373,14 @@ def end_step(mgr):
         # One property for the whole scan: a wrong scan may return the right value after
         # probing further (starting promotions and probes), or the wrong value after the
         # same lookups; both are the same divergence.
-        assert actual.lookups == expect.lookups, (
-            f"scan-agrees: {name} looked up {list(actual.lookups)}, expected "
-            f"{list(expect.lookups)} (answers {actual.answers}, expected {expect.answers})")
-        assert actual.result == expect.result, (
-            f"scan-agrees: {name} returned {actual.result} after looking up "
-            f"{list(actual.lookups)} (answers {actual.answers}), expected {expect.result}")
+        self.check("scan-agrees", actual.lookups == expect.lookups,
+                   lambda: f"{name} looked up {list(actual.lookups)}, expected "
+                   f"{list(expect.lookups)} (answers {actual.answers}, expected "
+                   f"{expect.answers})")
+        self.check("scan-agrees", actual.result == expect.result,
+                   lambda: f"{name} returned {actual.result} after looking up "
+                   f"{list(actual.lookups)} (answers {actual.answers}), expected "
+                   f"{expect.result}")
         if LookupResult.HIT_PENDING in expect.answers:
             self.hazard("scan: pending block in the run")
 
@@ -374,23 +390,24 @@ def end_step(mgr):
             return
         m, t = self.model, self.mgr
         for key in self.keys:
-            assert t.ref_cnt(key) == m.ref_cnt(key), (
-                f"ref-counts-agree: key {key} ref count {t.ref_cnt(key)}, expected "
-                f"{m.ref_cnt(key)} (-1 write pending, loads + store jobs reading it)")
+            if t.ref_cnt(key) != m.ref_cnt(key):
+                self.fail("ref-counts-agree", f"key {key} ref count {t.ref_cnt(key)}, expected "
+                          f"{m.ref_cnt(key)} (-1 write pending, loads + store jobs reading it)")
             got, want = t.read_chunk(key), m.read_chunk(key)
-            assert got == want, (f"data-roundtrip: key {key}'s chunk holds key {got}'s bytes, "
-                                 f"expected {want}'s")
-        assert t.num_free_chunks == m.num_free_chunks, (
-            f"free-chunks-agree: {t.num_free_chunks} free chunks, expected {m.num_free_chunks}")
+            if got != want:
+                self.fail("data-roundtrip",
+                          f"key {key}'s chunk holds key {got}'s bytes, expected {want}'s")
+        self.check("free-chunks-agree", t.num_free_chunks == m.num_free_chunks,
+                   lambda: f"{t.num_free_chunks} free chunks, expected {m.num_free_chunks}")
         resident = sum(t.ref_cnt(k) is not None for k in self.keys)
-        assert t.num_free_chunks + resident == m.num_chunks, (
-            f"chunk-partition: {t.num_free_chunks} free + {resident} resident != "
-            f"{m.num_chunks} chunks")
-        assert t.pending_jobs() == m.pending_jobs(), \
-            f"jobs-agree: pending jobs {t.pending_jobs()}, expected {m.pending_jobs()}"
-        assert t.secondary_keys() == m.secondary_keys(), (
-            f"secondary-agrees: secondary tier holds {t.secondary_keys()}, expected "
-            f"{m.secondary_keys()}")
+        self.check("chunk-partition", t.num_free_chunks + resident == m.num_chunks,
+                   lambda: f"{t.num_free_chunks} free + {resident} resident != "
+                   f"{m.num_chunks} chunks")
+        self.check("jobs-agree", t.pending_jobs() == m.pending_jobs(),
+                   lambda: f"pending jobs {t.pending_jobs()}, expected {m.pending_jobs()}")
+        self.check("secondary-agrees", t.secondary_keys() == m.secondary_keys(),
+                   lambda: f"secondary tier holds {t.secondary_keys()}, expected "
+                   f"{m.secondary_keys()}")
         self.check_valid(t)
 
     def state_checks(self) -> list[str]:

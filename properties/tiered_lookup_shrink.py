@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from attrs import evolve
 
-from fixtures.tiered_worlds import TieredWorld
+from properties.tiered_lookup_worlds import TieredWorld
 
 
 def simpler_worlds(world: TieredWorld, actions: list[tuple]):

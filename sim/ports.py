@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from models.values import ReqView
+from models.encoder_cache_values import ReqView
 
 
 class EncoderCachePort(Protocol):

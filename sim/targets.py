@@ -83,7 +83,7 @@ def _native_offload_engine(target: Target, block_size: int, num_slots: int, num_
                            num_cpu_blocks: int, zero_on_deallocate: bool = False) -> Any:
     import os
 
-    from sim.native.offload_runner import NativeOffloadEngine
+    from sim.native.offload_engine import NativeOffloadEngine
     # LCH_OFFLOAD_ASYNC=1: loads and offloads on side streams with events (CUDA only).
     return NativeOffloadEngine(*_offload_sizes(block_size, num_slots, num_layers,
                                                num_cpu_blocks), bugs=target.bugs,

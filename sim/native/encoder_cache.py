@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from models.values import ReqView
+from models.encoder_cache_values import ReqView
 
 
 class NativeEncoderCache:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from models.sched_values import Gathered, SchedRequest, SchedulerOutputView, StepView
+from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
+from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
 from sim.native.encoder_cache import NativeEncoderCache
-from sim.native.encoder_worker import EncoderCacheMiss, EncoderWorker
 
 __all__ = ["EncoderCacheMiss", "NativeSchedulerPass"]
 

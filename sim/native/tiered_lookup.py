@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import torch
 
-from models.lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
+from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 from sim.device import pick_device
 
 PENDING = -1

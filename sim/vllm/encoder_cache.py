@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.values import ReqView
+from models.encoder_cache_values import ReqView
 from sim.vllm import compat, release
 
 

@@ -25,9 +25,9 @@ import tempfile
 from types import SimpleNamespace
 from typing import Any
 
-from models.sched_values import Gathered, SchedRequest, SchedulerOutputView, StepView
+from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
+from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
 from sim.errors import HarnessError
-from sim.native.encoder_worker import EncoderCacheMiss, EncoderWorker
 from sim.vllm import release
 
 MAX_MODEL_LEN = 4096

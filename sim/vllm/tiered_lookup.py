@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from models.lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
+from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 from sim.errors import HarnessError, TargetUnavailable
 from sim.vllm import release
 

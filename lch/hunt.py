@@ -18,9 +18,10 @@ from pathlib import Path
 from attrs import define, field
 from hypothesis import Phase, settings
 
-from properties.harness import Recorder, run_machine
+from properties.harness import Recorder
 from properties.machines import MACHINES, machine_for
 from properties.reproducer import write_reproducer
+from properties.run import run_machine
 from sim.errors import HarnessError, TargetUnavailable
 
 ROUND_EXAMPLES = 100

@@ -1,8 +1,8 @@
 """Command line: ``hunt`` (time-budgeted search, report, reproducers), ``replay``, ``bisect``.
 
-    python -m sim.cli hunt --budget 60s [--target native] [--subsystem encoder_cache]
-    python -m sim.cli replay [pytest args...]
-    python -m sim.cli bisect --from 0.10.2 --to 0.33.0 [--releases A,B] (sim/vllm/bisect.py)
+    python -m lch.cli hunt --budget 60s [--target native] [--subsystem encoder_cache]
+    python -m lch.cli replay [pytest args...]
+    python -m lch.cli bisect --from 0.10.2 --to 0.33.0 [--releases A,B] (sim/vllm/bisect.py)
 
 The entry points sit on top of everything else: they drive the state machines in
 ``properties/`` (imported lazily) against the targets of ``sim/targets.py``.
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "hunt":
             return run_hunt(args)
         if args.verb == "bisect":
-            from sim.vllm.bisect import main as run_bisect
+            from lch.bisect import main as run_bisect
             return run_bisect(args)
         return run_replay(args.pytest_args)
     except HarnessError as error:
@@ -74,7 +74,7 @@ def add_bisect_parser(verbs) -> None:
 
 
 def run_hunt(args: argparse.Namespace) -> int:
-    from properties.hunt import Hunt
+    from lch.hunt import Hunt
 
     budget_s = parse_budget(args.budget)
     targets = args.target or ["native"]

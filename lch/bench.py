@@ -42,8 +42,8 @@ class TrivialMachine(RuleBasedStateMachine):
 
 
 def steps_per_second(examples: int) -> list[tuple[str, float, float]]:
-    from properties.harness import run_machine
     from properties.machines import MACHINES, machine_for
+    from properties.run import run_machine
 
     profile = settings(settings.get_profile("ci"), max_examples=examples,
                        phases=[Phase.generate], derandomize=False)
@@ -66,8 +66,8 @@ def steps_per_second(examples: int) -> list[tuple[str, float, float]]:
 
 def time_to_find(seeds: int) -> list[dict]:
     from fixtures.known_bugs import CATALOGUE
-    from properties.harness import minimize, run_machine
     from properties.machines import MACHINES, machine_for
+    from properties.run import minimize, run_machine
 
     rows = []
     # Every bug in its home subsystem, then in the others its switch acts in (also_caught_by).
@@ -103,7 +103,7 @@ def time_to_find(seeds: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     import fixtures.profiles  # noqa: F401 - registers the Hypothesis profiles
 
-    parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m lch.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=10)

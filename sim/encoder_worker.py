@@ -14,7 +14,7 @@ import hashlib
 
 import torch
 
-from models.values import MmItem
+from models.encoder_cache_values import MmItem
 from sim.device import pick_device
 
 HIDDEN_SIZE = 4

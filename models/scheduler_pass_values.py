@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from attrs import field, frozen
 
-from models.values import MmItem
+from models.encoder_cache_values import MmItem
 
 
 @frozen

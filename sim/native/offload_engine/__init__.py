@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import torch
 
-from models.kv_values import kv_value
-from sim.native.offload_blocks import OffloadBlockManager, Sequence
-from sim.native.offload_data import OffloadData
+from models.offload_engine_values import kv_value
+from sim.native.offload_engine.blocks import OffloadBlockManager, Sequence
+from sim.native.offload_engine.data import OffloadData
 
 ID_REUSE, PARTIAL_BLOCK = "offload-id-reuse", "offload-partial-block"
 DROPPED_DECODE, LAYER_ALIAS = "offload-dropped-decode", "offload-layer-alias"

@@ -1,8 +1,8 @@
 """``bisect``: run the vllm suites over a range of vLLM releases, each in its own venv, and
 name the release where the outcome changes (the first failing one, with its reproducer).
 
-    python -m sim.cli bisect --from 0.10.2 --to 0.33.0          # binary search on the ends
-    python -m sim.cli bisect --releases 0.10.2,0.20.0,0.33.0     # just these, in order
+    python -m lch.cli bisect --from 0.10.2 --to 0.33.0          # binary search on the ends
+    python -m lch.cli bisect --releases 0.10.2,0.20.0,0.33.0     # just these, in order
 
 Releases come from ``pip index versions vllm`` (final releases only). A venv per release
 lives under ``--venv-dir`` (default ``.nox/bisect``) and is reused on a second run. When the
@@ -24,7 +24,7 @@ from attrs import define, field
 from sim.errors import HarnessError
 from sim.vllm.release import check_supported, parse_release, requirements_file
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SUITES = ("properties/test_encoder_cache.py", "properties/test_vllm_target.py")
 TEST_PINS = ("attrs==26.1.0", "hypothesis==6.155.2", "pytest==9.0.3", "pytest-xdist==3.8.0")
 

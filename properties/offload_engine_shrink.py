@@ -1,0 +1,39 @@
+"""Simpler worlds for the offload-engine minimizer (``properties/run.py:minimize``).
+
+Actions are the machine's ``(name, *args)`` steps with the sequence's uid first. Each candidate
+may fail the same way with a smaller or calmer program; the minimizer keeps those that do.
+"""
+
+from __future__ import annotations
+
+from attrs import evolve
+
+from properties.offload_engine_worlds import OffloadWorld
+
+
+def simpler_worlds(world: OffloadWorld, actions: list[tuple]):
+    """Fewer layers, slots or CPU blocks, a smaller block, dense uids, shorter prompts,
+    no reuse, fewer chunks per prefill call."""
+    for name, low in (("num_layers", 1), ("num_slots", 1), ("num_cpu_blocks", 1)):
+        if getattr(world, name) > low:
+            yield evolve(world, **{name: getattr(world, name) - 1}), actions
+    if world.block_size > 2:
+        yield evolve(world, block_size=world.block_size // 2), actions
+    added = [a[1] for a in actions if a[0] == "add_request"]
+    dense = {uid: k for k, uid in enumerate(added)}
+    if added != list(range(len(added))):
+        yield world, [(n, dense.get(a[0], a[0]), *a[1:]) for n, *a in actions]
+    for j, (name, *args) in enumerate(actions):
+        simpler = []
+        if name == "add_request":
+            uid, prompt_len, max_new, reuse = args
+            simpler += [(name, uid, p, max_new, reuse) for p in range(1, prompt_len)]
+            # Not simpler alone, but a prompt one token longer can stand in for a preempt
+            # and re-prefill (the minimizer pairs it with step deletions).
+            simpler.append((name, uid, prompt_len + 1, max_new, reuse))
+            if reuse:
+                simpler.append((name, uid, prompt_len, max_new, False))
+        elif name == "prefill" and args[1] > 1:
+            simpler.append((name, args[0], args[1] - 1))
+        for action in simpler:
+            yield world, [*actions[:j], action, *actions[j + 1:]]

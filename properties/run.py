@@ -1,0 +1,172 @@
+"""Running a machine: one Hypothesis run against a target, a failure replayed outside
+Hypothesis and minimized into the shortest program that still breaks the same property, and
+the pytest form of it (``check_machine``: skip an unavailable target, fail with the property
+and the reproducer written).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+
+import hypothesis
+import pytest
+from hypothesis import Phase
+from hypothesis import settings as Settings
+from hypothesis.errors import FailedHealthCheck, InvalidArgument, InvalidDefinition, Unsatisfiable
+from hypothesis.stateful import run_state_machine_as_test
+
+from properties.harness import (
+    Failure,
+    HarnessMachine,
+    InvalidAction,
+    Recorder,
+    RunResult,
+    Trace,
+    property_of,
+)
+from properties.machines import import_all_machines
+from properties.reproducer import write_reproducer
+from sim.errors import HarnessError, TargetUnavailable
+
+# Errors that say the harness or its input is wrong, not the target: never a "finding".
+NOT_FINDINGS = (HarnessError, FailedHealthCheck, InvalidArgument, InvalidDefinition,
+                Unsatisfiable)
+
+
+def bind(machine: type[HarnessMachine], target: str, recorder: Recorder) -> type:
+    # The bound class keeps the machine's name: Hypothesis derives a derandomized run's seed
+    # from it, so every target gets the same stream of choices and their runs compare.
+    return type(machine.__name__, (machine,), {"target_name": target, "recorder": recorder,
+                                              "__qualname__": machine.__qualname__})
+
+
+def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
+                seed: int | None = None, recorder: Recorder | None = None,
+                shrink_program: bool = True) -> RunResult:
+    """Run ``machine`` against ``target``; a failure is returned (minimized), not raised.
+
+    Hypothesis's own shrink phase is skipped: ``minimize`` shrinks the program itself, faster
+    and to fewer API calls. Every machine module is imported first because Hypothesis mixes
+    literal constants of the loaded local modules into generation: a fixed module set keeps
+    a seed's trace the same whichever machines ran before in this process.
+    """
+    import_all_machines()
+    settings = Settings(settings, phases=[p for p in settings.phases if p != Phase.shrink])
+    recorder = recorder or Recorder()
+    bound = bind(machine, target, recorder)
+    factory: Callable[[], HarnessMachine] = bound
+    if seed is not None:
+        factory = hypothesis.seed(seed)(lambda: bound())
+    result = RunResult(target, recorder)
+    try:
+        run_state_machine_as_test(factory, settings=settings)
+    except NOT_FINDINGS:
+        raise
+    except Exception as error:  # noqa: BLE001 - any failure of the target is a finding
+        found = _replayed(machine, target,
+                          Failure(property_of(error), str(error).strip(), recorder.trace, error))
+        result.failure = minimize(machine, found, target) if shrink_program else found
+    return result
+
+
+# -- replay and minimization ------------------------------------------------------------------
+
+INVALID = InvalidAction("replayed program is not valid")
+
+
+def replay(machine: type[HarnessMachine], target: str, world: object,
+           actions: list[tuple]) -> tuple[BaseException | None, Trace]:
+    """Run ``actions`` on a fresh machine; the error it raises (None: it passed)."""
+    recorder = Recorder(report_events=False, keep_state=True)
+    m = bind(machine, target, recorder)()
+    try:
+        m.setup(world=world)
+        m.check_all_invariants()
+        for action in actions:
+            m.act(*action)
+            m.check_all_invariants()
+    except InvalidAction as error:
+        return error, recorder.trace
+    except NOT_FINDINGS:
+        raise
+    except Exception as error:  # noqa: BLE001 - a finding
+        return error, recorder.trace
+    return None, recorder.trace
+
+
+def _replayed(machine: type[HarnessMachine], target: str, failure: Failure) -> Failure:
+    """The failure replayed once outside Hypothesis, so its trace carries the state checks a
+    reproducer ends with (a run records none, to stay fast)."""
+    actions = [s.action for s in failure.trace.steps]
+    error, trace = replay(machine, target, failure.trace.world, actions)
+    if error is None or property_of(error) != failure.property:
+        return failure
+    return Failure(failure.property, str(error).strip(), trace, error)
+
+
+def minimize(machine: type[HarnessMachine], failure: Failure, target: str) -> Failure:
+    """Shrink the failing *program*: delete steps, then simplify the world, while the same
+    property still fails. Hypothesis shrinks the choices that made a program; this shrinks
+    the program a reproducer reads, and it is fast (a replay costs about a millisecond)."""
+    best = failure
+    progress = True
+    while progress:
+        progress = False
+        for world, actions in _candidates(machine, best):
+            error, trace = replay(machine, target, world, actions)
+            if error is not None and not isinstance(error, InvalidAction) \
+                    and property_of(error) == failure.property \
+                    and _smaller(trace, best.trace):
+                best = Failure(failure.property, str(error).strip(), trace, error)
+                progress = True
+                break
+    return best
+
+
+def _candidates(machine: type[HarnessMachine], failure: Failure):
+    actions = [s.action for s in failure.trace.steps]
+    world = failure.trace.world
+    yield from _deletions(world, actions, max(1, len(actions) // 2))
+    variants = list(machine.simpler_worlds(world, actions))
+    yield from variants
+    # A rearranged world (e.g. items reordered) may only pay off once some steps go too.
+    for variant_world, variant_actions in variants:
+        yield from _deletions(variant_world, variant_actions, 2)
+
+
+def _deletions(world, actions: list[tuple], longest: int):
+    chunk = longest
+    while chunk >= 1:                               # delete runs of steps, long runs first
+        for start in range(0, len(actions) - chunk + 1):
+            yield world, actions[:start] + actions[start + chunk:]
+        chunk //= 2
+
+
+def _cost(trace: Trace) -> tuple:
+    """Fewer steps first, then smaller numbers in the world and the calls, then shorter text."""
+    text = trace.text()
+    return len(trace.steps), sum(int(n) for n in re.findall(r"\d+", text)), len(text), text
+
+
+def _smaller(new: Trace, old: Trace) -> bool:
+    return _cost(new) < _cost(old)
+
+
+# -- the pytest form ---------------------------------------------------------------------------
+
+def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: str,
+                  **overrides) -> RunResult:
+    """Run ``machine`` under the loaded profile (with ``overrides``) as a pytest test."""
+    try:
+        result = run_machine(machine, target, Settings(Settings(), **overrides))
+    except TargetUnavailable as why:
+        if os.environ.get("LCH_REQUIRE_TARGETS"):
+            pytest.fail(f"target {target} is required here but unavailable: {why}")
+        pytest.skip(str(why))
+    if result.failure:
+        path = write_reproducer(machine, result.failure, target, reproducer_dir)
+        pytest.fail(f"{result.failure.message}\n{machine.__name__} against {target}: "
+                    f"{result.failure.calls} calls; reproducer: {path}", pytrace=False)
+    return result

@@ -1,0 +1,83 @@
+"""Simpler worlds for the scheduler-pass minimizer (``properties/run.py:minimize``).
+
+Actions are the machine's ``(name, *args)`` steps: ``("add_request", template, id)``,
+``("step",)``, ``("finish_request", id)``. Each candidate may fail the same way with a calmer
+configuration, smaller templates or fewer requests; the minimizer keeps those that do.
+"""
+
+from __future__ import annotations
+
+from attrs import evolve
+
+from models.scheduler_pass_values import SchedRequest
+from properties.scheduler_pass_worlds import SchedWorld
+
+
+def simpler_worlds(world: SchedWorld, actions: list[tuple]):
+    """Calmer configurations and smaller templates that may fail the same way."""
+    largest = world.largest_item
+    for name, low in (("cache_size", largest), ("encoder_compute_budget", largest),
+                      ("token_budget", largest if world.disable_chunked_mm_input else 1),
+                      ("read_ahead", 0)):
+        if getattr(world, name) > low:
+            yield evolve(world, **{name: low}), actions
+            yield evolve(world, **{name: getattr(world, name) - 1}), actions
+    if world.disable_chunked_mm_input:
+        yield evolve(world, disable_chunked_mm_input=False), actions
+    # A larger token budget is a smaller program: prefills take fewer passes.
+    yield evolve(world, token_budget=2 * world.token_budget), actions
+    for mm_hash in sorted({it.mm_hash for t in world.templates for it in t.items}):
+        shorter = tuple(_shortened(t, mm_hash) for t in world.templates)
+        if shorter != world.templates:
+            yield evolve(world, templates=shorter), actions
+    for fewer in _fewer_requests(actions):
+        yield world, fewer
+    used = sorted({a[1] for a in actions if a[0] == "add_request"})
+    if used != list(range(len(used))):           # unused templates go, indexes follow
+        index = {t: k for k, t in enumerate(used)}
+        templates = tuple(evolve(world.templates[t], request_id=f"t{k}")
+                          for k, t in enumerate(used))
+        yield evolve(world, templates=templates), \
+            [(n, index[a[0]], a[1]) if n == "add_request" else (n, *a) for n, *a in actions]
+    for k, t in enumerate(world.templates):
+        for simpler in _simpler_templates(t):
+            yield evolve(world, templates=(*world.templates[:k], simpler,
+                                           *world.templates[k + 1:])), actions
+
+
+def _simpler_templates(t: SchedRequest):
+    if t.max_tokens > 1:
+        yield evolve(t, max_tokens=1)
+    end = t.items[-1].end if t.items else 1
+    if t.prompt_len > max(1, end):
+        yield evolve(t, prompt_len=max(1, end))
+    if t.items:
+        last = t.items[-1]
+        yield evolve(t, items=t.items[:-1], prompt_len=max(1, last.offset))
+        shifted = tuple(evolve(it, offset=it.offset - 1) for it in t.items)
+        if t.items[0].offset > 0:
+            yield evolve(t, items=shifted, prompt_len=t.prompt_len - 1)
+
+
+def _fewer_requests(actions):
+    """Candidates: a request added and aborted removed with its abort (the two are seldom
+    adjacent, which step deletion needs); request ids renumbered densely."""
+    added = [a for a in actions if a[0] == "add_request"]
+    for _, t, n in added:
+        if ("finish_request", n) in actions:
+            yield [a for a in actions if a not in (("add_request", t, n), ("finish_request", n))]
+    ids = {a[2]: k for k, a in enumerate(added)}
+    if any(n != k for n, k in ids.items()):
+        yield [(a[0], a[1], ids[a[2]]) if a[0] == "add_request"
+               else ("finish_request", ids.get(a[1], a[1])) if a[0] == "finish_request"
+               else a for a in actions]
+
+
+def _shortened(t: SchedRequest, mm_hash: str) -> SchedRequest:
+    """``t`` with every ``mm_hash`` item one embed shorter (later items move up one)."""
+    items, shift = [], 0
+    for it in t.items:
+        cut = it.mm_hash == mm_hash and it.length > 1
+        items.append(evolve(it, offset=it.offset - shift, length=it.length - cut))
+        shift += cut
+    return evolve(t, items=tuple(items), prompt_len=max(1, t.prompt_len - shift))
