@@ -184,20 +184,21 @@ def _walk_body(method):
 
 
 def _node_sites(node, i: int, where: tuple, method) -> list[tuple]:
-    if isinstance(node, ast.Compare):
-        return [("cmp", i, k) for k, op in enumerate(node.ops) if type(op) in CMP_SWAPS]
-    if isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in ARITH_SWAPS:
-        return [("arith", i)]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return [("not", i, *where)]
-    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
-        return [("bool", i)]
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return [("int", i)]
+    sites = []
     if isinstance(node, ast.stmt) and not isinstance(node, ast.Pass) \
             and not _is_docstring(node, method):
-        return [("delete", i, *where)]
-    return []
+        sites.append(("delete", i, *where))
+    if isinstance(node, ast.Compare):
+        sites += [("cmp", i, k) for k, op in enumerate(node.ops) if type(op) in CMP_SWAPS]
+    elif isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in ARITH_SWAPS:
+        sites.append(("arith", i))
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        sites.append(("not", i, *where))
+    elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        sites.append(("bool", i))
+    elif isinstance(node, ast.Constant) and type(node.value) is int:
+        sites.append(("int", i))
+    return sites
 
 
 def _is_docstring(node, method) -> bool:
