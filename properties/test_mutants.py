@@ -7,9 +7,9 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
-import tomllib
 
 import pytest
+import tomllib
 
 from lch import forked, mutate
 from lch.mutants import EQUIVALENTS_DIR
