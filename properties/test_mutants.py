@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-import tomllib
 
 from lch import forked, mutate
 from lch.mutants import EQUIVALENTS_DIR
@@ -124,6 +123,7 @@ def test_forked_tasks_report_and_a_loop_is_killed_by_its_cpu_limit(tmp_path):
 @pytest.mark.parametrize("path", sorted(EQUIVALENTS_DIR.glob("*/*.toml")),
                          ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_every_equivalent_mutant_is_argued(path):
+    tomllib = pytest.importorskip("tomllib")          # Python 3.11+, as vLLM itself
     entries = tomllib.loads(path.read_text())["equivalent"]
     assert entries
     for entry in entries:
