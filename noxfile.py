@@ -146,3 +146,17 @@ def history(session: nox.Session) -> None:
     """Every subsystem's vllm suites over releases: ``history-report.{md,json}``
     (``-- --releases 0.10.2,0.14.0,...`` or ``-- --from X --to Y``)."""
     release_session(session, "history")
+
+
+@nox.session(venv_params=VENV_PARAMS)
+def mutants(session: nox.Session) -> None:
+    """Mutation score of the vllm suites on one real vLLM class (``-- --class M:C``)."""
+    release, args = take_option(session.posargs, "--release", VLLM_RELEASE)
+    install_vllm(session, release)
+    if "--compare-upstream" in args:
+        # pip prepares the sdist's metadata even to download it: vLLM's build tools
+        session.install(*nox.project.dependency_groups(PYPROJECT, "sdist"))
+    session.env.update(HYPOTHESIS_PROFILE="ci", LCH_REQUIRE_TARGETS="1",
+                       VLLM_TARGET_DEVICE="cpu")
+    session.run("python", "-m", "sim.vllm.release", "check")
+    session.run("python", "-m", "lch.mutants", "--release", release, *args)

@@ -1,0 +1,178 @@
+"""Which tests judge a mutant: the harness's vllm suites for a class, or vLLM's own tests for it.
+
+``CLASSES`` lists, per real class, the harness tests that reach it with ``--target vllm``
+(cheap ones first: a run stops at its first failure, so a killed mutant pays little) and the
+upstream unit tests of that class in the release's sdist. A suite runs in-process with
+``pytest.main`` in a forked child (``lch.forked``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from attrs import frozen
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@frozen
+class Subject:
+    """A real class under mutation and who tests it."""
+
+    harness: tuple[str, ...]              # pytest args relative to the repo root, in order
+    upstream: tuple[str, ...]             # test files inside the sdist (``tests/...``)
+    deselect: tuple[str, ...] = ()        # harness tests that do not reach the class
+    warm: tuple[str, ...] = ()            # "module:function" run once in the parent
+
+
+ENCODER_REPRODUCERS = tuple(f"fixtures/reproducers/test_encoder_cache_vllm_{name}.py"
+                            for name in ("cached_input_ids", "repeat_item", "stale_freed"))
+
+CLASSES: dict[str, Subject] = {
+    "vllm.v1.core.encoder_cache_manager:EncoderCacheManager": Subject(
+        harness=(*ENCODER_REPRODUCERS, "properties/test_scheduler_pass_model.py",
+                 *(f"properties/test_vllm_target.py::{name}" for name in (
+                     "test_vllm_encoder_cache_evicts_oldest_freeable_first",
+                     "test_vllm_target_runs_the_installed_release")),
+                 "properties/test_encoder_cache.py", "properties/test_scheduler_pass.py",
+                 # the same machine on other seeds, native beside vllm: 17 s, so last
+                 "properties/test_vllm_target.py::test_vllm_reaches_the_same_hazards_as_native"),
+        # Not run: the rest of test_vllm_target.py checks release parsing and the install
+        # hint (one in a subprocess without vLLM), never the class.
+        upstream=("tests/v1/core/test_encoder_cache_manager.py",),
+        warm=("sim.vllm.scheduler_pass:_vllm_config",)),
+    "vllm.v1.kv_offload.cpu.manager:CPUOffloadingManager": Subject(
+        harness=("fixtures/reproducers/test_tiered_lookup_seed001.py",
+                 "properties/test_tiered_lookup_vllm_scans.py",
+                 "properties/test_tiered_lookup.py"),
+        upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
+}
+
+
+def subject(spec: str, harness: list[str], upstream: list[str]) -> Subject:
+    """The registered ``Subject`` of ``MODULE:CLASS``, or one made of the given tests."""
+    if harness or upstream:
+        known = CLASSES.get(spec)
+        return Subject(harness=tuple(harness) or (known.harness if known else ()),
+                       upstream=tuple(upstream) or (known.upstream if known else ()),
+                       deselect=known.deselect if known and not harness else (),
+                       warm=known.warm if known else ())
+    if spec not in CLASSES:
+        raise SystemExit(f"no suites registered for {spec}; known: {', '.join(CLASSES)}. "
+                         "Name the tests with --suite PATH (and --upstream-test tests/...)")
+    return CLASSES[spec]
+
+
+# -- running one suite in the (forked) child ---------------------------------------------------
+
+
+class _FirstFailure:
+    """A pytest plugin that keeps the first failing test and the last line of its error."""
+
+    def __init__(self) -> None:
+        self.failed: list[tuple[str, str]] = []
+        self.passed = 0
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = crash.message if crash is not None else str(report.longrepr)
+            self.failed.append((report.nodeid, message.strip().splitlines()[0][:300]
+                                if message.strip() else ""))
+        elif report.passed and report.when == "call":
+            self.passed += 1
+
+
+def run_pytest(args: list[str], cwd: Path) -> dict:
+    """``pytest.main(args)`` here; ``outcome``: survived (all passed), killed (a test failed)
+    or error (pytest could not run the tests: a broken suite is no kill)."""
+    import pytest
+    os.chdir(cwd)
+    # Per child, pytest's start-up would cost more than the tests: no plugin scan (anyio's
+    # alone takes 1.4 s), no assertion rewriting (a kill needs no rich diff).
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    plugin = _FirstFailure()
+    code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "_hypothesis_pytestplugin",
+                        "--assert=plain", *args], plugins=[plugin])
+    test, message = plugin.failed[0] if plugin.failed else ("", "")
+    if code == 0:
+        outcome = "survived"
+    elif code == 1 and plugin.failed:
+        outcome = "killed"
+    else:
+        outcome = "error"
+        message = message or f"pytest exit code {int(code)}"
+    return {"outcome": outcome, "test": test, "message": message, "passed": plugin.passed}
+
+
+def harness_args(subj: Subject) -> list[str]:
+    args = ["--target", "vllm", "--ignore=fixtures/reproducers/found", *subj.harness]
+    for node in subj.deselect:
+        args += ["--deselect", node]
+    return args
+
+
+def disable_minimizing() -> None:
+    """A mutant needs a kill, not a minimal reproducer: skip the program minimizer."""
+    from properties import run
+    run.minimize = lambda machine, failure, target: failure
+
+
+# -- the upstream tests, from the release's sdist ------------------------------------------------
+
+
+def sdist_path(release: str, sdist: str | None, sdist_dir: Path) -> Path:
+    """The release's sdist: ``--sdist``, else ``sdist_dir/vllm-X.tar.gz``, else downloaded."""
+    if sdist:
+        return Path(sdist)
+    path = sdist_dir / f"vllm-{release}.tar.gz"
+    if path.exists():
+        return path
+    sdist_dir.mkdir(parents=True, exist_ok=True)
+    # pip prepares an sdist's metadata even for `download`; vLLM's needs its build tools and
+    # would compile the CUDA build's version string: the empty target skips both.
+    env = dict(os.environ, VLLM_TARGET_DEVICE="empty", VLLM_SKIP_VERSION_SUFFIX="1")
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+               "--no-build-isolation", f"vllm=={release}", "-d", str(sdist_dir)]
+    print(f"downloading the vLLM {release} sdist for its tests: {' '.join(command)}",
+          flush=True)
+    run = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if run.returncode != 0 or not path.exists():
+        raise SystemExit(
+            f"could not download the vLLM {release} sdist:\n{run.stderr[-2000:]}\n"
+            "Its metadata step needs vLLM's build tools in this environment: pip install "
+            "'setuptools>=77.0.3,<81' 'setuptools-scm>=8' 'setuptools-rust>=1.9' wheel jinja2 "
+            "(nox -s mutants does), or pass --sdist PATH to a downloaded vllm-X.tar.gz")
+    return path
+
+
+def extract_upstream(sdist: Path, tests: tuple[str, ...], into: Path) -> list[Path]:
+    """The named test files (and the ``__init__.py`` files of their packages) out of the
+    sdist into ``into``; returns the test files' paths there."""
+    with tarfile.open(sdist) as tar:
+        wanted = set()
+        for test in tests:
+            parts = Path(test).parts
+            wanted.add(test)
+            wanted.update(str(Path(*parts[:k], "__init__.py")) for k in range(1, len(parts)))
+        members = [m for m in tar.getmembers()
+                   if m.isfile() and m.name.partition("/")[2] in wanted]
+        missing = set(tests) - {m.name.partition("/")[2] for m in members}
+        if missing:
+            raise SystemExit(f"{sdist.name} has no {', '.join(sorted(missing))}: name the "
+                             "release's test files with --upstream-test tests/...")
+        for member in members:
+            target = into / member.name.partition("/")[2]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(tar.extractfile(member).read())
+    (into / "pytest.ini").write_text("[pytest]\n")   # vLLM's own pytest settings stay out
+    return [into / test for test in tests]
+
+
+def upstream_args(root: Path, files: list[Path]) -> list[str]:
+    return ["--noconftest", "--rootdir", str(root), "-c", str(root / "pytest.ini"),
+            *map(str, files)]

@@ -1,0 +1,132 @@
+"""The mutation campaign's parts on a small class of our own (no vLLM): which mutants the
+operators make, that a mutant runs on the live class, the forked runner's limits, and the
+committed equivalent-mutant lists."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+
+import pytest
+
+from lch import forked, mutate
+from lch.mutants import EQUIVALENTS_DIR
+
+SOURCE = '''
+LIMIT = 3
+
+
+def helper(x):
+    return x + 1
+
+
+class Base:
+    def size(self):
+        return 10
+
+
+class Counter(Base):
+    """Counts."""
+
+    def __init__(self, start: int = 0):
+        self.n = start
+
+    def bump(self, by: int) -> int:
+        """Adds ``by``."""
+        if not by > 0:
+            return -1
+        self.n += by
+        return self.n
+
+    def full(self) -> bool:
+        return self.n >= LIMIT and True
+
+    def size(self):
+        return super().size() - 1
+'''
+
+
+def diffs(source: str = SOURCE, name: str = "Counter") -> list[str]:
+    return [m.diff for m in mutate.mutants(source, name)]
+
+
+def test_the_operators_on_one_class_only():
+    found = diffs()
+    assert "bump L22: if not by > 0:  ->  if by > 0:" in found                  # not dropped
+    assert "bump L22: if not by > 0:  ->  if not by >= 0:" in found             # comparison
+    assert "bump L23: return -1  ->  return -2" in found                        # -(1 + 1)
+    assert "bump L24: self.n += by  ->  self.n -= by" in found                  # arithmetic
+    assert "bump L24: self.n += by  ->  pass" in found                          # deletion
+    assert "full L28: return self.n >= LIMIT and True  ->  return self.n >= LIMIT and False" \
+        in found                                                                # boolean
+    assert "size L31: return super().size() - 1  ->  return super().size() - 2" in found
+    assert "__init__ L17: def __init__(self, start: int = 0):  ->  " \
+           "def __init__(self, start: int = 1):" in found                       # integer + 1
+    # never: the docstrings, the annotations, the module's helper, another class
+    assert not [d for d in found if "Adds" in d or "Counts" in d or "helper" in d]
+    assert not [d for d in found if d.startswith("Base")]
+    assert all(d.split()[0] in {"__init__", "bump", "full", "size"} for d in found)
+
+
+def load(tmp_path, source: str = SOURCE):
+    path = tmp_path / "lch_mutant_subject.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("lch_mutant_subject", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_mutant_runs_on_the_live_class(tmp_path):
+    module = load(tmp_path)
+    counter = module.Counter(1)                       # made before the mutant: sees it too
+    alias = module.Counter                            # another module's import, say
+    by_diff = {m.diff: m for m in mutate.mutants(SOURCE, "Counter")}
+    mutate.apply(by_diff["bump L24: self.n += by  ->  self.n -= by"], module, module.Counter)
+    assert module.Counter is alias
+    assert counter.bump(2) == -1
+    # super() in a mutated method still finds the real class's base
+    mutate.apply(by_diff["size L31: return super().size() - 1  ->  return super().size() - 2"],
+                 module, module.Counter)
+    assert counter.size() == 8
+    # the mutated code reports the real file and line
+    assert module.Counter.bump.__code__.co_filename == str(tmp_path / "lch_mutant_subject.py")
+    del sys.modules["lch_mutant_subject"]
+
+
+def test_a_missing_class_is_named():
+    with pytest.raises(LookupError, match="Missing"):
+        mutate.mutants(SOURCE, "Missing")
+
+
+def _loop() -> dict:
+    while True:
+        pass
+
+
+def test_forked_tasks_report_and_a_loop_is_killed_by_its_cpu_limit(tmp_path):
+    tasks = [forked.Task("ok", lambda: {"outcome": "survived"}, timeout_s=30),
+             forked.Task("raises", lambda: 1 / 0, timeout_s=30),
+             forked.Task("loops", _loop, timeout_s=0.5)]
+    started = time.monotonic()
+    done = {t.key: t for t in forked.run_all(tasks, jobs=2, workdir=tmp_path)}
+    assert done["ok"].result == {"outcome": "survived"}
+    assert done["raises"].result["outcome"] == "error"
+    assert "ZeroDivisionError" in done["raises"].result["message"]
+    assert done["loops"].result["outcome"] == "timeout"
+    assert done["loops"].cpu_seconds >= 0.5
+    assert time.monotonic() - started < 20
+
+
+@pytest.mark.parametrize("path", sorted(EQUIVALENTS_DIR.glob("*/*.toml")),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_equivalent_mutant_is_argued(path):
+    tomllib = pytest.importorskip("tomllib")          # Python 3.11+, as vLLM itself
+    entries = tomllib.loads(path.read_text())["equivalent"]
+    assert entries
+    for entry in entries:
+        assert set(entry) == {"mutant", "why"}, entry
+        assert " L" in entry["mutant"] and "  ->  " in entry["mutant"], entry["mutant"]
+        assert entry["why"].strip().endswith("."), entry["why"]
