@@ -59,7 +59,8 @@ def _wait_for(port: int) -> None:
 def _hunt(tmp_path: Path, name: str, seed: int, db: str) -> dict:
     out = tmp_path / name
     done = subprocess.run(
-        [sys.executable, "-m", "lch", "hunt", "--budget", "30s", "--seed", str(seed),
+        [sys.executable, "-m", "lch", "hunt", "--workers", "1", "--budget", "30s",
+         "--seed", str(seed),
          "--target", BUG, "--subsystem", "encoder_cache", "--db", db,
          "--report-dir", str(out), "--reproducer-dir", str(out / "found")],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
