@@ -97,12 +97,14 @@ class SimDevice:
                 and any(op.fn is not None for op in self.queues[s])]
 
     def run(self, stream: str, count: int = 1) -> int:
-        """Run up to ``count`` ops from the head of ``stream`` while its head can run;
-        returns how many ran."""
-        done = 0
-        while done < count and self.queues[stream] and self._ready(self.queues[stream][0]):
+        """Run up to ``count`` copies from the head of ``stream`` while its head can run
+        (a wait whose event is reached passes for free); returns how many copies ran."""
+        done, queue = 0, self.queues[stream]
+        while done < count and queue and self._ready(queue[0]):
+            done += queue[0].fn is not None
             self._run_head(stream)
-            done += 1
+        while queue and queue[0].wait is not None and self._ready(queue[0]):
+            self._run_head(stream)            # leave the head a copy or a blocked wait
         return done
 
     def host_sync(self, stream: str = COMPUTE) -> None:
