@@ -50,7 +50,9 @@ step() {
     rc=$?
     local took=$((SECONDS - start)) tail
     tail=$(grep -E "passed|failed|skipped|error" "$log" | tail -n 1)
-    if [ $rc -eq 0 ]; then
+    if [ $rc -eq 0 ] && ! grep -qE "[0-9]+ passed" "$log"; then
+        echo "gpu_check: SKIP $name (${took}s) $tail: $(grep -m1 SKIPPED "$log")"
+    elif [ $rc -eq 0 ]; then
         echo "gpu_check: PASS $name (${took}s) $tail"
     elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
         echo "gpu_check: FAIL $name: timed out after ${limit}s (log $log)"
