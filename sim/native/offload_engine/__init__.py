@@ -20,6 +20,12 @@ Catalogued bugs (``sim/native/bugs.py``), each off by default:
   dimension) and the full block is offloaded from that slot for every layer after the forward
   pass: every layer's CPU block gets the last layer's KV.
 
+Three more switches are missing event waits in the async data plane
+(``offload-race-read-before-load``, ``offload-race-slot-reuse``,
+``offload-race-dbuf-overwrite``): see ``data.py``. They matter only with ``async_mode``: on CPU
+the simulated device of ``sim/sim_device.py``, on CUDA real streams with the run's drawn
+``copy_delay_cycles``.
+
 Not a bug switch: ``zero_on_deallocate`` clears freed CPU blocks, the ring slots and dbuf at
 every deallocate. Residue (bug 2 of the spec) is the default and harmless while starts are
 right; zeroing turns foreign rows into zero rows and fixes none of the bugs above.
