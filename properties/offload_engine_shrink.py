@@ -19,6 +19,11 @@ def simpler_worlds(world: OffloadWorld, actions: list[tuple]):
             yield evolve(world, **{name: getattr(world, name) - 1}), actions
     if world.block_size > 2:
         yield evolve(world, block_size=world.block_size // 2), actions
+        # The same program at half scale: a filled block needs half the decodes, and a
+        # prompt of whole blocks stays one (a smaller block alone often runs the pool dry).
+        yield evolve(world, block_size=world.block_size // 2), [
+            (n, a[0], -(-a[1] // 2), *a[2:]) if n == "add_request" else (n, *a)
+            for n, *a in actions]
     if world.copy_delay_cycles:
         yield evolve(world, copy_delay_cycles=()), actions
     if world.async_mode:      # synchronous copies, and no step that runs pending copies

@@ -10,7 +10,6 @@ import contextlib
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 from properties.offload_engine_worlds import DELAY_CYCLES, copy_delays, offload_worlds
 from sim.native.offload_engine.streams import CudaStreams, sleep_cycles
