@@ -19,8 +19,9 @@ SCRIPT = Path(__file__).resolve().parent.parent / "tools" / "gpu_check.sh"
 SKIP_EXIT = 77
 
 
-def run_check(*args: str, pythonpath: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")
+def run_check(*args: str, pythonpath: str | None = None, python: str = sys.executable,
+              **extra_env: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHON=python, CUDA_VISIBLE_DEVICES="", **extra_env)
     env.pop("PYTHONPATH", None)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
@@ -87,3 +88,45 @@ def test_every_step_is_time_boxed_and_the_whole_fits_in_four_minutes():
     assert sum(limits) + probe + kill_after < 240, \
         f"step limits {limits} plus the torch probe ({probe}s) exceed 4 minutes"
     assert 'timeout --kill-after=5 "$limit"' in text
+
+
+# -- with a (fake) GPU: the step machinery --------------------------------------------------
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Answers the torch probe as a CUDA machine would; plays pytest per step.
+if [ "$1" = "-c" ]; then echo "cuda 2.13.0 12.8 Fake_GPU"; exit 0; fi
+case "$*" in
+    *--ignore=*) sleep "${FAKE_SLEEP_S:-0}"; echo "80 passed, 8 skipped in 30.0s"; exit 0 ;;
+    *test_known_bugs*) echo "1 failed, 3 passed in 9.0s"; exit 1 ;;
+    *test_offload_worker*) echo "SKIPPED [1] vLLM is not installed"
+                           echo "1 skipped in 1.0s"; exit 0 ;;
+esac
+exit 3
+"""
+
+
+@pytest.fixture
+def fake_gpu_python(tmp_path) -> str:
+    path = tmp_path / "python"
+    path.write_text(FAKE_PYTHON)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_one_line_per_step_and_a_failed_step_fails_the_check(fake_gpu_python):
+    done = run_check(python=fake_gpu_python)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "gpu_check: device Fake_GPU torch 2.13.0 cuda 12.8"
+    assert lines[1].startswith("gpu_check: PASS native-suite (")
+    assert lines[2].startswith("gpu_check: FAIL race-switches (exit 1, ")
+    assert "1 failed, 3 passed" in lines[2]
+    assert lines[3].startswith("gpu_check: SKIP vllm-offload-worker (")
+    assert "vLLM is not installed" in lines[3]
+    assert lines[4:] == ["gpu_check: FAIL"]
+    assert done.returncode == 1
+
+
+def test_a_step_past_its_time_box_is_a_failure(fake_gpu_python):
+    done = run_check(python=fake_gpu_python, FAKE_SLEEP_S="10", GPU_CHECK_LIMIT_S="1")
+    assert "gpu_check: FAIL native-suite: timed out after 1s" in done.stdout
+    assert done.returncode == 1

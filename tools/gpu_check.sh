@@ -41,8 +41,9 @@ echo "gpu_check: device $4 torch $2 cuda $3"
 export HYPOTHESIS_PROFILE=ci LCH_DEVICE=cuda
 failed=0
 # step NAME SECONDS CMD...: run CMD time-boxed, print one summary line, keep its log.
+# GPU_CHECK_LIMIT_S caps every step's limit (properties/test_gpu_check.py uses it).
 step() {
-    local name=$1 limit=$2; shift 2
+    local name=$1 limit=${GPU_CHECK_LIMIT_S:-$2}; shift 2
     local log start rc
     log=$(mktemp -t "gpu_check.$name.XXXX")
     start=$SECONDS
