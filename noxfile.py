@@ -68,6 +68,7 @@ def replay(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Steps per second against a trivial machine, time to find and shrink each known bug."""
     install_harness(session, "test")
+    session.install("matplotlib")                       # the plot
     session.run("python", "-m", "lch.bench", *session.posargs)
 
 

@@ -2,9 +2,15 @@
 
 1. Steps per second of each subsystem's machine on ``native`` next to a trivial
    RuleBasedStateMachine (one counter, one rule, one invariant) run with the same settings:
-   the ratio is the harness's cost over Hypothesis's own floor.
-2. For every catalogued bug: examples and seconds to the first failure, seconds to minimize,
-   and the minimized length, over several seeds.
+   the ratio is the harness's cost over Hypothesis's own floor; and the same machine driven
+   by the explorer (``properties/explore.py``): its speed-up over Hypothesis mode.
+2. For every catalogued bug, in Hypothesis mode and in explorer mode: examples (walks) and
+   seconds to the first failure, seconds to minimize, and the minimized length, over several
+   seeds.
+3. Hunt throughput (steps per second of wall time, all workers together) with 1, 2, ... N
+   workers, and its ratio to one worker: read it on a larger machine to see the scaling.
+
+Written to ``--out`` (default ``bench/``) as ``bench.md``, ``bench.json`` and ``bench.png``.
 
 CPU time of this process (time.process_time) is read here only, outside any state machine
 run: it is steadier than wall time on a shared machine.
@@ -13,9 +19,14 @@ run: it is steadier than wall time on a shared machine.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
@@ -41,7 +52,9 @@ class TrivialMachine(RuleBasedStateMachine):
         assert self.total >= 0
 
 
-def steps_per_second(examples: int) -> list[tuple[str, float, float]]:
+def steps_per_second(examples: int) -> list[tuple[str, float, float, float | None]]:
+    """(machine, Hypothesis-mode steps/s, trivial/this, explorer steps/s)."""
+    from properties.explore import explore
     from properties.machines import MACHINES, machine_for
     from properties.run import run_machine
 
@@ -55,17 +68,22 @@ def steps_per_second(examples: int) -> list[tuple[str, float, float]]:
     began = time.process_time()
     run_state_machine_as_test(TrivialMachine, settings=profile)
     trivial = TrivialMachine.steps / (time.process_time() - began)
-    rows = [("trivial RuleBasedStateMachine", trivial, 1.0)]
+    rows = [("trivial RuleBasedStateMachine", trivial, 1.0, None)]
     for subsystem in MACHINES:
         began = time.process_time()
         result = run_machine(machine_for(subsystem), "native", profile, seed=1)
         rate = result.recorder.steps / (time.process_time() - began)
-        rows.append((f"{subsystem} x native", rate, trivial / rate))
+        began = time.process_time()
+        walked = explore(machine_for(subsystem), "native", seed=1, runs=examples)
+        walk_rate = walked.recorder.steps / (time.process_time() - began)
+        rows.append((f"{subsystem} x native", rate, trivial / rate, walk_rate))
     return rows
 
 
-def time_to_find(seeds: int) -> list[dict]:
+def time_to_find(seeds: int, mode: str = "hypothesis") -> list[dict]:
+    """Per catalogued bug over ``seeds`` seeds, in ``mode`` (hypothesis or explore)."""
     from fixtures.known_bugs import CATALOGUE
+    from properties.explore import explore
     from properties.machines import MACHINES, machine_for
     from properties.run import minimize, run_machine
 
@@ -83,11 +101,14 @@ def time_to_find(seeds: int) -> list[dict]:
                            max_examples=2000, phases=[Phase.generate])
         for seed in range(seeds):
             began = time.process_time()
-            result = run_machine(machine, target, profile, seed=seed, shrink_program=False)
+            if mode == "explore":
+                result = explore(machine, target, seed=seed, runs=2000, shrink_program=False)
+            else:
+                result = run_machine(machine, target, profile, seed=seed, shrink_program=False)
             found_s.append(time.process_time() - began)
             if result.failure is None:
                 continue
-            examples.append(result.recorder.examples)
+            examples.append(result.runs if mode == "explore" else result.recorder.examples)
             began = time.process_time()
             calls.append(minimize(machine, result.failure, target).calls)
             shrink_s.append(time.process_time() - began)
@@ -100,6 +121,50 @@ def time_to_find(seeds: int) -> list[dict]:
     return rows
 
 
+def hunt_scaling(workers_max: int, budget_s: int) -> list[dict]:
+    """Steps per second of wall time of a whole hunt with 1..workers_max workers."""
+    rows = []
+    for workers in range(1, workers_max + 1):
+        with tempfile.TemporaryDirectory() as out:
+            subprocess.run([sys.executable, "-m", "lch", "hunt", "--workers", str(workers),
+                            "--budget", f"{budget_s}s", "--seed", "1", "--db", f"{out}/db",
+                            "--report-dir", out, "--reproducer-dir", f"{out}/found"],
+                           capture_output=True, check=False, cwd=out,
+                           env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+            data = json.loads((Path(out) / "hunt-report.json").read_text())
+        steps = sum(p["steps"] for p in data["pairs"])
+        rows.append({"workers": workers, "steps": steps, "steps_per_s": round(steps / budget_s)})
+    for row in rows:
+        row["speedup"] = round(row["steps_per_s"] / rows[0]["steps_per_s"], 2)
+    return rows
+
+
+def plot(path: Path, machines: list[tuple], scaling: list[dict]) -> str:
+    """bench.png: steps/s per machine and mode, and hunt throughput per worker count."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no plot: matplotlib is not installed (nox -s bench installs it)"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    names = [m[0].replace(" x native", "") for m in machines[1:]]
+    xs = range(len(names))
+    left.bar([x - 0.2 for x in xs], [m[1] for m in machines[1:]], 0.4, label="Hypothesis")
+    left.bar([x + 0.2 for x in xs], [m[3] for m in machines[1:]], 0.4, label="explorer")
+    left.axhline(machines[0][1], color="grey", linestyle="--", label="trivial machine")
+    left.set_xticks(list(xs), names, rotation=15)
+    left.set_ylabel("steps/s (CPU time)")
+    left.legend()
+    if scaling:
+        right.plot([r["workers"] for r in scaling], [r["steps_per_s"] for r in scaling], "o-")
+        right.set_xlabel("hunt workers")
+        right.set_ylabel("hunt steps/s (wall time)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return f"plot: {path}"
+
+
 def main(argv: list[str] | None = None) -> int:
     import fixtures.profiles  # noqa: F401 - registers the Hypothesis profiles
 
@@ -107,17 +172,41 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--workers-max", type=int, default=os.cpu_count() or 1,
+                        help="hunt throughput with 1..N workers (0: skip)")
+    parser.add_argument("--hunt-budget", type=int, default=20, help="seconds per hunt")
+    parser.add_argument("--out", default="bench", help="bench.md, bench.json, bench.png here")
     args = parser.parse_args(argv)
-    print(f"{'machine':40} {'steps/s':>10} {'trivial/this':>13}")
-    for name, rate, ratio in steps_per_second(args.examples):
-        print(f"{name:40} {rate:10.0f} {ratio:12.2f}x")
-    print()
-    print(f"{'bug':36} {'found':>7} {'examples':>9} {'find s':>8} {'shrink s':>9} "
-          f"{'calls':>6} {'bound':>6}")
-    for row in time_to_find(args.seeds):
-        print(f"{row['bug']:36} {row['found']:>7} {row['examples_median']!s:>9} "
-              f"{row['find_s_median']:>8} {row['shrink_s_median']!s:>9} "
-              f"{row['calls_max']!s:>6} {row['bound']:>6}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)       # checked before the long work starts
+    lines = [f"{'machine':34} {'steps/s':>9} {'trivial/this':>13} {'explorer steps/s':>17} "
+             f"{'explorer/hyp':>13}"]
+    machines = steps_per_second(args.examples)
+    for name, rate, ratio, walk_rate in machines:
+        walk = f"{walk_rate:17.0f} {walk_rate / rate:12.1f}x" if walk_rate else ""
+        lines.append(f"{name:34} {rate:9.0f} {ratio:12.2f}x {walk}")
+    bugs = {}
+    for mode in ("hypothesis", "explore"):
+        bugs[mode] = time_to_find(args.seeds, mode)
+        lines += ["", f"{mode} mode", f"{'bug':36} {'found':>7} {'examples':>9} {'find s':>8} "
+                  f"{'shrink s':>9} {'calls':>6} {'bound':>6}"]
+        lines += [f"{r['bug']:36} {r['found']:>7} {r['examples_median']!s:>9} "
+                  f"{r['find_s_median']:>8} {r['shrink_s_median']!s:>9} "
+                  f"{r['calls_max']!s:>6} {r['bound']:>6}" for r in bugs[mode]]
+    scaling = hunt_scaling(args.workers_max, args.hunt_budget) if args.workers_max else []
+    if scaling:
+        lines += ["", f"{'workers':>8} {'hunt steps/s':>13} {'x one worker':>13}"]
+        lines += [f"{r['workers']:>8} {r['steps_per_s']:>13} {r['speedup']:>12}x"
+                  for r in scaling]
+    lines.append(plot(out / "bench.png", machines, scaling))
+    text = "\n".join(lines)
+    print(text)
+    (out / "bench.md").write_text("```\n" + text + "\n```\n")
+    (out / "bench.json").write_text(json.dumps(
+        {"machines": [{"machine": m[0], "hypothesis_steps_per_s": round(m[1]),
+                       "trivial_over_this": round(m[2], 2),
+                       "explorer_steps_per_s": round(m[3]) if m[3] else None}
+                      for m in machines], "bugs": bugs, "scaling": scaling}, indent=2) + "\n")
     return 0
 
 

@@ -41,6 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     hunt.add_argument("--subsystem", action="append", choices=SUBSYSTEMS,
                       help="subsystem (repeatable); default every one with a machine")
     hunt.add_argument("--seed", type=int, help="master seed (default: drawn and printed)")
+    hunt.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                      help="hunt processes, each on its own subsystems and derived seed "
+                           "(default: every core)")
+    hunt.add_argument("--db", metavar="URL_OR_DIR",
+                      help="example database shared by hunts: redis://HOST:PORT (every worker "
+                           "replays what another found) or a directory (default .hypothesis/)")
+    hunt.add_argument("--engine", choices=("hypothesis", "explore"), default="hypothesis",
+                      help="hypothesis: Hypothesis's engine; explore: seeded random walks over "
+                           "the same rules, several times faster, failures minimized the same")
     hunt.add_argument("--reproducer-dir", default=os.environ.get(
         "LCH_REPRODUCER_DIR", "fixtures/reproducers/found"))
     hunt.add_argument("--report-dir", default=".", help="where hunt-report.{md,json} go")
@@ -83,10 +92,49 @@ def run_hunt(args: argparse.Namespace) -> int:
     # The one draw outside Hypothesis: the master seed, printed first so a hunt can be rerun.
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     print(f"SEED={seed}", flush=True)
+    if args.workers < 1:
+        raise HarnessError(f"--workers {args.workers}: give 1 or more")
+    if args.workers > 1:
+        return run_hunt_workers(args, targets, seed, budget_s)
     hunt = Hunt(targets=targets, subsystems=args.subsystem, budget_s=budget_s, seed=seed,
-                reproducer_dir=args.reproducer_dir, report_dir=args.report_dir)
+                reproducer_dir=args.reproducer_dir, report_dir=args.report_dir,
+                engine=args.engine, database=args.db)
     report = hunt.run()
     return 1 if report.failures else 0
+
+
+def run_hunt_workers(args: argparse.Namespace, targets: list[str], seed: int,
+                     budget_s: float) -> int:
+    """Several hunt processes (``lch/workers.py``), one merged report."""
+    import json
+    from pathlib import Path
+
+    from lch.hunt import _atomic_write, render_markdown
+    from lch.workers import run_workers
+    from properties.machines import MACHINES
+
+    common = ["--budget", args.budget, "--engine", args.engine,
+              "--reproducer-dir", args.reproducer_dir,
+              *(arg for t in targets for arg in ("--target", t)),
+              *(["--db", args.db] if args.db else [])]
+    subsystems = args.subsystem or list(MACHINES)
+    merged = run_workers(common, subsystems, args.workers, seed, budget_s, args.report_dir)
+    out = Path(args.report_dir)
+    lines = [render_markdown(merged), "", "| worker | seed | subsystems | examples | steps | "
+             "steps/s | outcome |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {w['worker']} | {w['seed']} | {', '.join(w['subsystems'])} | "
+              f"{w['examples']} | {w['steps']} | {w['steps_per_s']} | {w['outcome']} |"
+              for w in merged["workers"]]
+    total = merged["total"]
+    lines.append(f"\nAll workers: {total['steps']} steps in {total['wall_s']} s, "
+                 f"{total['steps_per_s']} steps/s.")
+    text = "\n".join(lines) + "\n"
+    _atomic_write(out / "hunt-report.json", json.dumps(merged, indent=2) + "\n")
+    _atomic_write(out / "hunt-report.md", text)
+    print(text, flush=True)
+    if any(not w["outcome"].startswith("done") for w in merged["workers"]):
+        return 3                 # a worker crashed or hung: its pairs were not fully hunted
+    return 1 if any(p["failure"] for p in merged["pairs"]) else 0
 
 
 def run_replay(pytest_args: list[str]) -> int:

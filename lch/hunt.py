@@ -18,6 +18,8 @@ from pathlib import Path
 from attrs import define, field
 from hypothesis import Phase, settings
 
+from fixtures.profiles import example_database
+from properties.explore import explore
 from properties.harness import Recorder
 from properties.machines import MACHINES, machine_for
 from properties.reproducer import write_reproducer
@@ -59,6 +61,8 @@ class Hunt:
     seed: int
     reproducer_dir: str
     report_dir: str = "."
+    engine: str = "hypothesis"      # or "explore": seeded random walks (properties/explore.py)
+    database: str | None = None     # redis://HOST:PORT or a directory (fixtures.profiles)
 
     def run(self) -> HuntReport:
         subsystems = self.subsystems or list(MACHINES)
@@ -70,7 +74,8 @@ class Hunt:
         report = HuntReport(self.seed, self.budget_s,
                             [PairReport(s, t) for s in subsystems for t in self.targets])
         profile = settings(settings.get_profile("hunt"), max_examples=ROUND_EXAMPLES,
-                           phases=[Phase.explicit, Phase.reuse, Phase.generate])
+                           phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                           database=example_database(self.database))
         start = time.monotonic()
         while time.monotonic() - start < self.budget_s:
             live = [p for p in report.pairs if not p.failure and not p.skipped]
@@ -89,7 +94,12 @@ class Hunt:
         recorder = Recorder()
         began = time.monotonic()
         try:
-            result = run_machine(machine, pair.target, profile, seed=seed, recorder=recorder)
+            if self.engine == "explore":
+                result = explore(machine, pair.target, seed=seed, runs=ROUND_EXAMPLES,
+                                 recorder=recorder)
+            else:
+                result = run_machine(machine, pair.target, profile, seed=seed,
+                                     recorder=recorder)
         except TargetUnavailable as why:
             pair.skipped = str(why)
             return

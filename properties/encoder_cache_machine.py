@@ -22,7 +22,7 @@ from models.encoder_cache import EncoderCacheModel
 from models.encoder_cache_values import ReqView
 from properties.encoder_cache_shrink import simpler_worlds
 from properties.encoder_cache_worlds import encoder_cache_worlds
-from properties.harness import HarnessMachine, InvalidAction, pick
+from properties.harness import HarnessMachine, InvalidAction, draw_integer, pick
 from sim import targets
 from sim.encoder_worker import EncoderWorker, encoder_output
 
@@ -109,7 +109,7 @@ def slots(cache):
         r, i = pick(data, again * 3 + allocatable)
         # budget slack in -1..8 (8: unlimited) and extra_to_schedule in 0..2, in one draw
         # (each draw costs Hypothesis more than the whole step costs us).
-        slack, extra = divmod(data.draw(st.integers(0, 29)), 3)
+        slack, extra = divmod(draw_integer(data, 0, 29), 3)
         self.act("can_allocate", r, i, slack - 1, extra)
 
     @precondition(lambda self: getattr(self, "approved", None))

@@ -246,7 +246,32 @@ class RunResult:
     failure: Failure | None = None
 
 
+# Rule arguments are drawn through these helpers, so one rule serves two engines: under
+# Hypothesis ``data`` is ``st.data()`` and the draws are exactly Hypothesis's; in the explorer
+# (``properties/explore.py``) ``data`` is a walk's ``WalkData``, whose ``integer`` draws
+# straight from the walk's Random (a Hypothesis draw costs more than a cache step).
+
+def draw_integer(data, low: int, high: int, label: str | None = None) -> int:
+    fast = getattr(data, "integer", None)
+    if fast is not None:
+        return fast(low, high)
+    return data.draw(st.integers(low, high), label=label)
+
+
 def pick(data, choices: list):
     """One of ``choices``, drawn as an index: building a ``sampled_from`` over a fresh list on
     every step costs more than the step itself."""
-    return choices[data.draw(st.integers(0, len(choices) - 1))]
+    return choices[draw_integer(data, 0, len(choices) - 1)]
+
+
+def choose(data, choices: list, label: str | None = None):
+    """One of ``choices`` as ``st.sampled_from`` draws it (labelled in Hypothesis's output)."""
+    if getattr(data, "integer", None) is not None:
+        return choices[data.integer(0, len(choices) - 1)]
+    return data.draw(st.sampled_from(choices), label=label)
+
+
+def draw_bool(data, label: str | None = None) -> bool:
+    if getattr(data, "integer", None) is not None:
+        return data.integer(0, 1) == 1
+    return data.draw(st.booleans(), label=label)

@@ -26,7 +26,7 @@ from hypothesis.stateful import initialize, invariant, precondition, rule
 from fixtures.handles import HandleAllocator
 from models.offload_engine import OffloadEngineModel
 from models.offload_engine_values import kv_origin
-from properties.harness import HarnessMachine, InvalidAction
+from properties.harness import HarnessMachine, InvalidAction, choose, draw_bool, draw_integer
 from properties.offload_engine_shrink import simpler_worlds
 from properties.offload_engine_worlds import OffloadWorld, offload_worlds
 from sim import targets
@@ -125,8 +125,8 @@ class OffloadEngineMachine(HarnessMachine):
     @precondition(lambda self: self._prefillable())
     @rule(data=st.data())
     def prefill(self, data):
-        uid = data.draw(st.sampled_from(self._prefillable()), label="uid")
-        whole = data.draw(st.booleans(), label="all_chunks")
+        uid = choose(data, self._prefillable(), "uid")
+        whole = draw_bool(data, "all_chunks")
         self.act("prefill", uid, self._chunks_left(uid) if whole else 1)
 
     @precondition(lambda self: self._decodable())
@@ -134,8 +134,8 @@ class OffloadEngineMachine(HarnessMachine):
     def decode(self, data):
         # One or more steps in a row (each its own API call and action): the bugs of a filled
         # block, and the race of its offload with the next write, need B+1 decodes in a row.
-        uid = data.draw(st.sampled_from(self._decodable()), label="uid")
-        for step in range(data.draw(st.integers(1, self.B + 1), label="steps")):
+        uid = choose(data, self._decodable(), "uid")
+        for step in range(draw_integer(data, 1, self.B + 1, "steps")):
             if uid not in self._decodable():
                 break
             if step:
@@ -146,18 +146,18 @@ class OffloadEngineMachine(HarnessMachine):
     @rule(data=st.data())
     def finish(self, data):
         # Any request: a decoded one finishes, a waiting or half-prefilled one is aborted.
-        self.act("finish", data.draw(st.sampled_from(sorted(self.requests)), label="uid"))
+        self.act("finish", choose(data, sorted(self.requests), "uid"))
 
     @precondition(lambda self: getattr(self, "model", None) and self.model.live)
     @rule(data=st.data())
     def preempt(self, data):
-        self.act("preempt", data.draw(st.sampled_from(sorted(self.model.live)), label="uid"))
+        self.act("preempt", choose(data, sorted(self.model.live), "uid"))
 
     @precondition(lambda self: self._copy_streams())
     @rule(data=st.data())
     def run_copies(self, data):
-        stream = data.draw(st.sampled_from(self._copy_streams()), label="stream")
-        self.act("run_copies", stream, data.draw(st.integers(1, 3), label="count"))
+        stream = choose(data, self._copy_streams(), "stream")
+        self.act("run_copies", stream, draw_integer(data, 1, 3, "count"))
 
     @classmethod
     def simpler_worlds(cls, world: OffloadWorld, actions):
@@ -309,8 +309,8 @@ class OffloadEngineMachine(HarnessMachine):
 
     def _draw_request(self, data) -> tuple[int, int]:
         longest = min(3 * self.B + 1, self.world.num_cpu_blocks * self.B)
-        return (data.draw(st.integers(1, longest), label="prompt_len"),
-                data.draw(st.integers(1, 3 * self.B), label="max_new"))
+        return (draw_integer(data, 1, longest, "prompt_len"),
+                draw_integer(data, 1, 3 * self.B, "max_new"))
 
     def _chunks_left(self, uid: int) -> int:
         live = self.model.live.get(uid)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import Phase
 from hypothesis import settings as Settings
 from hypothesis.errors import FailedHealthCheck, InvalidArgument, InvalidDefinition, Unsatisfiable
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.stateful import get_state_machine_test
 
 from properties.harness import (
     Failure,
@@ -61,7 +61,12 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
         factory = hypothesis.seed(seed)(lambda: bound())
     result = RunResult(target, recorder)
     try:
-        run_state_machine_as_test(factory, settings=settings)
+        test = get_state_machine_test(factory, settings=settings)
+        # Hypothesis keys saved examples by the test function, which is the same wrapper for
+        # every machine: key them by machine and target, so a failure saved by one hunt
+        # replays in the same pair on every worker sharing the database, and only there.
+        test._hypothesis_internal_database_key = database_key(machine, target)
+        test()
     except NOT_FINDINGS:
         raise
     except Exception as error:  # noqa: BLE001 - any failure of the target is a finding
@@ -69,6 +74,10 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
                           Failure(property_of(error), str(error).strip(), recorder.trace, error))
         result.failure = minimize(machine, found, target) if shrink_program else found
     return result
+
+
+def database_key(machine: type[HarnessMachine], target: str) -> bytes:
+    return f"llm-cache-harness:{machine.__name__}:{target}".encode()
 
 
 # -- replay and minimization ------------------------------------------------------------------

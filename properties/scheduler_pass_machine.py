@@ -20,7 +20,7 @@ from hypothesis.stateful import initialize, precondition, rule
 
 from models.scheduler_pass import SchedulerPassModel
 from models.scheduler_pass_values import SchedRequest, StepView
-from properties.harness import HarnessMachine, InvalidAction
+from properties.harness import HarnessMachine, InvalidAction, draw_integer, pick
 from properties.scheduler_pass_shrink import simpler_worlds
 from properties.scheduler_pass_worlds import SchedWorld, scheduler_worlds
 from sim import targets
@@ -85,7 +85,7 @@ class SchedulerPassMachine(HarnessMachine):
     def add_request(self, data):
         # The id travels with the action, so a replay with steps deleted keeps every other
         # request's id (and the aborts that name it).
-        self.act("add_request", data.draw(st.integers(0, len(self.world.templates) - 1)),
+        self.act("add_request", draw_integer(data, 0, len(self.world.templates) - 1),
                  self.next_id)
 
     @precondition(lambda self: getattr(self, "open", None))
@@ -96,7 +96,7 @@ class SchedulerPassMachine(HarnessMachine):
     @precondition(lambda self: len(getattr(self, "open", ())) >= 2)
     @rule(data=st.data())
     def finish_request(self, data):
-        rid = self.open[data.draw(st.integers(0, len(self.open) - 1))]
+        rid = pick(data, self.open)
         self.act("finish_request", int(rid[1:]))
 
     def end_of_run(self):

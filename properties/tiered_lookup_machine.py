@@ -24,7 +24,7 @@ from hypothesis.stateful import initialize, precondition, rule
 from models.tiered_lookup import TieredLookupModel
 from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
 from models.tiered_lookup_values import LookupResult
-from properties.harness import HarnessMachine, InvalidAction, pick
+from properties.harness import HarnessMachine, InvalidAction, draw_integer, pick
 from properties.tiered_lookup_checks import (
     HAZARDS,
     PROPERTIES,
@@ -137,7 +137,7 @@ def end_step(mgr):
     def complete_job(self, data):
         # By position among the pending jobs, not by id: a program with steps deleted then
         # still completes "the oldest pending job" (the minimizer deletes steps).
-        self.act("complete_job", data.draw(st.integers(0, len(self.model.jobs) - 1)))
+        self.act("complete_job", draw_integer(data, 0, len(self.model.jobs) - 1))
 
     @rule()
     def on_schedule_end(self):

@@ -1,0 +1,142 @@
+"""``hunt --workers N``: one hunt process per worker, each on its own subsystems and derived
+seed, merged into one report.
+
+Why processes and not threads: the machines are pure Python, so only processes use more than
+one core; and a worker that crashes or hangs must not take the others' findings with it. Why
+not pytest-xdist: a hunt is budgeted by time, not a list of tests, and reports per pair.
+Workers on several machines share failures through ``--db redis://...`` (every process uses
+the same example database), so a cluster needs no scheduler of its own: each node runs the
+same ``nox -s hunt`` with the shared database (README, "Hunting on many machines").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from attrs import define
+
+GRACE_S = 60.0          # beyond the budget before a silent worker counts as hung
+
+
+@define
+class Worker:
+    index: int
+    seed: int
+    subsystems: list[str]
+    report_dir: Path
+    process: subprocess.Popen | None = None
+    log_offset: int = 0
+    outcome: str = "running"
+
+
+def plan(subsystems: list[str], workers: int, seed: int) -> list[tuple[int, list[str]]]:
+    """(derived seed, subsystems) per worker: subsystems dealt round-robin; with more workers
+    than subsystems, workers share a subsystem on different seeds."""
+    rng = random.Random(seed)
+    if workers <= len(subsystems):
+        shares = [subsystems[i::workers] for i in range(workers)]
+    else:
+        shares = [[subsystems[i % len(subsystems)]] for i in range(workers)]
+    return [(rng.randrange(2**32), share) for share in shares]
+
+
+def run_workers(argv_common: list[str], subsystems: list[str], workers: int, seed: int,
+                budget_s: float, report_dir: str) -> dict:
+    """Run the workers to the end (or to Ctrl-C / SIGTERM); returns the merged report."""
+    out = Path(report_dir) / "workers"
+    out.mkdir(parents=True, exist_ok=True)
+    crew = [Worker(i, s, share, out / f"w{i}") for i, (s, share) in
+            enumerate(plan(subsystems, workers, seed))]
+    for w in crew:
+        command = [sys.executable, "-m", "lch", "hunt", "--workers", "1", "--seed", str(w.seed),
+                   "--report-dir", str(w.report_dir), *argv_common,
+                   *(arg for s in w.subsystems for arg in ("--subsystem", s))]
+        log = open(out / f"w{w.index}.log", "wb")  # noqa: SIM115 - the child owns it
+        w.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        print(f"worker {w.index}: seed {w.seed}, {', '.join(w.subsystems)}", flush=True)
+    began = time.monotonic()
+    try:
+        _watch(crew, out, began + budget_s + GRACE_S)
+    except KeyboardInterrupt:
+        for w in crew:
+            if w.process.poll() is None:
+                os.killpg(w.process.pid, signal.SIGTERM)   # workers write partial reports
+                w.outcome = "interrupted"
+        for w in crew:
+            w.process.wait(timeout=GRACE_S)
+        raise
+    finally:
+        merged = merge(crew, seed, budget_s, time.monotonic() - began)
+    return merged
+
+
+def _watch(crew: list[Worker], out: Path, deadline: float) -> None:
+    while any(w.process.poll() is None for w in crew):
+        _echo(crew, out)
+        if time.monotonic() > deadline:
+            for w in crew:
+                if w.process.poll() is None:
+                    os.killpg(w.process.pid, signal.SIGKILL)
+                    w.outcome = "hung: killed after the budget and a grace period"
+            break
+        time.sleep(0.5)
+    for w in crew:
+        w.process.wait()
+        if w.outcome == "running":
+            code = w.process.returncode
+            w.outcome = {0: "done", 1: "done (found failures)"}.get(
+                code, f"crashed (exit {code}): see workers/w{w.index}.log")
+    _echo(crew, out)
+
+
+def _echo(crew: list[Worker], out: Path) -> None:
+    """Each worker's new progress lines, prefixed with its number."""
+    for w in crew:
+        log = out / f"w{w.index}.log"
+        with open(log, "rb") as f:
+            f.seek(w.log_offset)
+            chunk = f.read()
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        w.log_offset += len(complete)
+        for line in complete.decode(errors="replace").splitlines():
+            if line.startswith("["):
+                print(f"[w{w.index}] {line}", flush=True)
+
+
+def merge(crew: list[Worker], seed: int, budget_s: float, wall_s: float) -> dict:
+    """One report from the workers' reports: per pair the sums, the first failure; per
+    worker its figures and outcome; totals over the wall time."""
+    pairs: dict[tuple[str, str], dict] = {}
+    per_worker = []
+    for w in crew:
+        path = w.report_dir / "hunt-report.json"
+        data = json.loads(path.read_text()) if path.exists() else {"pairs": []}
+        steps = sum(p["steps"] for p in data["pairs"])
+        per_worker.append({"worker": w.index, "seed": w.seed, "subsystems": w.subsystems,
+                           "outcome": w.outcome, "steps": steps,
+                           "examples": sum(p["examples"] for p in data["pairs"]),
+                           "steps_per_s": round(steps / wall_s) if wall_s else 0})
+        for p in data["pairs"]:
+            key = (p["subsystem"], p["target"])
+            into = pairs.setdefault(key, {**p, "examples": 0, "steps": 0, "rounds": 0,
+                                          "seconds": 0.0, "events": {}, "failure": None})
+            for field in ("examples", "steps", "rounds", "seconds"):
+                into[field] += p.get(field, 0)
+            into["events"] = dict(Counter(into["events"]) + Counter(p.get("events", {})))
+            into["failure"] = into["failure"] or p.get("failure")
+    for p in pairs.values():
+        p["steps_per_s"] = round(p["steps"] / p["seconds"]) if p["seconds"] else 0
+    total = sum(w["steps"] for w in per_worker)
+    return {"seed": seed, "budget_s": budget_s, "workers": per_worker,
+            "total": {"steps": total, "wall_s": round(wall_s, 1),
+                      "steps_per_s": round(total / wall_s) if wall_s else 0},
+            "pairs": list(pairs.values())}
