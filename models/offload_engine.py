@@ -121,6 +121,11 @@ class OffloadEngineModel:
         self.live.pop(uid, None)
         del self.seqs[uid]
 
+    def run_copies(self, stream: str, count: int = 1) -> None:
+        """Run pending copies early (the engine's async mode on the simulated device). The
+        model has no device: every copy is done the moment it is asked for, so this changes
+        nothing, and a correct engine reads the same rows whenever its copies run."""
+
     def preempt(self, uid: int) -> None:
         del self.live[uid]                         # same sequence, requeued with its tokens
 

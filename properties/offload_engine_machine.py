@@ -5,7 +5,10 @@ Rules follow ``specs/offload-engine.md`` section 6: add a request (prompt 1..3B+
 CPython does, when the machine says); prefill one chunk or all; decode a step (offload mode runs
 one sequence at a time: only the current decode owner decodes until it finishes or is
 preempted); finish (deallocate); preempt (deallocate, requeue, later re-prefill prompt plus
-generated tokens in full). Every attention read is compared with the model's; after every step
+generated tokens in full); in async worlds on CPU, run pending copies (the simulated device of
+``sim/sim_device.py``: a drawn side stream runs some of its queued copies now, ahead of what
+waits on them; everything else runs only when a wait or a host read needs it, the laziest
+order the events allow). Every attention read is compared with the model's; after every step
 the whole observable state is: tracking keys, decode starts (``== cpu_len % B``), the CPU rows
 of every live sequence, ref counts and block table shape, free blocks and the engine's
 structural self-check (partition, inverse map).
@@ -27,6 +30,14 @@ from properties.harness import HarnessMachine, InvalidAction, choose, draw_bool,
 from properties.offload_engine_shrink import simpler_worlds
 from properties.offload_engine_worlds import OffloadWorld, offload_worlds
 from sim import targets
+from sim.sim_device import OUT_OF_ORDER, READ_WHILE_PENDING
+
+
+def native_on_cuda() -> bool:
+    """Whether the native engine's tensors live on CUDA (then async worlds draw delays)."""
+    from sim.device import pick_device
+    return pick_device().type == "cuda"
+
 
 MAX_OPEN_REQUESTS = 3      # added and not finished: enough to contend for a small pool
 MAX_TOKENS = 90            # positions stay below models.offload_engine_values.POS_SPAN
@@ -40,6 +51,8 @@ HAZARDS = (
     "prefill split across calls",
     "pool exhausted",
     "new decode owner after another",
+    OUT_OF_ORDER,            # simulated device: a copy overtook an op queued before it
+    READ_WHILE_PENDING,      # simulated device: the host read while a copy was still queued
 )
 
 
@@ -75,15 +88,17 @@ class OffloadEngineMachine(HarnessMachine):
 
     @staticmethod
     def reproducer_subject(config: dict) -> str:
-        sizes = ", ".join(f"{k}={config[k]}" for k in
-                          ("block_size", "num_slots", "num_layers", "num_cpu_blocks"))
+        sizes = ", ".join(f"{k}={config[k]!r}" for k in
+                          ("block_size", "num_slots", "num_layers", "num_cpu_blocks",
+                           "async_mode", "copy_delay_cycles") if k in config)
         return f'eng = make(target, "offload_engine", {sizes})'
 
-    @initialize(world=offload_worlds())
+    @initialize(world=st.deferred(lambda: offload_worlds(cuda=native_on_cuda())))
     def setup(self, world: OffloadWorld):
         self.world = world
         self.B = world.block_size
-        self.model = OffloadEngineModel(**world.config())
+        self.model = OffloadEngineModel(world.block_size, world.num_slots, world.num_layers,
+                                        world.num_cpu_blocks)   # no device: copies are instant
         self.eng = targets.make(self.target_name, "offload_engine", **world.config(),
                                 **self.TARGET_OPTIONS)
         self.handles = HandleAllocator()
@@ -117,7 +132,15 @@ class OffloadEngineMachine(HarnessMachine):
     @precondition(lambda self: self._decodable())
     @rule(data=st.data())
     def decode(self, data):
-        self.act("decode", choose(data, self._decodable(), "uid"))
+        # One or more steps in a row (each its own API call and action): the bugs of a filled
+        # block, and the race of its offload with the next write, need B+1 decodes in a row.
+        uid = choose(data, self._decodable(), "uid")
+        for step in range(draw_integer(data, 1, self.B + 1, "steps")):
+            if uid not in self._decodable():
+                break
+            if step:
+                self.check_all_invariants()   # after every API call, as a replay checks
+            self.act("decode", uid)
 
     @precondition(lambda self: getattr(self, "requests", None))
     @rule(data=st.data())
@@ -129,6 +152,12 @@ class OffloadEngineMachine(HarnessMachine):
     @rule(data=st.data())
     def preempt(self, data):
         self.act("preempt", choose(data, sorted(self.model.live), "uid"))
+
+    @precondition(lambda self: self._copy_streams())
+    @rule(data=st.data())
+    def run_copies(self, data):
+        stream = choose(data, self._copy_streams(), "stream")
+        self.act("run_copies", stream, draw_integer(data, 1, 3, "count"))
 
     @classmethod
     def simpler_worlds(cls, world: OffloadWorld, actions):
@@ -220,7 +249,20 @@ class OffloadEngineMachine(HarnessMachine):
         if self.owner == uid:
             self.owner = None
 
+    def do_run_copies(self, stream: str, count: int):
+        if stream not in self._copy_streams():
+            raise InvalidAction("run_copies: no copy of that stream can run now")
+        self.apply("run_copies", stream, count, shown=f"eng.run_copies({stream!r}, {count})",
+                   effect=f"up to {count} queued ops of the {stream} stream run now")
+
     # -- invariants ---------------------------------------------------------------------------
+
+    @invariant()
+    def device_hazards(self):
+        stats = getattr(getattr(self, "eng", None), "device_stats", dict)()
+        for name in (OUT_OF_ORDER, READ_WHILE_PENDING):
+            if stats.get(name):
+                self.hazard(name)
 
     @invariant()
     def engine_state_agrees(self):
@@ -261,6 +303,9 @@ class OffloadEngineMachine(HarnessMachine):
         return lines
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _copy_streams(self) -> list[str]:
+        return getattr(getattr(self, "eng", None), "copy_streams", list)()
 
     def _draw_request(self, data) -> tuple[int, int]:
         longest = min(3 * self.B + 1, self.world.num_cpu_blocks * self.B)

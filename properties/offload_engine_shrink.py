@@ -12,13 +12,23 @@ from properties.offload_engine_worlds import OffloadWorld
 
 
 def simpler_worlds(world: OffloadWorld, actions: list[tuple]):
-    """Fewer layers, slots or CPU blocks, a smaller block, dense uids, shorter prompts,
-    no reuse, fewer chunks per prefill call."""
+    """Fewer layers, slots or CPU blocks, a smaller block, no delays, synchronous copies,
+    dense uids, shorter prompts, no reuse, fewer chunks per prefill call, fewer copies run."""
     for name, low in (("num_layers", 1), ("num_slots", 1), ("num_cpu_blocks", 1)):
         if getattr(world, name) > low:
             yield evolve(world, **{name: getattr(world, name) - 1}), actions
     if world.block_size > 2:
         yield evolve(world, block_size=world.block_size // 2), actions
+        # The same program at half scale: a filled block needs half the decodes, and a
+        # prompt of whole blocks stays one (a smaller block alone often runs the pool dry).
+        yield evolve(world, block_size=world.block_size // 2), [
+            (n, a[0], -(-a[1] // 2), *a[2:]) if n == "add_request" else (n, *a)
+            for n, *a in actions]
+    if world.copy_delay_cycles:
+        yield evolve(world, copy_delay_cycles=()), actions
+    if world.async_mode:      # synchronous copies, and no step that runs pending copies
+        yield evolve(world, async_mode=False, copy_delay_cycles=()), \
+            [a for a in actions if a[0] != "run_copies"]
     added = [a[1] for a in actions if a[0] == "add_request"]
     dense = {uid: k for k, uid in enumerate(added)}
     if added != list(range(len(added))):
@@ -34,6 +44,8 @@ def simpler_worlds(world: OffloadWorld, actions: list[tuple]):
             if reuse:
                 simpler.append((name, uid, prompt_len, max_new, False))
         elif name == "prefill" and args[1] > 1:
+            simpler.append((name, args[0], args[1] - 1))
+        elif name == "run_copies" and args[1] > 1:
             simpler.append((name, args[0], args[1] - 1))
         for action in simpler:
             yield world, [*actions[:j], action, *actions[j + 1:]]

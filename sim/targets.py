@@ -73,22 +73,30 @@ def _offload_sizes(block_size: int, num_slots: int, num_layers: int,
 
 
 def _model_offload_engine(target: Target, block_size: int, num_slots: int, num_layers: int,
-                          num_cpu_blocks: int) -> Any:
+                          num_cpu_blocks: int, async_mode: bool = False,
+                          copy_delay_cycles: dict[str, int] | None = None) -> Any:
+    # The model has no device: async copies and delays do not change what it answers.
     from models.offload_engine import OffloadEngineModel
     return OffloadEngineModel(*_offload_sizes(block_size, num_slots, num_layers,
                                               num_cpu_blocks))
 
 
 def _native_offload_engine(target: Target, block_size: int, num_slots: int, num_layers: int,
-                           num_cpu_blocks: int, zero_on_deallocate: bool = False) -> Any:
+                           num_cpu_blocks: int, zero_on_deallocate: bool = False,
+                           async_mode: bool = False,
+                           copy_delay_cycles: dict[str, int] | None = None) -> Any:
     import os
 
     from sim.native.offload_engine import NativeOffloadEngine
-    # LCH_OFFLOAD_ASYNC=1: loads and offloads on side streams with events (CUDA only).
+    # Async mode: loads and offloads on side streams with events, real ones on CUDA (with
+    # ``copy_delay_cycles`` of sleep before each side-stream copy), the simulated device's
+    # queues on CPU. The machine's world draws it; LCH_OFFLOAD_ASYNC=1 forces it on.
     return NativeOffloadEngine(*_offload_sizes(block_size, num_slots, num_layers,
                                                num_cpu_blocks), bugs=target.bugs,
-                               async_mode=os.environ.get("LCH_OFFLOAD_ASYNC") == "1",
-                               zero_on_deallocate=zero_on_deallocate)
+                               async_mode=async_mode
+                               or os.environ.get("LCH_OFFLOAD_ASYNC") == "1",
+                               zero_on_deallocate=zero_on_deallocate,
+                               copy_delay_cycles=copy_delay_cycles)
 
 
 def _tiered_config(num_chunks: int, secondary: str) -> tuple[int, str]:

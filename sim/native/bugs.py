@@ -15,6 +15,9 @@ BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "offload-partial-block": "offload_engine",
     "offload-dropped-decode": "offload_engine",
     "offload-layer-alias": "offload_engine",
+    "offload-race-read-before-load": "offload_engine",
+    "offload-race-slot-reuse": "offload_engine",
+    "offload-race-dbuf-overwrite": "offload_engine",
     "lookup-pending-as-miss": "tiered_lookup",
     "lookup-promote-when-full": "tiered_lookup",
 }

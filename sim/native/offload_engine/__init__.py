@@ -20,6 +20,12 @@ Catalogued bugs (``sim/native/bugs.py``), each off by default:
   dimension) and the full block is offloaded from that slot for every layer after the forward
   pass: every layer's CPU block gets the last layer's KV.
 
+Three more switches are missing event waits in the async data plane
+(``offload-race-read-before-load``, ``offload-race-slot-reuse``,
+``offload-race-dbuf-overwrite``): see ``data.py``. They matter only with ``async_mode``: on CPU
+the simulated device of ``sim/sim_device.py``, on CUDA real streams with the run's drawn
+``copy_delay_cycles``.
+
 Not a bug switch: ``zero_on_deallocate`` clears freed CPU blocks, the ring slots and dbuf at
 every deallocate. Residue (bug 2 of the spec) is the default and harmless while starts are
 right; zeroing turns foreign rows into zero rows and fixes none of the bugs above.
@@ -40,7 +46,8 @@ DROPPED_DECODE, LAYER_ALIAS = "offload-dropped-decode", "offload-layer-alias"
 class NativeOffloadEngine:
     def __init__(self, block_size: int, num_slots: int, num_layers: int, num_cpu_blocks: int,
                  bugs: frozenset[str] = frozenset(), device: torch.device | None = None,
-                 async_mode: bool = False, zero_on_deallocate: bool = False):
+                 async_mode: bool = False, zero_on_deallocate: bool = False,
+                 copy_delay_cycles: dict[str, int] | None = None):
         from sim.device import pick_device
         self.block_size, self.num_slots, self.num_layers = block_size, num_slots, num_layers
         self.bugs = bugs
@@ -48,7 +55,8 @@ class NativeOffloadEngine:
         self.manager = OffloadBlockManager(num_cpu_blocks, block_size,
                                            clear_tracking=ID_REUSE not in bugs)
         self.data = OffloadData(num_layers, num_cpu_blocks, block_size, num_slots,
-                                device or pick_device(), async_mode)
+                                device or pick_device(), async_mode, bugs=bugs,
+                                delays=copy_delay_cycles)
         self.seqs: dict[int, Sequence] = {}
 
     # -- requests ---------------------------------------------------------------------------
@@ -116,7 +124,7 @@ class NativeOffloadEngine:
             self.data.write_slot(chunk_slot, values)
             rows.append(self.data.read_slot(chunk_slot, end - begin))
             self.data.store_slot(chunk_slot, layer, cpu_block, 0, end - begin)
-            reads.append(_attend(rows))
+            reads.append(_attend(self.data.results(rows)))
         self.manager.prefilled.add(logical)
         seq.num_prefilled_tokens = end
         return reads
@@ -143,7 +151,7 @@ class NativeOffloadEngine:
                 self.data.load(slot, layer, manager.cpu_block(logical))
                 rows.append(self.data.read_slot(slot, valid))
             rows.append(self.data.read_dbuf(layer, start, pib + 1))
-            reads.append(_attend(rows))
+            reads.append(_attend(self.data.results(rows)))
             if pib == B - 1 and LAYER_ALIAS in self.bugs:
                 self.data.stage_dbuf(layer, 0)
         if pib == B - 1:
@@ -165,6 +173,20 @@ class NativeOffloadEngine:
             self.manager.prefill_len[seq.handle] = t + 1
         self.manager.decode_start_pos[seq.handle] = 0
 
+    # -- the simulated device (async mode on CPU): the machine runs pending copies ----------
+
+    def copy_streams(self) -> list[str]:
+        """Side streams with a copy that could run now; empty unless async on CPU."""
+        return self.data.copy_streams()
+
+    def run_copies(self, stream: str, count: int = 1) -> None:
+        """Run up to ``count`` pending ops of ``stream`` now, ahead of whatever waits."""
+        self.data.run_copies(stream, count)
+
+    def device_stats(self) -> dict[str, int]:
+        """Named hazards of the simulated device so far (empty on other devices)."""
+        return self.data.device_stats()
+
     # -- observable state (what the model also answers) ------------------------------------
 
     @property
@@ -181,10 +203,10 @@ class NativeOffloadEngine:
         """The CPU rows the engine counts as valid for a live sequence, per layer."""
         seq = self.seqs[uid]
         n = self.manager.prefill_len.get(seq.handle, seq.num_prefilled_tokens)
-        out = []
+        out, cpu = [], self.data.settled_cpu()
         for layer in range(self.num_layers):
-            rows = [self.data.cpu_rows(layer, self.manager.cpu_block(b),
-                                       min(self.block_size, n - j * self.block_size))
+            rows = [cpu[layer, self.manager.cpu_block(b), :min(self.block_size,
+                                                              n - j * self.block_size)]
                     for j, b in enumerate(seq.block_table) if n > j * self.block_size]
             out.append(_attend(rows))
         return out
