@@ -11,6 +11,11 @@ in which case the first such fault is consumed and the call fails the way a real
 - ``readv_short``: ``os.readv`` fills half the buffer and returns that count;
 - ``readv_eio``: ``os.readv`` raises ``EIO``, reading nothing.
 
+A crash point (``crash_at``) kills the process with SIGKILL inside the n-th ``write`` (after
+half the block is written: a torn temp file) or at the n-th ``replace`` (the temp file is
+whole, not yet renamed): no ``finally`` runs, as in a real crash. The crash-restart hunt
+(``properties/secondary_tier_crash.py``) arms one in a child process.
+
 Half a block stays a multiple of 512 bytes, so the calls also work with ``O_DIRECT``; a short
 read goes through a page-aligned bounce buffer for the same reason.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import signal
 
 from models.secondary_tier_values import FAULT_CALL
 
@@ -28,6 +34,21 @@ class FaultyOS:
     def __init__(self) -> None:
         self.armed: list[str] = []
         self.fired: list[str] = []            # faults consumed, in order
+        self.crash: tuple[str, int] | None = None   # ("write" | "replace", n): SIGKILL there
+        self.calls = {"write": 0, "replace": 0}
+
+    def crash_at(self, call: str, nth: int) -> None:
+        """SIGKILL this process in the ``nth`` (from 0) ``write`` or ``replace``."""
+        self.crash = (call, nth)
+
+    def _crash_now(self, call: str) -> bool:
+        nth = self.calls[call]
+        self.calls[call] += 1
+        return self.crash == (call, nth)
+
+    @staticmethod
+    def _die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def __getattr__(self, name: str):
         return getattr(os, name)
@@ -46,6 +67,10 @@ class FaultyOS:
         return None
 
     def write(self, fd: int, data) -> int:
+        if self._crash_now("write"):
+            view = memoryview(data).cast("B")
+            os.write(fd, view[:len(view) // 2])
+            self._die()
         fault = self._take("write")
         if fault == "write_short":
             view = memoryview(data).cast("B")
@@ -56,6 +81,8 @@ class FaultyOS:
         return os.write(fd, data)
 
     def replace(self, src, dst) -> None:
+        if self._crash_now("replace"):
+            self._die()
         if self._take("replace"):
             raise OSError(errno.EIO, os.strerror(errno.EIO), src)
         os.replace(src, dst)

@@ -128,14 +128,16 @@ def _model_secondary_tier(target: Target, num_chunks: int, tier: str = "fs") -> 
     return SecondaryTierModel(*_tier_config(num_chunks, tier))
 
 
-def _native_secondary_tier(target: Target, num_chunks: int, tier: str = "fs") -> Any:
+def _native_secondary_tier(target: Target, num_chunks: int, tier: str = "fs",
+                           root: str | None = None) -> Any:
     from sim.native.secondary_tier import NativeSecondaryTier
-    return NativeSecondaryTier(*_tier_config(num_chunks, tier), bugs=target.bugs)
+    return NativeSecondaryTier(*_tier_config(num_chunks, tier), bugs=target.bugs, root=root)
 
 
-def _vllm_secondary_tier(target: Target, num_chunks: int, tier: str = "fs") -> Any:
+def _vllm_secondary_tier(target: Target, num_chunks: int, tier: str = "fs",
+                         root: str | None = None) -> Any:
     from sim.vllm.secondary_tier import make_secondary_tier
-    return make_secondary_tier(*_tier_config(num_chunks, tier))
+    return make_secondary_tier(*_tier_config(num_chunks, tier), root)
 
 
 def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget: int,

@@ -45,13 +45,20 @@ PRESENT = "present"
 
 
 class NativeSecondaryTier:
-    def __init__(self, num_chunks: int, tier: str = "fs", bugs: frozenset[str] = frozenset()):
+    def __init__(self, num_chunks: int, tier: str = "fs", bugs: frozenset[str] = frozenset(),
+                 root: str | None = None):
         self.num_chunks, self.tier, self.bugs = num_chunks, tier, bugs
         self.primary = torch.zeros(num_chunks, CHUNK_BYTES, dtype=torch.uint8)
         self._rows = self.primary.numpy()             # shares memory with the tensor
         self.os = FaultyOS()
-        self.root = tempfile.mkdtemp(prefix="lch-fs-")
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self.root, True)
+        # ``root``: an existing directory (a restart after a crash), kept; else a fresh one,
+        # removed with the tier.
+        self.root = root or tempfile.mkdtemp(prefix="lch-fs-")
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.root, True) if root is None \
+            else weakref.finalize(self, lambda: None)
+        # Per process, as a temp name must be: a crashed process's leftover temp file must
+        # not block (O_EXCL) the next process's store of the same key.
+        self._tmp_suffix = f".{os.getpid()}.tmp"
         self._queue: deque[tuple[int, bool, tuple[int, ...], tuple[int, ...]]] = deque()
         self._finished: list[JobDone] = []
         self._misses: dict[int, tuple[int, ...]] = {}  # failed load -> keys not loaded
@@ -129,7 +136,7 @@ class NativeSecondaryTier:
         if os.path.exists(dest):
             return                                    # a content hash: already stored
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        tmp = dest + ".tmp"
+        tmp = dest + self._tmp_suffix
         data = memoryview(self._rows[chunk]).cast("B")
         early = "fs-rename-before-write" in self.bugs
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_TRUNC, 0o644)

@@ -129,7 +129,7 @@ class VllmSecondaryTier:
     """The secondary-tier port over vLLM's ``FileSystemTierManager`` or
     ``ExampleSecondaryTierManager``."""
 
-    def __init__(self, num_chunks: int, tier: str = "fs"):
+    def __init__(self, num_chunks: int, tier: str = "fs", root: str | None = None):
         self._base = release.import_module("vllm.v1.kv_offload.base")
         self._tiering = release.import_module("vllm.v1.kv_offload.tiering.base")
         self.num_chunks, self.tier = num_chunks, tier
@@ -137,8 +137,10 @@ class VllmSecondaryTier:
         view = memoryview(self._mm).cast("B", (num_chunks, CHUNK_BYTES))
         self._rows = np.asarray(view)
         self.os = FaultyOS()
-        self.root = tempfile.mkdtemp(prefix="lch-vllm-fs-")
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self.root, True)
+        # ``root``: an existing directory (a restart after a crash), kept; else a fresh one.
+        self.root = root or tempfile.mkdtemp(prefix="lch-vllm-fs-")
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.root, True) if root is None \
+            else weakref.finalize(self, lambda: None)
         if tier == "fs":
             io = release.import_module("vllm.v1.kv_offload.tiering.fs.io")
             fs = release.import_module("vllm.v1.kv_offload.tiering.fs.manager")
@@ -261,5 +263,6 @@ class VllmSecondaryTier:
         self._cleanup()
 
 
-def make_secondary_tier(num_chunks: int, tier: str = "fs") -> VllmSecondaryTier:
-    return VllmSecondaryTier(num_chunks, tier)
+def make_secondary_tier(num_chunks: int, tier: str = "fs",
+                        root: str | None = None) -> VllmSecondaryTier:
+    return VllmSecondaryTier(num_chunks, tier, root)
