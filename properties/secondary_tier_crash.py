@@ -71,7 +71,13 @@ def draw_round(seed: int) -> CrashRound:
     return CrashRound(seed, program, crash)
 
 
-def _child(target: str, root: str, rnd: CrashRound, ack_fd: int) -> None:
+def _child(target: str, root: str, rnd: CrashRound, ack_fd: int,
+           fresh_temp_names: bool) -> None:
+    if target == "vllm" and fresh_temp_names:
+        # A restarted engine is a new process; a forked child would reuse the temp-file
+        # name its parent drew (see test_secondary_tier_crash.py for what that does).
+        from sim.vllm.secondary_tier import forget_temp_name
+        forget_temp_name()
     tier = targets.make(target, "secondary_tier", num_chunks=2, tier="fs", root=root)
     if rnd.crash is not None:
         tier.os.crash_at(*rnd.crash)
@@ -85,14 +91,14 @@ def _child(target: str, root: str, rnd: CrashRound, ack_fd: int) -> None:
                 os.write(ack_fd, bytes(keys))
 
 
-def _run_child(target: str, root: str, rnd: CrashRound) -> None:
+def _run_child(target: str, root: str, rnd: CrashRound, fresh_temp_names: bool) -> None:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:                                    # the child: never returns
         code = 0
         try:
             os.close(read_fd)
-            _child(target, root, rnd, write_fd)
+            _child(target, root, rnd, write_fd, fresh_temp_names)
         except BaseException:   # noqa: BLE001 - reported to the parent by the exit code
             code = 3
         os._exit(code)
@@ -164,22 +170,24 @@ def _check_restart(target: str, root: str, rnd: CrashRound) -> None:
         fail("crash-store-after-restart", f"after storing again, found {sorted(_found(tier))}")
 
 
-def crash_round(target: str, seed: int) -> CrashRound:
+def crash_round(target: str, seed: int, fresh_temp_names: bool = True) -> CrashRound:
     """One round on a fresh temporary directory (removed afterwards)."""
     rnd = draw_round(seed)
     root = tempfile.mkdtemp(prefix="lch-crash-")
     try:
-        _run_child(target, root, rnd)
+        _run_child(target, root, rnd, fresh_temp_names)
         _check_restart(target, root, rnd)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return rnd
 
 
-def crash_hunt(target: str, seed: int, rounds: int, log=print) -> list[CrashRound]:
+def crash_hunt(target: str, seed: int, rounds: int, log=print,
+               fresh_temp_names: bool = True) -> list[CrashRound]:
     """``rounds`` rounds from ``seed``; the first failure raises ``CrashCheckFailed``."""
     log(f"SEED={seed} crash-restart hunt on {target}: {rounds} rounds")
     done = []
     for i in range(rounds):
-        done.append(crash_round(target, seed * 1000 + i))
+        done.append(crash_round(target, seed * 1000 + i, fresh_temp_names))
+        log(done[-1].describe())
     return done

@@ -38,8 +38,9 @@ class FaultyOS:
         self.calls = {"write": 0, "replace": 0}
 
     def crash_at(self, call: str, nth: int) -> None:
-        """SIGKILL this process in the ``nth`` (from 0) ``write`` or ``replace``."""
+        """SIGKILL this process in the ``nth`` (from 0) ``write`` or ``replace`` from now."""
         self.crash = (call, nth)
+        self.calls = {"write": 0, "replace": 0}
 
     def _crash_now(self, call: str) -> bool:
         nth = self.calls[call]

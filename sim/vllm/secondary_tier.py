@@ -266,3 +266,11 @@ class VllmSecondaryTier:
 def make_secondary_tier(num_chunks: int, tier: str = "fs",
                         root: str | None = None) -> VllmSecondaryTier:
     return VllmSecondaryTier(num_chunks, tier, root)
+
+
+def forget_temp_name() -> None:
+    """Drop this thread's temp-file suffix in ``tiering/fs/io.py`` (vLLM 0.33.0: a
+    thread-local ``_{random 63-bit}.tmp`` drawn once per thread), as a freshly started
+    process has none: a forked child otherwise inherits its parent's suffix."""
+    io = release.import_module("vllm.v1.kv_offload.tiering.fs.io")
+    io._thread_local.__dict__.pop("tmp_suffix", None)
