@@ -183,6 +183,20 @@ _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
 }
 
 
+def make_drop_policy(name: str, policy: str = "throttled") -> Any:
+    """A secondary tier's back-pressure drop policy (``models/backpressure.py``) of target
+    ``name``: "drop" (DropStorePolicy) or "throttled" (ThrottledDropPolicy)."""
+    base = parse_target(name).base
+    if base == "model":
+        from models.backpressure import DropPolicyModel
+        return DropPolicyModel(policy)
+    if base == "native":
+        from sim.native.backpressure import NativeDropPolicy
+        return NativeDropPolicy(policy)
+    from sim.vllm.backpressure import VllmDropPolicy
+    return VllmDropPolicy(policy)
+
+
 def implemented_pairs() -> list[tuple[str, str]]:
     """(target base, subsystem) pairs that have an implementation, in a stable order."""
     return sorted(_FACTORIES)
