@@ -197,6 +197,18 @@ def make_drop_policy(name: str, policy: str = "throttled") -> Any:
     return VllmDropPolicy(policy)
 
 
+def make_threaded_tier(name: str, unlocked: bool = False) -> Any:
+    """A block tier callable from several threads (the linearizability test): ``native``
+    (``unlocked``: its lock removed, the planted race) or vLLM's real file-system tier with
+    its real I/O threads."""
+    base = parse_target(name).base
+    if base == "vllm":
+        from sim.vllm.threaded_tier import VllmThreadedTier
+        return VllmThreadedTier()
+    from sim.native.threaded_tier import NativeThreadedTier
+    return NativeThreadedTier(unlocked=unlocked)
+
+
 def implemented_pairs() -> list[tuple[str, str]]:
     """(target base, subsystem) pairs that have an implementation, in a stable order."""
     return sorted(_FACTORIES)
