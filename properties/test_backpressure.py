@@ -63,3 +63,39 @@ def test_drop_policy_agrees(target, policy):
         assert real.pop_stores_dropped() == model.pop_stores_dropped(), "drops counted"
 
     run()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_cascade_drops_under_pressure(target, policy):
+    """vLLM's real tiering manager: a cascade the policy drops submits no job and leaves the
+    primary chunk unpinned (nothing counted as stored in the tier); a kept one submits a job
+    that pins it; drops are counted as the model counts them."""
+    if target != "vllm":
+        pytest.skip("the cascade is vLLM's TieringOffloadingManager (the native manager has "
+                    "no back-pressure)")
+    try:
+        from sim.vllm.backpressure import VllmCascade
+        cascade = VllmCascade(policy)
+    except TargetUnavailable as why:
+        if os.environ.get("LCH_REQUIRE_TARGETS"):
+            pytest.fail(f"target {target} is required here but unavailable: {why}")
+        pytest.skip(str(why))
+    model = make_drop_policy("model", policy)
+    try:
+        next_key = 0
+        for pressure, eighths, size in [(p, e, s) for p in (False, True)
+                                        for e in (0, 3, 6, 12, 40) for s in (1, 2)] * 2:
+            keys = tuple(range(next_key, next_key + size))
+            next_key += size
+            high = Fraction(1)
+            ema = high * (1 + Fraction(eighths, 8))
+            keep = model.should_store(pressure, ema, high, size)
+            sent = cascade.store(keys, pressure, ema, high)
+            assert sent == (keys if keep else ()), (
+                f"pressure={pressure} ema={ema}: cascade sent {sent}, the model "
+                f"{'keeps' if keep else 'drops'} it")
+            assert [cascade.ref_cnt(k) for k in keys] == [1 if keep else 0] * size, \
+                "a kept cascade pins its chunks until polled; a dropped one pins nothing"
+        assert cascade.pop_stores_dropped() == model.pop_stores_dropped()
+    finally:
+        cascade.close()
