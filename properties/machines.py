@@ -11,6 +11,7 @@ MACHINES: dict[str, str] = {
     "encoder_cache": "properties.encoder_cache_machine:EncoderCacheMachine",
     "offload_engine": "properties.offload_engine_machine:OffloadEngineMachine",
     "scheduler_pass": "properties.scheduler_pass_machine:SchedulerPassMachine",
+    "secondary_tier": "properties.secondary_tier_machine:SecondaryTierMachine",
     "tiered_lookup": "properties.tiered_lookup_machine:TieredLookupMachine",
 }
 

@@ -56,6 +56,21 @@ MIN_RATE_PER_100 = {
         "pass frees hashes": 14,
         "aborted while holding an input": 3.5,
     },
+    # secondary_tier measured (fs in three worlds of four, faults in three fs worlds of four):
+    # store failed 9.2, skipped 7.6, missing file 34.5, short read 0.1, partial load 0.9,
+    # file lost 5.2, stale HIT 0.7, probe dropped 6.2, deferred resolved 36.9. The short read
+    # and the stale verdict need six to eight steps in order; pinned as "reached at all".
+    "secondary_tier": {
+        "store failed: fault": 4.6,
+        "store skipped: file exists": 3.8,
+        "load failed: missing file": 17,
+        "load failed: short read removed the file": 0.1,
+        "load failed: keys loaded before the failure": 0.4,
+        "file lost behind the tier": 2.6,
+        "stale HIT verdict: file gone": 0.3,
+        "probe answer dropped: request finished": 3,
+        "deferred lookup resolved": 18,
+    },
     # tiered_lookup measured: evicts 7.2, no room 31.7, failed store 26.2, HIT_PENDING 27.1,
     # RETRY 30.0, promotion started 6.1, promotion refused 1.3, scan pending 20.9, deferred
     # resolved 44.4, promotions held 12.0.

@@ -15,7 +15,8 @@ from attrs import frozen
 from sim.errors import AdapterError, HarnessError
 from sim.native.bugs import BUG_SWITCHES, bug_subsystems
 
-SUBSYSTEMS = ("encoder_cache", "scheduler_pass", "tiered_lookup", "offload_engine")
+SUBSYSTEMS = ("encoder_cache", "scheduler_pass", "tiered_lookup", "offload_engine",
+              "secondary_tier")
 BASE_TARGETS = ("model", "native", "vllm")
 
 
@@ -123,6 +124,30 @@ def _vllm_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none"
     return make_tiered_lookup(*_tiered_config(num_chunks, secondary))
 
 
+def _tier_config(num_chunks: int, tier: str) -> tuple[int, str]:
+    from models.secondary_tier import TIERS
+    if tier not in TIERS:
+        raise HarnessError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
+    return check_size("num_chunks", num_chunks), tier
+
+
+def _model_secondary_tier(target: Target, num_chunks: int, tier: str = "fs") -> Any:
+    from models.secondary_tier import SecondaryTierModel
+    return SecondaryTierModel(*_tier_config(num_chunks, tier))
+
+
+def _native_secondary_tier(target: Target, num_chunks: int, tier: str = "fs",
+                           root: str | None = None) -> Any:
+    from sim.native.secondary_tier import NativeSecondaryTier
+    return NativeSecondaryTier(*_tier_config(num_chunks, tier), bugs=target.bugs, root=root)
+
+
+def _vllm_secondary_tier(target: Target, num_chunks: int, tier: str = "fs",
+                         root: str | None = None) -> Any:
+    from sim.vllm.secondary_tier import make_secondary_tier
+    return make_secondary_tier(*_tier_config(num_chunks, tier), root)
+
+
 def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget: int,
                       read_ahead: int = 0, disable_chunked_mm_input: bool = False) -> dict:
     return dict(cache_size=check_size("cache_size", cache_size),
@@ -160,7 +185,36 @@ _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
     ("model", "tiered_lookup"): _model_tiered_lookup,
     ("native", "tiered_lookup"): _native_tiered_lookup,
     ("vllm", "tiered_lookup"): _vllm_tiered_lookup,
+    ("model", "secondary_tier"): _model_secondary_tier,
+    ("native", "secondary_tier"): _native_secondary_tier,
+    ("vllm", "secondary_tier"): _vllm_secondary_tier,
 }
+
+
+def make_drop_policy(name: str, policy: str = "throttled") -> Any:
+    """A secondary tier's back-pressure drop policy (``models/backpressure.py``) of target
+    ``name``: "drop" (DropStorePolicy) or "throttled" (ThrottledDropPolicy)."""
+    base = parse_target(name).base
+    if base == "model":
+        from models.backpressure import DropPolicyModel
+        return DropPolicyModel(policy)
+    if base == "native":
+        from sim.native.backpressure import NativeDropPolicy
+        return NativeDropPolicy(policy)
+    from sim.vllm.backpressure import VllmDropPolicy
+    return VllmDropPolicy(policy)
+
+
+def make_threaded_tier(name: str, unlocked: bool = False) -> Any:
+    """A block tier callable from several threads (the linearizability test): ``native``
+    (``unlocked``: its lock removed, the planted race) or vLLM's real file-system tier with
+    its real I/O threads."""
+    base = parse_target(name).base
+    if base == "vllm":
+        from sim.vllm.threaded_tier import VllmThreadedTier
+        return VllmThreadedTier()
+    from sim.native.threaded_tier import NativeThreadedTier
+    return NativeThreadedTier(unlocked=unlocked)
 
 
 def implemented_pairs() -> list[tuple[str, str]]:
