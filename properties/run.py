@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import unittest
 from collections.abc import Callable
 
+import attrs
 import hypothesis
 import pytest
 from hypothesis import Phase
@@ -18,6 +20,7 @@ from hypothesis.errors import FailedHealthCheck, InvalidArgument, InvalidDefinit
 from hypothesis.stateful import run_state_machine_as_test
 
 from properties.harness import (
+    BudgetSpent,
     Failure,
     HarnessMachine,
     InvalidAction,
@@ -51,6 +54,10 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
     and to fewer API calls. Every machine module is imported first because Hypothesis mixes
     literal constants of the loaded local modules into generation: a fixed module set keeps
     a seed's trace the same whichever machines ran before in this process.
+
+    ``recorder.stop`` (optional) is asked before each example; once it says the time is up
+    the run ends there (``result.cut``) and minimization stops early too. Ctrl-C while
+    minimizing keeps the shortest program so far (``result.interrupted``).
     """
     import_all_machines()
     settings = Settings(settings, phases=[p for p in settings.phases if p != Phase.shrink])
@@ -62,12 +69,22 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
     result = RunResult(target, recorder)
     try:
         run_state_machine_as_test(factory, settings=settings)
+    except BudgetSpent:
+        result.cut = True
+    except unittest.SkipTest:
+        pass     # nothing to run: only the reuse phase, and the database holds nothing
     except NOT_FINDINGS:
         raise
     except Exception as error:  # noqa: BLE001 - any failure of the target is a finding
-        found = _replayed(machine, target,
-                          Failure(property_of(error), str(error).strip(), recorder.trace, error))
-        result.failure = minimize(machine, found, target) if shrink_program else found
+        found = Failure(property_of(error), str(error).strip(), recorder.trace, error)
+        try:
+            found = _replayed(machine, target, found)
+        except KeyboardInterrupt:
+            found = attrs.evolve(found, stopped="interrupted")
+        if shrink_program and not found.stopped:
+            found = minimize(machine, found, target, stop=recorder.stop)
+        result.failure = found
+        result.interrupted = found.stopped == "interrupted"
     return result
 
 
@@ -106,16 +123,38 @@ def _replayed(machine: type[HarnessMachine], target: str, failure: Failure) -> F
     return Failure(failure.property, str(error).strip(), trace, error)
 
 
-def minimize(machine: type[HarnessMachine], failure: Failure, target: str) -> Failure:
+def minimize(machine: type[HarnessMachine], failure: Failure, target: str,
+             stop: Callable[[], bool] | None = None) -> Failure:
     """Shrink the failing *program*: delete steps, then simplify the world, while the same
     property still fails. Hypothesis shrinks the choices that made a program; this shrinks
-    the program a reproducer reads, and it is fast (a replay costs about a millisecond)."""
+    the program a reproducer reads, and it is fast (a replay costs about a millisecond).
+    Ctrl-C, or ``stop()`` turning true, ends it early with the shortest program so far
+    (``stopped`` says why), so a hunt that is interrupted still writes its reproducer."""
+    try:
+        return _minimize(machine, failure, target, stop)
+    except _Stopped as why:
+        return attrs.evolve(why.best, stopped=why.reason)
+
+
+class _Stopped(Exception):
+    def __init__(self, best: Failure, reason: str):
+        super().__init__(reason)
+        self.best, self.reason = best, reason
+
+
+def _minimize(machine: type[HarnessMachine], failure: Failure, target: str,
+              stop: Callable[[], bool] | None) -> Failure:
     best = failure
     progress = True
     while progress:
         progress = False
         for world, actions in _candidates(machine, best):
-            error, trace = replay(machine, target, world, actions)
+            if stop is not None and stop():
+                raise _Stopped(best, "budget")
+            try:
+                error, trace = replay(machine, target, world, actions)
+            except KeyboardInterrupt:
+                raise _Stopped(best, "interrupted") from None
             if error is not None and not isinstance(error, InvalidAction) \
                     and property_of(error) == failure.property \
                     and _smaller(trace, best.trace):
