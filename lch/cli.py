@@ -159,7 +159,7 @@ def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
         settings.register_profile("hunt", settings.get_profile("hunt"), database=None)
     hunt = None
     try:
-        with interrupts_as_keyboard_interrupt():
+        with interrupts_as_keyboard_interrupt(lambda: hunt):
             wants_vllm = prepare_vllm(targets, args)
             pairs = plan(targets, args.subsystem, list(MACHINES), allow_skip=args.allow_skip)
             vllm_info = describe_vllm(pairs) if wants_vllm else None
@@ -215,17 +215,26 @@ def finish(report, args) -> int:
 
 
 class interrupts_as_keyboard_interrupt:
-    """SIGTERM (a CI timeout) raises ``KeyboardInterrupt`` like Ctrl-C, so both stop the
-    hunt the same clean way."""
+    """Ctrl-C and SIGTERM (a CI timeout) stop the hunt the same clean way: once the hunt runs,
+    the first one sets its flag (it stops before its next example or minimizer step, without
+    raising where a garbage-collector callback would swallow and print it); before that, or
+    on a second one, ``KeyboardInterrupt`` is raised at once."""
+
+    def __init__(self, current_hunt):
+        self.current_hunt = current_hunt
 
     def __enter__(self):
-        def raise_interrupt(signum, frame):
-            raise KeyboardInterrupt
-        self._old = signal.signal(signal.SIGTERM, raise_interrupt)
+        def interrupt(signum, frame):
+            hunt = self.current_hunt()
+            if hunt is None or hunt.report is None or hunt.interrupt_requested:
+                raise KeyboardInterrupt
+            hunt.interrupt()
+        self._old = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
     def __exit__(self, *exc):
-        signal.signal(signal.SIGTERM, self._old)
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
         return False
 
 

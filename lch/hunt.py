@@ -101,8 +101,15 @@ class Hunt:
     progress: object = print
     started: float | None = None     # the clock's start (default: run()); the CLI's own
     report: HuntReport = None        # filled as the hunt goes: complete even if interrupted
+    interrupt_requested: bool = False   # set by the CLI's signal handler (see interrupt())
     _start: float = 0.0
     _digests: dict = field(factory=dict)
+
+    def interrupt(self) -> None:
+        """Ctrl-C / SIGTERM: the flag is what counts (the ``KeyboardInterrupt`` the handler
+        raises can be swallowed, e.g. inside a garbage-collector callback); the hunt stops
+        before the next example and writes what it has."""
+        self.interrupt_requested = True
 
     def run(self) -> HuntReport:
         self._start = self.started if self.started is not None else time.monotonic()
@@ -122,6 +129,7 @@ class Hunt:
             self._generate(runnable)
         except KeyboardInterrupt:
             self.report.interrupted = True
+        self.report.interrupted |= self.interrupt_requested
         self.report.elapsed_s = time.monotonic() - self._start
         for pair in runnable:
             pair.trace_hash = self._digests[id(pair)].hexdigest()[:16]
@@ -142,10 +150,13 @@ class Hunt:
                 pair.planned += size
                 self._round(pair, size, round_seed(self.seed, pair, pair.rounds))
                 self._progress(pair)
-                if self.report.interrupted:
+                if self.report.interrupted or self.interrupt_requested:
                     raise KeyboardInterrupt
 
     def _time_up(self) -> bool:
+        if self.interrupt_requested:
+            self.report.interrupted = True
+            return True
         return self.examples is None and \
             time.monotonic() - self._start >= self.budget_s
 
@@ -198,11 +209,13 @@ class Hunt:
         found = {"property": failure.property, "message": failure.message.splitlines()[0],
                  "calls": failure.calls, "reproducer": str(path), "round_seed": seed,
                  "rerun_examples": pair.planned if seed is not None else None,
-                 "minimized": failure.stopped is None}
+                 "minimized": failure.stopped is None,
+                 "minimization_stopped": ("interrupted" if self.interrupt_requested
+                                          else failure.stopped)}
         upstream = write_upstream(machine, failure, pair.target, self.reproducer_dir)
         if upstream:
             found["upstream_reproducer"] = str(upstream)
-        if result.interrupted:
+        if result.interrupted or self.interrupt_requested:
             self.report.interrupted = True
         return found
 

@@ -76,7 +76,12 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
     except NOT_FINDINGS:
         raise
     except Exception as error:  # noqa: BLE001 - any failure of the target is a finding
+        if recorder.trace.world is None and recorder.stop is not None and recorder.stop():
+            result.cut = True    # an interrupt that surfaced as another error, before setup
+            return result
         found = Failure(property_of(error), str(error).strip(), recorder.trace, error)
+        if found.trace.world is None:
+            found = attrs.evolve(found, stopped="not replayable")
         try:
             found = _replayed(machine, target, found)
         except KeyboardInterrupt:
