@@ -69,7 +69,8 @@ class HuntReport:
     command: str
     pairs: list[PairReport] = field(factory=list)
     interrupted: bool = False
-    elapsed_s: float = 0.0
+    elapsed_s: float = 0.0           # the search (what the budget bounds)
+    setup_s: float = 0.0             # before it: imports, vLLM's ~10-20 s, planning
     vllm: dict | None = None
 
     @property
@@ -99,7 +100,7 @@ class Hunt:
     use_db: bool = True
     command: str = ""
     progress: object = print
-    started: float | None = None     # the clock's start (default: run()); the CLI's own
+    setup_s: float = 0.0             # before run(): importing vLLM, planning (not budgeted)
     report: HuntReport = None        # filled as the hunt goes: complete even if interrupted
     interrupt_requested: bool = False   # set by the CLI's signal handler (see interrupt())
     _start: float = 0.0
@@ -112,7 +113,7 @@ class Hunt:
         self.interrupt_requested = True
 
     def run(self) -> HuntReport:
-        self._start = self.started if self.started is not None else time.monotonic()
+        self._start = time.monotonic()      # the budget is the search's: setup is apart
         self.report = HuntReport(self.seed, None if self.examples else self.budget_s,
                                  self.examples, self.command,
                                  [PairReport(p.subsystem, p.target, p.status, p.why)
@@ -131,6 +132,7 @@ class Hunt:
             self.report.interrupted = True
         self.report.interrupted |= self.interrupt_requested
         self.report.elapsed_s = time.monotonic() - self._start
+        self.report.setup_s = self.setup_s
         for pair in runnable:
             pair.trace_hash = self._digests[id(pair)].hexdigest()[:16]
         return self.report
@@ -141,14 +143,18 @@ class Hunt:
                     and (self.examples is None or p.planned < self.examples)]
             if not live:
                 return
-            for pair in live:
+            for position, pair in enumerate(live):
                 if self._time_up():
                     return
                 size = FIRST_ROUND_EXAMPLES if pair.rounds == 0 else ROUND_EXAMPLES
+                share_s = None
                 if self.examples is not None:
                     size = min(size, self.examples - pair.planned)
+                else:       # a slow pair (vLLM's) cannot starve the ones after it
+                    share_s = (self.budget_s - (time.monotonic() - self._start)) \
+                        / (len(live) - position)
                 pair.planned += size
-                self._round(pair, size, round_seed(self.seed, pair, pair.rounds))
+                self._round(pair, size, round_seed(self.seed, pair, pair.rounds), share_s)
                 self._progress(pair)
                 if self.report.interrupted or self.interrupt_requested:
                     raise KeyboardInterrupt
@@ -176,12 +182,13 @@ class Hunt:
             pair.replayed = self._found(pair, result, None)
             self._progress(pair)
 
-    def _round(self, pair: PairReport, size: int, seed: int) -> None:
+    def _round(self, pair: PairReport, size: int, seed: int, share_s: float | None) -> None:
         # The database is written (a new failure replays next time) but never read here.
         profile = self._settings(size, [Phase.explicit, Phase.generate],
                                  settings.get_profile("hunt").database if self.use_db else None)
-        recorder = Recorder(stop=self._time_up)
         began = time.monotonic()
+        recorder = Recorder(stop=lambda: self._time_up() or (
+            share_s is not None and time.monotonic() - began >= share_s))
         try:
             result = self._run(pair, profile, seed, recorder)
         finally:     # counted even when Ctrl-C ends the round

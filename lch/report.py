@@ -21,7 +21,8 @@ from lch.hunt import HuntReport, PairReport
 def to_json(report: HuntReport) -> dict:
     return {"seed": report.seed, "budget_s": report.budget_s, "examples": report.examples,
             "command": report.command, "interrupted": report.interrupted,
-            "elapsed_s": round(report.elapsed_s, 2), "vllm": report.vllm,
+            "elapsed_s": round(report.elapsed_s, 2), "setup_s": round(report.setup_s, 2),
+            "vllm": report.vllm,
             "pairs": [_pair_json(p) for p in report.pairs]}
 
 
@@ -40,7 +41,9 @@ def _pair_json(p: PairReport) -> dict:
 def render_markdown(data: dict) -> str:
     scope = (f"{data['examples']} examples per pair" if data["examples"]
              else f"budget {data['budget_s']:.0f}s")
-    lines = [f"# Hunt report (seed {data['seed']}, {scope}, {data['elapsed_s']:.1f}s)", ""]
+    lines = [f"# Hunt report (seed {data['seed']}, {scope})", "",
+             f"Searched {data['elapsed_s']:.1f}s after {data['setup_s']:.1f}s of setup "
+             "(imports, vLLM); command: `" + data["command"] + "`", ""]
     if data["interrupted"]:
         lines += ["**Interrupted**: this report is partial; the reproducers found so far "
                   "are written.", ""]
@@ -131,6 +134,9 @@ def write_report(report: HuntReport, directory: str | os.PathLike) -> str:
 def atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)       # mkstemp's 0600 would hide the report from others
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
         os.replace(tmp, path)
