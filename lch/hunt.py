@@ -187,8 +187,10 @@ class Hunt:
         profile = self._settings(size, [Phase.explicit, Phase.generate],
                                  settings.get_profile("hunt").database if self.use_db else None)
         began = time.monotonic()
+        # The share ends the search, not the minimizing of a failure it found.
         recorder = Recorder(stop=lambda: self._time_up() or (
-            share_s is not None and time.monotonic() - began >= share_s))
+            share_s is not None and not recorder.failed
+            and time.monotonic() - began >= share_s))
         try:
             result = self._run(pair, profile, seed, recorder)
         finally:     # counted even when Ctrl-C ends the round

@@ -100,20 +100,24 @@ def _section(title: str, lines: list[str]) -> list[str]:
 def rerun_commands(data: dict) -> list[str]:
     """The commands that rerun each failure: its reproducer, and the hunt round found it."""
     out = []
+    checkout = (data.get("vllm") or {}).get("checkout")
+    vllm_path = f" --vllm-path {shlex.quote(checkout)}" if checkout else ""
+    env = (f"PYTHONPATH=$(python -m sim.vllm.overlay {shlex.quote(checkout)}) "
+           if checkout else "")
     for p in data["pairs"]:
         for found in (p["failure"], p["database_replay"]):
             if not found:
                 continue
             out.append(f"- {p['subsystem']} x {p['target']}:")
             path = shlex.quote(found["reproducer"])
-            out.append(f"  `python -m pytest -p no:cacheprovider {path}`")
+            out.append(f"  `{env}python -m pytest -p no:cacheprovider {path}`")
             if found.get("upstream_reproducer"):
-                out.append("  vLLM and pytest only: `python -m pytest -p no:cacheprovider "
+                out.append(f"  vLLM and pytest only: `{env}python -m pytest -p no:cacheprovider "
                            f"{shlex.quote(found['upstream_reproducer'])}`")
             if found.get("rerun_examples"):
                 out.append(f"  `python -m lch.cli hunt --seed {data['seed']} --target "
                            f"{p['target']} --subsystem {p['subsystem']} --examples "
-                           f"{found['rerun_examples']} --no-db`")
+                           f"{found['rerun_examples']} --no-db{vllm_path}`")
     return out
 
 

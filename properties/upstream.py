@@ -121,8 +121,13 @@ def write_upstream_reproducer(machine: type[HarnessMachine], failure: Failure,
     collect it (it fails by design, and needs vLLM); ``pytest FILE`` runs it all the same."""
     if machine.subsystem not in UPSTREAM or failure.trace.world is None:
         return None
+    from sim.vllm.overlay import git_commit
     from sim.vllm.release import release_or_unknown
-    text = render_upstream(machine, failure, release_or_unknown())
+    release = release_or_unknown()
+    checkout = os.environ.get("LCH_VLLM_PATH")     # set by --vllm-path: a checkout under test
+    if checkout:
+        release += f" + the checkout {checkout} (commit {git_commit(checkout) or 'unknown'})"
+    text = render_upstream(machine, failure, release)
     if text is None:
         return None
     folder = Path(directory) / "upstream"
