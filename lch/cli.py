@@ -144,7 +144,7 @@ def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
     from lch.coverage import plan
     from lch.hunt import Hunt
     from lch.report import check_writable
-    from properties.machines import MACHINES
+    from properties.machines import MACHINES, import_all_machines
 
     budget_s = parse_budget(args.budget)
     if args.examples is not None and args.examples < 1:
@@ -162,6 +162,7 @@ def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
         with interrupts_as_keyboard_interrupt(lambda: hunt):
             wants_vllm = prepare_vllm(targets, args)
             pairs = plan(targets, args.subsystem, list(MACHINES), allow_skip=args.allow_skip)
+            import_all_machines()     # torch and the machines: setup, not the search's time
             vllm_info = describe_vllm(pairs) if wants_vllm else None
             # The one draw outside Hypothesis: the master seed, printed first so a hunt can
             # be rerun.
