@@ -40,6 +40,13 @@ def unavailable(base: str) -> str | None:
         release.load()
     except TargetUnavailable as why:
         return str(why)
+    # The modules the adapters drive, imported now (setup, ~10-20 s), not in the first
+    # example of the search; one this release lacks is reported when its pair runs.
+    for name in release.DRIVEN_MODULES:
+        try:
+            release.import_module(name)
+        except TargetUnavailable:
+            pass
     return None
 
 

@@ -50,13 +50,14 @@ def expected_exit(command: str) -> int | None:
 
 
 def shrink(argv: list[str]) -> list[str]:
+    budget = "40s" if "vllm" in argv else "20s"   # vLLM's examples are slower
     if "hunt" in argv and "--help" not in argv and "--budget" not in argv \
             and "--examples" not in argv:
-        argv = [*argv, "--budget", "20s"]          # the default budget is 60 s
+        argv = [*argv, "--budget", budget]         # the default budget is 60 s
     out, it = [], iter(argv)
     for arg in it:
         if arg == "--budget":
-            out += [arg, "20s"]
+            out += [arg, budget]
             next(it)
         elif arg == "--examples":
             out += [arg, "5"]
