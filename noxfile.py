@@ -52,9 +52,21 @@ def models(session: nox.Session) -> None:
 @nox.session(venv_params=VENV_PARAMS)
 def hunt(session: nox.Session) -> None:
     """Time-budgeted search on the chosen targets (default native): report and reproducers."""
-    install_harness(session, "test")
+    release, args = take_option(session.posargs, "--vllm-version", VLLM_RELEASE)
+    if wants_vllm(args):         # --target vllm: this venv gets vLLM, or the hunt would refuse
+        install_vllm(session, release)
+        session.env["VLLM_TARGET_DEVICE"] = "cpu"
+    else:
+        install_harness(session, "test")
     session.env.setdefault("HYPOTHESIS_PROFILE", "hunt")
-    session.run("python", "-m", "lch.cli", "hunt", *session.posargs)   # default --budget 60s
+    session.run("python", "-m", "lch.cli", "hunt", *args)   # default --budget 60s
+
+
+def wants_vllm(args: list[str]) -> bool:
+    """``--target vllm`` (or ``--target=vllm``) among ``args``."""
+    values = [b for a, b in zip(args, args[1:], strict=False) if a == "--target"]
+    values += [a.split("=", 1)[1] for a in args if a.startswith("--target=")]
+    return any(v.split(":")[0] == "vllm" for v in values)
 
 
 @nox.session(venv_params=VENV_PARAMS)
@@ -91,7 +103,7 @@ VLLM_SUITES = ["properties/test_encoder_cache.py", "properties/test_ports.py",
                "properties/test_backpressure.py", "properties/test_linearizability.py",
                "properties/test_tiered_lookup.py",
                "properties/test_tiered_lookup_vllm_scans.py", "properties/test_vllm_target.py",
-               "fixtures/reproducers"]
+               "properties/test_upstream_reproducer.py", "fixtures/reproducers"]
 
 
 def take_option(args: list[str], name: str, default: str) -> tuple[str, list[str]]:
@@ -121,9 +133,14 @@ def install_vllm(session: nox.Session, release: str) -> None:
 def vllm(session: nox.Session) -> None:
     """The suites against the real vLLM classes on CPU (``-- --vllm-version X``; 0.33.0)."""
     release, pytest_args = take_option(session.posargs, "--vllm-version", VLLM_RELEASE)
+    checkout, pytest_args = take_option(pytest_args, "--vllm-path", "")
     install_vllm(session, release)
     session.env.update(HYPOTHESIS_PROFILE="ci", LCH_REQUIRE_TARGETS="1",
                        VLLM_TARGET_DEVICE="cpu")
+    if checkout:     # your checkout's Python files over the release's wheel (sim/vllm/overlay.py)
+        overlay = session.run("python", "-m", "sim.vllm.overlay", checkout,
+                              silent=True).strip().splitlines()[-1]
+        session.env.update(PYTHONPATH=overlay, LCH_VLLM_PATH=str(Path(checkout).resolve()))
     session.run("python", "-m", "sim.vllm.release", "check")   # names a missing module first
     session.run("pytest", "-p", "no:cacheprovider", "--ignore=fixtures/reproducers/found",
                 "--target", "vllm", *VLLM_SUITES,

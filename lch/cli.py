@@ -1,10 +1,16 @@
-"""Command line: ``hunt`` (time-budgeted search, report, reproducers), ``replay``, ``bisect``,
-``history``.
+"""Command line: ``hunt`` (search, report, reproducers), ``replay``, ``bisect``, ``history``.
 
     python -m lch.cli hunt --budget 60s [--target native] [--subsystem encoder_cache]
-    python -m lch.cli replay [pytest args...]
-    python -m lch.cli bisect --from 0.10.2 --to 0.33.0 [--releases A,B] (lch/bisect.py)
-    python -m lch.cli history --releases 0.10.2,0.33.0 [--from X --to Y] (lch/history.py)
+    python -m lch.cli hunt --seed 7 --examples 300 --no-db        (the same hunt, bit for bit)
+    python -m lch.cli replay [pytest args...]                      (pytest's own arguments)
+    python -m lch.cli bisect --from 0.10.2 --to 0.33.0 [--releases A,B]
+    python -m lch.cli history --releases 0.10.2,0.33.0 [--from X --to Y]
+    python -m lch.cli hunt --workers 4 --engine explore --db redis://HOST:6379
+
+Exit codes: 0 every pair asked for ran and passed; 1 a failure was found; 2 bad input, an
+unwritable directory or a target that cannot run (see --allow-skip); 3 a pair asked for ran no
+example (budget too small) or could not run; 130 interrupted (Ctrl-C, SIGTERM): the partial
+report and every reproducer found so far are written.
 
 The entry points sit on top of everything else: they drive the state machines in
 ``properties/`` (imported lazily) against the targets of ``sim/targets.py``.
@@ -16,13 +22,19 @@ import argparse
 import os
 import random
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
 
 from sim.errors import HarnessError
+from sim.native.bugs import BUG_SWITCHES, bug_subsystems
 from sim.targets import SUBSYSTEMS, parse_target
 
 UNITS_S = {"": 1, "s": 1, "m": 60, "h": 3600}
+EXIT_FAILURE, EXIT_ERROR, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 1, 2, 3, 130
+DEFAULT_REPRODUCER_DIR = "fixtures/reproducers/found"
 
 
 def parse_budget(text: str) -> float:
@@ -34,45 +46,101 @@ def parse_budget(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="llm-cache-harness", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    verbs = parser.add_subparsers(dest="verb", required=True)
-    hunt = verbs.add_parser("hunt", help="search for failures for a time budget")
-    hunt.add_argument("--budget", default="60s", help="wall-clock budget (30s, 5m, 1h)")
-    hunt.add_argument("--target", action="append", help="target (repeatable); default native")
-    hunt.add_argument("--subsystem", action="append", choices=SUBSYSTEMS,
-                      help="subsystem (repeatable); default every one with a machine")
-    hunt.add_argument("--seed", type=int, help="master seed (default: drawn and printed)")
-    hunt.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                      help="hunt processes, each on its own subsystems and derived seed "
-                           "(default: every core)")
-    hunt.add_argument("--db", metavar="URL_OR_DIR",
-                      help="example database shared by hunts: redis://HOST:PORT (every worker "
-                           "replays what another found) or a directory (default .hypothesis/)")
-    hunt.add_argument("--engine", choices=("hypothesis", "explore"), default="hypothesis",
-                      help="hypothesis: Hypothesis's engine; explore: seeded random walks over "
-                           "the same rules, several times faster, failures minimized the same")
-    hunt.add_argument("--reproducer-dir", default=os.environ.get(
-        "LCH_REPRODUCER_DIR", "fixtures/reproducers/found"))
-    hunt.add_argument("--report-dir", default=".", help="where hunt-report.{md,json} go")
-    replay = verbs.add_parser("replay", help="run every saved reproducer with pytest")
-    replay.add_argument("pytest_args", nargs=argparse.REMAINDER)
-    add_bisect_parser(verbs)
+    started = time.monotonic()     # setup (vLLM's import) is timed apart from the budget
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["replay"] and not {"-h", "--help"} & set(argv[1:2]):
+        return run_replay(argv[1:])      # pytest's arguments, untouched (argparse mangles them)
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         import fixtures.profiles  # noqa: F401 - the dev / ci / hunt Hypothesis profiles
         if args.verb == "hunt":
-            return run_hunt(args)
-        if args.verb == "bisect":
-            from lch.bisect import main as run_bisect
-            return run_bisect(args)
+            return run_hunt(args, argv, started)
         if args.verb == "history":
             from lch.history import main as run_history
             return run_history(args)
-        return run_replay(args.pytest_args)
+        from lch.bisect import main as run_bisect
+        return run_bisect(args)
     except HarnessError as error:
         print(f"llm-cache-harness: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llm-cache-harness", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    add_hunt_parser(verbs)
+    verbs.add_parser("replay", help="run the saved reproducers with pytest",
+                     description="replay [pytest args...]: runs pytest on fixtures/reproducers "
+                     "(or the paths given) with every argument passed through untouched, "
+                     "e.g. `replay fixtures/reproducers/found -k decode`, `replay -- -k "
+                     "seed001`. Exit 0 only when tests ran and passed; 5 when none ran.")
+    add_bisect_parser(verbs)
+    return parser
+
+
+def hunt_epilog() -> str:
+    from lch.coverage import coverage_table
+    from sim.vllm.release import installed_release
+    found = installed_release()
+    bugs = "\n".join(f"  native:{b:<26} acts in {', '.join(bug_subsystems(b))}"
+                     for b in sorted(BUG_SWITCHES))
+    return f"""targets (--target, repeatable; default native):
+  native                          in-tree torch implementations (sim/native/)
+  vllm                            the installed vLLM's real classes on CPU ({
+      'installed: ' + found if found else 'not installed: nox -s vllm installs one'})
+  native:<bug-id>                 native with one catalogued bug on; hunts only the
+                                  subsystems the bug acts in
+{bugs}
+
+coverage (which target implements which subsystem; the default hunts every pair marked yes
+and lists the others as not implemented in the report):
+{coverage_table()}
+
+examples:
+  python -m lch.cli hunt --budget 30s --target native --target vllm
+  python -m lch.cli hunt --target native:enc-stale-freed --budget 10s
+  python -m lch.cli hunt --target vllm --vllm-path ~/src/vllm     (your checkout under test)
+  python -m lch.cli hunt --seed 7 --examples 200 --no-db          (reproducible to the bit)
+"""
+
+
+def add_hunt_parser(verbs) -> None:
+    hunt = verbs.add_parser("hunt", help="search for failures for a time budget",
+                            epilog=hunt_epilog(),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    hunt.add_argument("--budget", default="60s", help="wall-clock budget (30s, 5m, 1h)")
+    hunt.add_argument("--examples", type=int, metavar="M",
+                      help="run exactly M examples per pair instead of a budget (no clock: "
+                           "with --seed and --no-db the hunt repeats bit for bit)")
+    hunt.add_argument("--target", action="append", metavar="NAME",
+                      help="target (repeatable; default native): see the list below")
+    hunt.add_argument("--subsystem", action="append", choices=SUBSYSTEMS,
+                      help="subsystem (repeatable); default every one the targets implement")
+    hunt.add_argument("--seed", type=int, help="master seed (default: drawn and printed)")
+    hunt.add_argument("--workers", type=int,
+                      help="hunt processes, each on its own subsystems and derived seed "
+                           "(default: every core with --budget; 1 with --examples, which "
+                           "repeats a hunt bit for bit)")
+    hunt.add_argument("--engine", choices=("hypothesis", "explore"), default="hypothesis",
+                      help="hypothesis: Hypothesis's engine; explore: seeded random walks over "
+                           "the same rules, several times faster, failures minimized the same")
+    hunt.add_argument("--db", metavar="URL_OR_DIR",
+                      help="example database shared by hunts: redis://HOST:PORT (every worker "
+                           "replays what another found) or a directory (default .hypothesis/)")
+    hunt.add_argument("--no-db", action="store_true",
+                      help="neither read nor write the example database (.hypothesis/)")
+    hunt.add_argument("--allow-skip", action="store_true",
+                      help="a target that cannot run here (vLLM missing) is reported as "
+                           "'could not run' instead of stopping the hunt")
+    hunt.add_argument("--vllm-path", metavar="PATH",
+                      help="a vLLM checkout (or PR branch) to test: its Python files over the "
+                           "installed release's wheel, nothing compiled")
+    hunt.add_argument("--reproducer-dir", default=os.environ.get(
+        "LCH_REPRODUCER_DIR", DEFAULT_REPRODUCER_DIR), help="where reproducers go")
+    hunt.add_argument("--report-dir", default=".",
+                      help="where hunt-report.{md,json} (and hunt-vllm.log) go")
 
 
 def add_release_options(parser, what: str) -> None:
@@ -102,45 +170,94 @@ def add_bisect_parser(verbs) -> None:
                          help="where history-report.{md,json} go")
 
 
-def run_hunt(args: argparse.Namespace) -> int:
+def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
+    from lch.coverage import plan
     from lch.hunt import Hunt
+    from lch.report import check_writable
+    from properties.machines import MACHINES, import_all_machines
 
     budget_s = parse_budget(args.budget)
+    if args.examples is not None and args.examples < 1:
+        raise HarnessError(f"--examples must be at least 1, got {args.examples}")
     targets = args.target or ["native"]
     for name in targets:
         parse_target(name)
-    # The one draw outside Hypothesis: the master seed, printed first so a hunt can be rerun.
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
-    print(f"SEED={seed}", flush=True)
+    check_writable(args.reproducer_dir, "--reproducer-dir")
+    check_writable(args.report_dir, "--report-dir")
+    if args.no_db or args.db:
+        from hypothesis import settings
+
+        from fixtures.profiles import example_database
+        settings.register_profile("hunt", settings.get_profile("hunt"),
+                                  database=None if args.no_db else example_database(args.db))
+    if args.workers is None:
+        args.workers = 1 if args.examples is not None else (os.cpu_count() or 1)
     if args.workers < 1:
         raise HarnessError(f"--workers {args.workers}: give 1 or more")
     if args.workers > 1:
-        return run_hunt_workers(args, targets, seed, budget_s)
-    hunt = Hunt(targets=targets, subsystems=args.subsystem, budget_s=budget_s, seed=seed,
-                reproducer_dir=args.reproducer_dir, report_dir=args.report_dir,
-                engine=args.engine, database=args.db)
-    report = hunt.run()
-    return 1 if report.failures else 0
+        return run_hunt_workers(args, targets, argv)
+    hunt = None
+    try:
+        with interrupts_as_keyboard_interrupt(lambda: hunt):
+            wants_vllm = prepare_vllm(targets, args)
+            pairs = plan(targets, args.subsystem, list(MACHINES), allow_skip=args.allow_skip)
+            import_all_machines()     # torch and the machines: setup, not the search's time
+            vllm_info = describe_vllm(pairs) if wants_vllm else None
+            # The one draw outside Hypothesis: the master seed, printed first so a hunt can
+            # be rerun.
+            seed = args.seed if args.seed is not None else \
+                random.SystemRandom().randrange(2**32)
+            print(f"SEED={seed}", flush=True)
+            if vllm_info:
+                vllm_info["log"] = args.vllm_log
+                print(f"vLLM under test: {vllm_info['version']} at {vllm_info['path']}"
+                      f" (commit {vllm_info['commit'] or 'unknown'}); its log: "
+                      f"{vllm_info['log']}", flush=True)
+            hunt = Hunt(pairs, seed, args.reproducer_dir, budget_s=budget_s,
+                        examples=args.examples, use_db=not args.no_db,
+                        setup_s=time.monotonic() - started,
+                        command=shlex.join(["python", "-m", "lch.cli", *argv]),
+                        progress=lambda line: print(line, flush=True),
+                        engine=args.engine)
+            report = hunt.run()
+    except KeyboardInterrupt:
+        if hunt is None or hunt.report is None:
+            print("llm-cache-harness: interrupted before the hunt started; nothing to report",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
+        report = hunt.report
+        report.interrupted = True
+    report.vllm = vllm_info
+    return finish(report, args)
 
 
-def run_hunt_workers(args: argparse.Namespace, targets: list[str], seed: int,
-                     budget_s: float) -> int:
-    """Several hunt processes (``lch/workers.py``), one merged report."""
+def run_hunt_workers(args: argparse.Namespace, targets: list[str], argv: list[str]) -> int:
+    """Several hunt processes (``lch/workers.py``), each on its share of the runnable
+    subsystems, one merged report."""
     import json
     from pathlib import Path
 
-    from lch.hunt import _atomic_write, render_markdown
+    from lch.coverage import RUN, plan
+    from lch.report import atomic_write, render_markdown
     from lch.workers import run_workers
     from properties.machines import MACHINES
 
-    common = ["--budget", args.budget, "--engine", args.engine,
-              "--reproducer-dir", args.reproducer_dir,
-              *(arg for t in targets for arg in ("--target", t)),
-              *(["--db", args.db] if args.db else [])]
-    subsystems = args.subsystem or list(MACHINES)
-    merged = run_workers(common, subsystems, args.workers, seed, budget_s, args.report_dir)
-    out = Path(args.report_dir)
-    lines = [render_markdown(merged), "", "| worker | seed | subsystems | examples | steps | "
+    planned = plan(targets, args.subsystem, list(MACHINES), allow_skip=args.allow_skip)
+    subsystems = list(dict.fromkeys(p.subsystem for p in planned if p.status == RUN))
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    print(f"SEED={seed}", flush=True)
+    passed = _without(argv, {"--workers": 1, "--seed": 1, "--subsystem": 1,
+                             "--report-dir": 1})[1:]       # [1:]: drop the verb
+    try:
+        merged = run_workers(passed, subsystems, args.workers, seed,
+                             parse_budget(args.budget), args.report_dir,
+                             [p for p in planned if p.status != RUN])
+    except KeyboardInterrupt:
+        merged = None
+    if merged is None:
+        print("llm-cache-harness: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    lines = [render_markdown(merged), "| worker | seed | subsystems | examples | steps | "
              "steps/s | outcome |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {w['worker']} | {w['seed']} | {', '.join(w['subsystems'])} | "
               f"{w['examples']} | {w['steps']} | {w['steps_per_s']} | {w['outcome']} |"
@@ -149,20 +266,124 @@ def run_hunt_workers(args: argparse.Namespace, targets: list[str], seed: int,
     lines.append(f"\nAll workers: {total['steps']} steps in {total['wall_s']} s, "
                  f"{total['steps_per_s']} steps/s.")
     text = "\n".join(lines) + "\n"
-    _atomic_write(out / "hunt-report.json", json.dumps(merged, indent=2) + "\n")
-    _atomic_write(out / "hunt-report.md", text)
+    out = Path(args.report_dir)
+    atomic_write(out / "hunt-report.json", json.dumps(merged, indent=2) + "\n")
+    atomic_write(out / "hunt-report.md", text)
     print(text, flush=True)
-    if any(not w["outcome"].startswith("done") for w in merged["workers"]):
-        return 3                 # a worker crashed or hung: its pairs were not fully hunted
-    return 1 if any(p["failure"] for p in merged["pairs"]) else 0
+    if merged["interrupted"]:
+        return EXIT_INTERRUPTED
+    if any(p["failure"] for p in merged["pairs"]):
+        return EXIT_FAILURE
+    if any(not w["outcome"].startswith("done") for w in merged["workers"]) or any(
+            p["result"] not in ("failed", "no failure") and not (
+                args.allow_skip and p["result"] == "could not run")
+            and p["result"] in ("not run", "could not run") for p in merged["pairs"]):
+        return EXIT_INCOMPLETE   # a worker crashed or hung, or a pair asked for did not run
+    return 0
+
+
+def _without(argv: list[str], options: dict[str, int]) -> list[str]:
+    """``argv`` without the named options (and their values), ``--name=value`` too."""
+    out, skip = [], 0
+    for arg in argv:
+        if skip:
+            skip -= 1
+            continue
+        name = arg.split("=", 1)[0]
+        if name in options:
+            skip = 0 if "=" in arg else options[name]
+            continue
+        out.append(arg)
+    return out
+
+
+def finish(report, args) -> int:
+    """Write the report with signals held off (a second Ctrl-C cannot tear it), pick the exit."""
+    from lch.report import write_report
+    held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        print(write_report(report, args.report_dir), end="", flush=True)
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+    if report.interrupted:
+        print("llm-cache-harness: interrupted: partial report in "
+              f"{os.path.join(args.report_dir, 'hunt-report.md')}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if report.failures:
+        return EXIT_FAILURE
+    unchecked = [p for p in report.unchecked
+                 if not (args.allow_skip and p.result == "could not run")]
+    if unchecked:
+        names = ", ".join(f"{p.subsystem} x {p.target} ({p.result})" for p in unchecked)
+        print(f"llm-cache-harness: incomplete: {names}; give a larger --budget or "
+              "--examples", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    return 0
+
+
+class interrupts_as_keyboard_interrupt:
+    """Ctrl-C and SIGTERM (a CI timeout) stop the hunt the same clean way: once the hunt runs,
+    the first one sets its flag (it stops before its next example or minimizer step, without
+    raising where a garbage-collector callback would swallow and print it); before that, or
+    on a second one, ``KeyboardInterrupt`` is raised at once."""
+
+    def __init__(self, current_hunt):
+        self.current_hunt = current_hunt
+
+    def __enter__(self):
+        def interrupt(signum, frame):
+            hunt = self.current_hunt()
+            if hunt is None or hunt.report is None or hunt.interrupt_requested:
+                raise KeyboardInterrupt
+            hunt.interrupt()
+        self._old = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        return False
+
+
+def prepare_vllm(targets: list[str], args) -> bool:
+    """Before vLLM is imported: its logging goes to ``hunt-vllm.log`` (not the progress
+    lines), and ``--vllm-path`` puts a checkout's Python files first. False when no vllm
+    target was asked for."""
+    if not any(parse_target(t).base == "vllm" for t in targets):
+        if args.vllm_path:
+            raise HarnessError("--vllm-path needs --target vllm")
+        return False
+    from sim.vllm import overlay
+    args.vllm_log = os.path.join(args.report_dir, "hunt-vllm.log")
+    overlay.log_to_file(args.vllm_log)
+    if args.vllm_path:
+        overlay.activate(args.vllm_path)
+    return True
+
+
+def describe_vllm(pairs) -> dict | None:
+    """Which vLLM is under test (version, path, commit), when a vllm pair will run."""
+    from lch.coverage import RUN
+    if not any(p.status == RUN and parse_target(p.target).base == "vllm" for p in pairs):
+        return None
+    from sim.vllm import overlay
+    return overlay.describe()
 
 
 def run_replay(pytest_args: list[str]) -> int:
-    paths = [a for a in pytest_args if not a.startswith("-")] or ["fixtures/reproducers"]
-    flags = [a for a in pytest_args if a.startswith("-")]
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *flags, *paths]
+    """pytest on the saved reproducers, its arguments untouched; no path given: the
+    ``fixtures/reproducers`` directory (as pytest's ``testpaths``, so ``-k x`` stays an option
+    value). pytest's exit 5 (no tests ran) stays non-zero, with the reason."""
+    if pytest_args[:1] == ["--"]:
+        pytest_args = pytest_args[1:]
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+               "-o", "testpaths=fixtures/reproducers", *pytest_args]
     code = subprocess.call(command)
-    return 0 if code == 5 else code     # 5: no reproducers saved yet, nothing to replay
+    if code == 5:
+        print("llm-cache-harness: replay ran no test: no reproducer matched "
+              f"{shlex.join(pytest_args) or 'fixtures/reproducers'}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

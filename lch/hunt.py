@@ -1,159 +1,250 @@
-"""The hunt: run every (subsystem, target) pair's machine in rounds until the budget is spent.
+"""The hunt: run every planned (subsystem, target) pair's machine in rounds until the budget is
+spent (or, with ``examples``, until each pair ran that many examples).
 
-Each round is one Hypothesis run of ``ROUND_EXAMPLES`` examples under the ``hunt`` profile,
-seeded from one ``random.Random(master_seed)`` (printed by the CLI), so a hunt can be rerun.
-A failure is minimized, written as a reproducer and reported; that pair then stops (its bug is
-found) while the others go on. The report goes to ``hunt-report.md`` / ``hunt-report.json``.
+Coverage is decided first (``lch/coverage.py``). Then, with the example database on, each pair
+replays what the database holds (earlier hunts' failures), reported apart as *replays*. New
+examples come in rounds (``FIRST_ROUND_EXAMPLES``, then ``ROUND_EXAMPLES`` each) with the
+database read off, each round seeded
+from (master seed, pair, round number) only, so ``--seed N --examples M`` gives the same hunt
+bit for bit whatever the database holds or the clock says. With a budget, the clock is checked
+between examples (a round stops at the deadline), so the budget holds to about one example.
+
+A failure is minimized and its reproducer written at once (atomically); that pair then stops
+while the others go on. Ctrl-C / SIGTERM (turned into ``KeyboardInterrupt`` by the CLI) ends
+the hunt with every reproducer found so far on disk and the report marked interrupted.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import random
+import hashlib
 import time
 from collections import Counter
-from pathlib import Path
 
 from attrs import define, field
 from hypothesis import Phase, settings
 
-from fixtures.profiles import example_database
+from lch.coverage import RUN, Planned
 from properties.explore import explore
 from properties.harness import Recorder
-from properties.machines import MACHINES, machine_for
+from properties.machines import machine_for
 from properties.reproducer import write_reproducer
 from properties.run import run_machine
-from sim.errors import HarnessError, TargetUnavailable
+from sim.errors import TargetUnavailable
 
 ROUND_EXAMPLES = 100
+FIRST_ROUND_EXAMPLES = 10   # every pair gets examples early, even on a small budget
 
 
 @define
 class PairReport:
     subsystem: str
     target: str
+    status: str = RUN            # the plan's status; "run" pairs end failed / passed / not run
+    why: str = ""
     examples: int = 0
     steps: int = 0
     rounds: int = 0
     seconds: float = 0.0
     events: Counter = field(factory=Counter)
-    failure: dict | None = None
-    skipped: str | None = None
+    hazards: tuple[str, ...] = ()
+    failure: dict | None = None      # a new find
+    replayed: dict | None = None     # a failure the example database replayed
+    replayed_examples: int = 0
+    planned: int = 0                 # generated examples asked for so far (rerun commands)
+    trace_hash: str = ""             # over every generated example, in order
+
+    @property
+    def result(self) -> str:
+        if self.status != RUN:
+            return self.status
+        if self.failure or self.replayed:
+            return "failed"
+        return "not run" if self.examples == 0 else "no failure"
 
 
 @define
 class HuntReport:
     seed: int
-    budget_s: float
+    budget_s: float | None
+    examples: int | None
+    command: str
     pairs: list[PairReport] = field(factory=list)
+    interrupted: bool = False
+    elapsed_s: float = 0.0           # the search (what the budget bounds)
+    setup_s: float = 0.0             # before it: imports, vLLM's ~10-20 s, planning
+    vllm: dict | None = None
 
     @property
     def failures(self) -> list[PairReport]:
-        return [p for p in self.pairs if p.failure]
+        return [p for p in self.pairs if p.failure or p.replayed]
+
+    @property
+    def unchecked(self) -> list[PairReport]:
+        """Pairs the hunt was to run that ran no example (or could not run)."""
+        return [p for p in self.pairs if p.result in ("not run", "could not run")]
+
+
+def round_seed(master: int, pair: PairReport, number: int) -> int:
+    """The seed of ``pair``'s round ``number``: from these values only, never from the order
+    in which rounds of other pairs ran."""
+    text = f"{master}:{pair.subsystem}:{pair.target}:{number}".encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:4], "big")
 
 
 @define
 class Hunt:
-    targets: list[str]
-    subsystems: list[str] | None
-    budget_s: float
+    plan: list[Planned]
     seed: int
     reproducer_dir: str
-    report_dir: str = "."
-    engine: str = "hypothesis"      # or "explore": seeded random walks (properties/explore.py)
-    database: str | None = None     # redis://HOST:PORT or a directory (fixtures.profiles)
+    budget_s: float | None = 60.0
+    examples: int | None = None      # per pair; fixes the rounds by count, not by clock
+    use_db: bool = True
+    command: str = ""
+    progress: object = print
+    setup_s: float = 0.0             # before run(): importing vLLM, planning (not budgeted)
+    engine: str = "hypothesis"       # or "explore": seeded random walks (properties/explore.py)
+    report: HuntReport = None        # filled as the hunt goes: complete even if interrupted
+    interrupt_requested: bool = False   # set by the CLI's signal handler (see interrupt())
+    _start: float = 0.0
+    _digests: dict = field(factory=dict)
+
+    def interrupt(self) -> None:
+        """Ctrl-C / SIGTERM: the flag is what counts (the ``KeyboardInterrupt`` the handler
+        raises can be swallowed, e.g. inside a garbage-collector callback); the hunt stops
+        before the next example and writes what it has."""
+        self.interrupt_requested = True
 
     def run(self) -> HuntReport:
-        subsystems = self.subsystems or list(MACHINES)
-        missing = [s for s in subsystems if s not in MACHINES]
-        if missing:
-            raise HarnessError(f"no state machine yet for {', '.join(missing)}; available: "
-                               f"{', '.join(MACHINES)}")
-        rng = random.Random(self.seed)
-        report = HuntReport(self.seed, self.budget_s,
-                            [PairReport(s, t) for s in subsystems for t in self.targets])
-        profile = settings(settings.get_profile("hunt"), max_examples=ROUND_EXAMPLES,
-                           phases=[Phase.explicit, Phase.reuse, Phase.generate],
-                           database=example_database(self.database))
-        start = time.monotonic()
-        while time.monotonic() - start < self.budget_s:
-            live = [p for p in report.pairs if not p.failure and not p.skipped]
-            if not live:
-                break
-            for pair in live:
-                self._round(pair, profile, rng.randrange(2**32))
-                self._progress(pair, time.monotonic() - start)
-                if time.monotonic() - start >= self.budget_s:
-                    break
-        self._write(report)
-        return report
-
-    def _round(self, pair: PairReport, profile: settings, seed: int) -> None:
-        machine = machine_for(pair.subsystem)
-        recorder = Recorder()
-        began = time.monotonic()
+        self._start = time.monotonic()      # the budget is the search's: setup is apart
+        self.report = HuntReport(self.seed, None if self.examples else self.budget_s,
+                                 self.examples, self.command,
+                                 [PairReport(p.subsystem, p.target, p.status, p.why)
+                                  for p in self.plan])
+        runnable = [p for p in self.report.pairs if p.status == RUN]
+        for pair in runnable:
+            pair.hazards = tuple(machine_for(pair.subsystem).HAZARDS)
+            self._digests[id(pair)] = hashlib.sha256()
         try:
-            if self.engine == "explore":
-                result = explore(machine, pair.target, seed=seed, runs=ROUND_EXAMPLES,
-                                 recorder=recorder)
-            else:
-                result = run_machine(machine, pair.target, profile, seed=seed,
-                                     recorder=recorder)
-        except TargetUnavailable as why:
-            pair.skipped = str(why)
-            return
-        pair.seconds += time.monotonic() - began
-        pair.rounds += 1
-        pair.examples += recorder.examples
-        pair.steps += recorder.steps
-        pair.events.update(recorder.events)
-        if result.failure:
-            path = write_reproducer(machine, result.failure, pair.target, self.reproducer_dir)
-            pair.failure = {"property": result.failure.property,
-                            "message": result.failure.message.splitlines()[0],
-                            "calls": result.failure.calls, "reproducer": str(path),
-                            "round_seed": seed}
+            if self.use_db:
+                for pair in runnable:
+                    if not self._time_up():
+                        self._replay_database(pair)
+            self._generate(runnable)
+        except KeyboardInterrupt:
+            self.report.interrupted = True
+        self.report.interrupted |= self.interrupt_requested
+        self.report.elapsed_s = time.monotonic() - self._start
+        self.report.setup_s = self.setup_s
+        for pair in runnable:
+            pair.trace_hash = self._digests[id(pair)].hexdigest()[:16]
+        return self.report
 
-    @staticmethod
-    def _progress(p: PairReport, elapsed_s: float) -> None:
-        state = ("FAILED " + p.failure["property"] if p.failure else
-                 f"skipped ({p.skipped})" if p.skipped else "no failure yet")
-        print(f"[{elapsed_s:6.1f}s] {p.subsystem} x {p.target}: {p.examples} examples, "
-              f"{p.steps} steps, {state}", flush=True)
+    def _generate(self, runnable: list[PairReport]) -> None:
+        while not self._time_up():
+            live = [p for p in runnable if not p.failure and p.status == RUN
+                    and (self.examples is None or p.planned < self.examples)]
+            if not live:
+                return
+            for position, pair in enumerate(live):
+                if self._time_up():
+                    return
+                size = FIRST_ROUND_EXAMPLES if pair.rounds == 0 else ROUND_EXAMPLES
+                share_s = None
+                if self.examples is not None:
+                    size = min(size, self.examples - pair.planned)
+                else:       # a slow pair (vLLM's) cannot starve the ones after it
+                    share_s = (self.budget_s - (time.monotonic() - self._start)) \
+                        / (len(live) - position)
+                pair.planned += size
+                self._round(pair, size, round_seed(self.seed, pair, pair.rounds), share_s)
+                self._progress(pair)
+                if self.report.interrupted or self.interrupt_requested:
+                    raise KeyboardInterrupt
 
-    def _write(self, report: HuntReport) -> None:
-        out = Path(self.report_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        data = {"seed": report.seed, "budget_s": report.budget_s, "pairs": [
-            {"subsystem": p.subsystem, "target": p.target, "examples": p.examples,
-             "steps": p.steps, "rounds": p.rounds, "seconds": round(p.seconds, 2),
-             "steps_per_s": round(p.steps / p.seconds) if p.seconds else 0,
-             "events": dict(sorted(p.events.items())), "failure": p.failure,
-             "skipped": p.skipped} for p in report.pairs]}
-        _atomic_write(out / "hunt-report.json", json.dumps(data, indent=2) + "\n")
-        _atomic_write(out / "hunt-report.md", render_markdown(data))
-        print(render_markdown(data), flush=True)
+    def _time_up(self) -> bool:
+        if self.interrupt_requested:
+            self.report.interrupted = True
+            return True
+        return self.examples is None and \
+            time.monotonic() - self._start >= self.budget_s
+
+    def _settings(self, examples: int, phases: list[Phase], database) -> settings:
+        return settings(settings.get_profile("hunt"), max_examples=examples, phases=phases,
+                        database=database)
+
+    def _replay_database(self, pair: PairReport) -> None:
+        """What the example database holds for this pair's machine: a failure replayed there
+        is an earlier find, reported apart from new ones."""
+        profile = self._settings(ROUND_EXAMPLES, [Phase.reuse],
+                                 settings.get_profile("hunt").database)
+        recorder = Recorder(stop=self._time_up)
+        result = self._run(pair, profile, None, recorder)
+        pair.replayed_examples += recorder.examples
+        if result is not None and result.failure:
+            pair.replayed = self._found(pair, result, None)
+            self._progress(pair)
+
+    def _round(self, pair: PairReport, size: int, seed: int, share_s: float | None) -> None:
+        # The database is written (a new failure replays next time) but never read here.
+        profile = self._settings(size, [Phase.explicit, Phase.generate],
+                                 settings.get_profile("hunt").database if self.use_db else None)
+        began = time.monotonic()
+        # The share ends the search, not the minimizing of a failure it found.
+        recorder = Recorder(stop=lambda: self._time_up() or (
+            share_s is not None and not recorder.failed
+            and time.monotonic() - began >= share_s))
+        try:
+            result = self._run(pair, profile, seed, recorder)
+        finally:     # counted even when Ctrl-C ends the round
+            pair.seconds += time.monotonic() - began
+            pair.rounds += 1
+            pair.examples += recorder.examples
+            pair.steps += recorder.steps
+            pair.events.update(recorder.events)
+            self._digests[id(pair)].update(recorder.trace_hash().encode())
+        if result is not None and result.failure:
+            pair.failure = self._found(pair, result, seed)
+
+    def _run(self, pair: PairReport, profile: settings, seed: int | None, recorder: Recorder):
+        try:
+            if self.engine == "explore" and seed is not None:    # the database phase stays
+                return explore(machine_for(pair.subsystem), pair.target, seed=seed,
+                               runs=profile.max_examples, recorder=recorder)
+            return run_machine(machine_for(pair.subsystem), pair.target, profile, seed=seed,
+                               recorder=recorder)
+        except TargetUnavailable as why:     # a module this release lacks, found only now
+            pair.status, pair.why = "could not run", str(why)
+            return None
+
+    def _found(self, pair: PairReport, result, seed: int | None) -> dict:
+        failure = result.failure
+        machine = machine_for(pair.subsystem)
+        path = write_reproducer(machine, failure, pair.target, self.reproducer_dir)
+        found = {"property": failure.property, "message": failure.message.splitlines()[0],
+                 "calls": failure.calls, "reproducer": str(path), "round_seed": seed,
+                 "rerun_examples": pair.planned if seed is not None else None,
+                 "minimized": failure.stopped is None,
+                 "minimization_stopped": ("interrupted" if self.interrupt_requested
+                                          else failure.stopped)}
+        upstream = write_upstream(machine, failure, pair.target, self.reproducer_dir)
+        if upstream:
+            found["upstream_reproducer"] = str(upstream)
+        if result.interrupted or self.interrupt_requested:
+            self.report.interrupted = True
+        return found
+
+    def _progress(self, p: PairReport) -> None:
+        elapsed_s = time.monotonic() - self._start
+        state = (f"FAILED {p.failure['property']} ({p.failure['calls']} calls)" if p.failure
+                 else f"database replay FAILED {p.replayed['property']}" if p.replayed
+                 else p.why if p.status != RUN else "no failure yet")
+        self.progress(f"[{elapsed_s:6.1f}s] {p.subsystem} x {p.target}: {p.examples} examples, "
+                      f"{p.steps} steps, {state}")
 
 
-def render_markdown(data: dict) -> str:
-    lines = [f"# Hunt report (seed {data['seed']}, budget {data['budget_s']:.0f}s)", "",
-             "| subsystem | target | examples | steps | steps/s | result |",
-             "|---|---|---|---|---|---|"]
-    for p in data["pairs"]:
-        result = (f"**{p['failure']['property']}** in {p['failure']['calls']} calls: "
-                  f"`{p['failure']['reproducer']}`" if p["failure"] else
-                  f"skipped: {p['skipped']}" if p["skipped"] else "no failure")
-        lines.append(f"| {p['subsystem']} | {p['target']} | {p['examples']} | {p['steps']} | "
-                     f"{p['steps_per_s']} | {result} |")
-    lines += ["", "Hazards reached (events):", ""]
-    for p in data["pairs"]:
-        reached = ", ".join(f"{k} x{v}" for k, v in p["events"].items()) or "none"
-        lines.append(f"- {p['subsystem']} x {p['target']}: {reached}")
-    return "\n".join(lines) + "\n"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def write_upstream(machine, failure, target: str, directory: str):
+    """The vLLM-only form of a ``vllm`` target's reproducer, where the machine has one."""
+    if not target.startswith("vllm"):
+        return None
+    from properties.upstream import write_upstream_reproducer
+    return write_upstream_reproducer(machine, failure, directory)

@@ -49,15 +49,15 @@ def plan(subsystems: list[str], workers: int, seed: int) -> list[tuple[int, list
 
 
 def run_workers(argv_common: list[str], subsystems: list[str], workers: int, seed: int,
-                budget_s: float, report_dir: str) -> dict:
+                budget_s: float, report_dir: str, planned: list) -> dict:
     """Run the workers to the end (or to Ctrl-C / SIGTERM); returns the merged report."""
     out = Path(report_dir) / "workers"
     out.mkdir(parents=True, exist_ok=True)
     crew = [Worker(i, s, share, out / f"w{i}") for i, (s, share) in
             enumerate(plan(subsystems, workers, seed))]
     for w in crew:
-        command = [sys.executable, "-m", "lch", "hunt", "--workers", "1", "--seed", str(w.seed),
-                   "--report-dir", str(w.report_dir), *argv_common,
+        command = [sys.executable, "-m", "lch", "hunt", *argv_common, "--workers", "1",
+                   "--seed", str(w.seed), "--report-dir", str(w.report_dir),
                    *(arg for s in w.subsystems for arg in ("--subsystem", s))]
         log = open(out / f"w{w.index}.log", "wb")  # noqa: SIM115 - the child owns it
         w.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
@@ -75,7 +75,7 @@ def run_workers(argv_common: list[str], subsystems: list[str], workers: int, see
             w.process.wait(timeout=GRACE_S)
         raise
     finally:
-        merged = merge(crew, seed, budget_s, time.monotonic() - began)
+        merged = merge(crew, seed, budget_s, time.monotonic() - began, planned)
     return merged
 
 
@@ -112,31 +112,61 @@ def _echo(crew: list[Worker], out: Path) -> None:
                 print(f"[w{w.index}] {line}", flush=True)
 
 
-def merge(crew: list[Worker], seed: int, budget_s: float, wall_s: float) -> dict:
-    """One report from the workers' reports: per pair the sums, the first failure; per
-    worker its figures and outcome; totals over the wall time."""
+def merge(crew: list[Worker], seed: int, budget_s: float, wall_s: float,
+          planned: list) -> dict:
+    """One report (``lch/report.py``'s format) from the workers' reports: per pair the sums,
+    the first failure and replay, the hazards no worker reached; the pairs no worker ran,
+    from the plan; per worker its figures and outcome; totals over the wall time."""
     pairs: dict[tuple[str, str], dict] = {}
-    per_worker = []
+    per_worker, reports = [], []
     for w in crew:
         path = w.report_dir / "hunt-report.json"
         data = json.loads(path.read_text()) if path.exists() else {"pairs": []}
+        reports.append(data)
         steps = sum(p["steps"] for p in data["pairs"])
         per_worker.append({"worker": w.index, "seed": w.seed, "subsystems": w.subsystems,
                            "outcome": w.outcome, "steps": steps,
                            "examples": sum(p["examples"] for p in data["pairs"]),
                            "steps_per_s": round(steps / wall_s) if wall_s else 0})
         for p in data["pairs"]:
-            key = (p["subsystem"], p["target"])
-            into = pairs.setdefault(key, {**p, "examples": 0, "steps": 0, "rounds": 0,
-                                          "seconds": 0.0, "events": {}, "failure": None})
-            for field in ("examples", "steps", "rounds", "seconds"):
-                into[field] += p.get(field, 0)
-            into["events"] = dict(Counter(into["events"]) + Counter(p.get("events", {})))
-            into["failure"] = into["failure"] or p.get("failure")
+            _add_pair(pairs, p)
+    for row in planned:                  # pairs no worker ran: not implemented, ...
+        pairs.setdefault((row.subsystem, row.target), {
+            "subsystem": row.subsystem, "target": row.target, "result": row.status,
+            "why": row.why, "examples": 0, "steps": 0, "rounds": 0, "seconds": 0.0,
+            "steps_per_s": 0, "events": {}, "hazards_never_reached": [], "failure": None,
+            "database_replay": None, "database_examples": 0, "trace_hash": None})
     for p in pairs.values():
         p["steps_per_s"] = round(p["steps"] / p["seconds"]) if p["seconds"] else 0
     total = sum(w["steps"] for w in per_worker)
-    return {"seed": seed, "budget_s": budget_s, "workers": per_worker,
+    first = next((r for r in reports if "command" in r), {})
+    return {"seed": seed, "budget_s": budget_s, "examples": first.get("examples"),
+            "command": first.get("command", ""),
+            "interrupted": any(r.get("interrupted") for r in reports)
+            or any(w.outcome == "interrupted" for w in crew),
+            "elapsed_s": round(wall_s, 2),
+            "setup_s": max((r.get("setup_s", 0.0) for r in reports), default=0.0),
+            "vllm": next((r["vllm"] for r in reports if r.get("vllm")), None),
+            "pairs": sorted(pairs.values(), key=lambda p: (p["subsystem"], p["target"])),
+            "workers": per_worker,
             "total": {"steps": total, "wall_s": round(wall_s, 1),
-                      "steps_per_s": round(total / wall_s) if wall_s else 0},
-            "pairs": list(pairs.values())}
+                      "steps_per_s": round(total / wall_s) if wall_s else 0}}
+
+
+def _add_pair(pairs: dict, p: dict) -> None:
+    key = (p["subsystem"], p["target"])
+    if key not in pairs:
+        pairs[key] = {**p, "events": dict(p["events"]),
+                      "hazards_never_reached": list(p["hazards_never_reached"])}
+        return
+    into = pairs[key]
+    for field in ("examples", "steps", "rounds", "seconds", "database_examples"):
+        into[field] += p[field]
+    into["events"] = dict(Counter(into["events"]) + Counter(p["events"]))
+    into["hazards_never_reached"] = [h for h in into["hazards_never_reached"]
+                                     if h in p["hazards_never_reached"]]
+    into["failure"] = into["failure"] or p["failure"]
+    into["database_replay"] = into["database_replay"] or p["database_replay"]
+    if p["result"] in ("failed", "no failure") and into["result"] not in ("failed",):
+        into["result"] = "failed" if into["failure"] else p["result"]
+    into["trace_hash"] = None            # several streams: no single trace

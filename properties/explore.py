@@ -43,6 +43,8 @@ class ExploreResult:
     recorder: Recorder
     runs: int = 0
     failure: Failure | None = None
+    interrupted: bool = False        # (a RunResult's fields the hunt reads)
+    cut: bool = False
 
 
 def explore(machine: type[HarnessMachine], target: str, seed: int, runs: int,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import hypothesis
+import hypothesis.errors
 from attrs import define, field, frozen
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine
@@ -27,6 +28,12 @@ from sim.outcomes import property_of  # noqa: F401 - the runner and tests import
 
 # Declared for every machine, on top of its own PROPERTIES.
 COMMON_PROPERTIES = {"check-valid": "the target's own structural self-check passes"}
+
+
+class BudgetSpent(KeyboardInterrupt):
+    """Raised between examples when the run's ``stop()`` says the time is up. A
+    ``KeyboardInterrupt``: the one exception Hypothesis lets through untouched (any other,
+    raised mid-run, is recorded in its choice tree and comes back as a flaky failure)."""
 
 
 class PropertyFailed(AssertionError):
@@ -75,8 +82,12 @@ class Recorder:
     keep_state: bool = False       # record each step's state checks (replays: reproducers)
     action: tuple = ()             # the action running now (an adapter error names it)
     missing: Counter = field(factory=Counter)   # capabilities the target lacks, and how often
+    stop: Callable[[], bool] | None = None   # asked before each example: is the time up?
+    failed: bool = False           # an example failed: Hypothesis replays it, never cut that
 
     def begin(self) -> Trace:
+        if self.stop is not None and not self.failed and self.stop():
+            raise BudgetSpent()     # between examples: the one started last has finished
         self._seal()
         self.trace = Trace()
         self.examples += 1
@@ -212,8 +223,12 @@ class HarnessMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         # Hypothesis calls teardown from a ``finally``: skip the closing steps after a failure,
         # so the recorded trace ends at the failing step.
-        if sys.exc_info()[0] is None and self.trace.world is not None:
+        error = sys.exc_info()[1]
+        if error is None and self.trace.world is not None:
             self.end_of_run()
+        elif isinstance(error, Exception) and \
+                not isinstance(error, hypothesis.errors.HypothesisException):
+            self.recorder.failed = True
 
     def check_valid(self, target) -> None:
         """The target's structural self-check, where it has one (vLLM's classes have none)."""
@@ -236,6 +251,7 @@ class Failure:
     message: str
     trace: Trace
     error: BaseException
+    stopped: str | None = None   # why minimization stopped early ("interrupted", "budget")
 
     @property
     def calls(self) -> int:
@@ -247,6 +263,8 @@ class RunResult:
     target: str
     recorder: Recorder
     failure: Failure | None = None
+    cut: bool = False            # the run stopped between examples: its time was up
+    interrupted: bool = False    # Ctrl-C / SIGTERM arrived while minimizing its failure
 
 
 # Rule arguments are drawn through these helpers, so one rule serves two engines: under

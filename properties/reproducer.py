@@ -78,6 +78,9 @@ def write_reproducer(machine: type[HarnessMachine], failure: Failure, target: st
         return path
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".py")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)       # mkstemp's 0600: a file others can read
         with os.fdopen(fd, "w") as handle:
             handle.write(render(machine, failure, target))
         os.replace(tmp, path)

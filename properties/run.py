@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+import unittest
 from collections.abc import Callable
 
+import attrs
 import hypothesis
 import pytest
 from hypothesis import Phase
@@ -25,6 +27,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from fixtures.pytest_plugin import Divergence, Unavailable, note_missing
 from properties.harness import (
+    BudgetSpent,
     Failure,
     HarnessMachine,
     InvalidAction,
@@ -60,6 +63,10 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
     two, alone and chained). Every machine module is imported first because Hypothesis mixes
     literal constants of the loaded local modules into generation: a fixed module set keeps
     a seed's trace the same whichever machines ran before in this process.
+
+    ``recorder.stop`` (optional) is asked before each example; once it says the time is up
+    the run ends there (``result.cut``) and minimization stops early too. Ctrl-C while
+    minimizing keeps the shortest program so far (``result.interrupted``).
     """
     import_all_machines()
     # One error per run: a second, different one would come back as an ExceptionGroup.
@@ -68,9 +75,12 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
         settings = Settings(settings, phases=[p for p in settings.phases if p != Phase.shrink])
     recorder = recorder or Recorder()
     bound = bind(machine, target, recorder)
+    # The seed goes on the bound class itself (not a wrapper): Hypothesis keys its example
+    # database by the factory, so seeded and unseeded runs of a machine share one key, and a
+    # failure a seeded hunt round saved is replayed by the next hunt's database phase.
     factory: Callable[[], HarnessMachine] = bound
     if seed is not None:
-        factory = hypothesis.seed(seed)(lambda: bound())
+        factory = hypothesis.seed(seed)(bound)
     result = RunResult(target, recorder)
     try:
         test = get_state_machine_test(factory, settings=settings)
@@ -79,6 +89,10 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
         # replays in the same pair on every worker sharing the database, and only there.
         test._hypothesis_internal_database_key = database_key(machine, target)
         test()
+    except BudgetSpent:
+        result.cut = True
+    except unittest.SkipTest:
+        pass     # nothing to run: only the reuse phase, and the database holds nothing
     except (Unsatisfiable, FailedHealthCheck):
         if recorder.missing and not recorder.steps:   # every configuration needs what is missing
             raise CapabilityMissing("; ".join(sorted(recorder.missing))) from None
@@ -86,13 +100,24 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
     except NOT_FINDINGS:
         raise
     except Exception as error:  # noqa: BLE001 - classified: a finding, or an adapter error
+        if recorder.trace.world is None and recorder.stop is not None and recorder.stop():
+            result.cut = True    # an interrupt that surfaced as another error, before setup
+            return result
         verdict = classify(error)
         if verdict.kind == "unavailable":
             raise AdapterError(f"{target} failed in {_call(recorder.action)}: "
                                f"{verdict.detail} (at {verdict.where})") from error
-        found = _replayed(machine, target,
-                          Failure(property_of(error), str(error).strip(), recorder.trace, error))
-        result.failure = minimize(machine, found, target) if shrink_program else found
+        found = Failure(property_of(error), str(error).strip(), recorder.trace, error)
+        if found.trace.world is None:
+            found = attrs.evolve(found, stopped="not replayable")
+        try:
+            found = _replayed(machine, target, found)
+        except KeyboardInterrupt:
+            found = attrs.evolve(found, stopped="interrupted")
+        if shrink_program and not found.stopped:
+            found = minimize(machine, found, target, stop=recorder.stop)
+        result.failure = found
+        result.interrupted = found.stopped == "interrupted"
     return result
 
 
@@ -142,16 +167,38 @@ def _replayed(machine: type[HarnessMachine], target: str, failure: Failure) -> F
     return Failure(failure.property, str(error).strip(), trace, error)
 
 
-def minimize(machine: type[HarnessMachine], failure: Failure, target: str) -> Failure:
+def minimize(machine: type[HarnessMachine], failure: Failure, target: str,
+             stop: Callable[[], bool] | None = None) -> Failure:
     """Shrink the failing *program*: delete steps, then simplify the world, while the same
     property still fails. Hypothesis shrinks the choices that made a program; this shrinks
-    the program a reproducer reads, and it is fast (a replay costs about a millisecond)."""
+    the program a reproducer reads, and it is fast (a replay costs about a millisecond).
+    Ctrl-C, or ``stop()`` turning true, ends it early with the shortest program so far
+    (``stopped`` says why), so a hunt that is interrupted still writes its reproducer."""
+    try:
+        return _minimize(machine, failure, target, stop)
+    except _Stopped as why:
+        return attrs.evolve(why.best, stopped=why.reason)
+
+
+class _Stopped(Exception):
+    def __init__(self, best: Failure, reason: str):
+        super().__init__(reason)
+        self.best, self.reason = best, reason
+
+
+def _minimize(machine: type[HarnessMachine], failure: Failure, target: str,
+              stop: Callable[[], bool] | None) -> Failure:
     best = failure
     progress = True
     while progress:
         progress = False
         for world, actions in _candidates(machine, best):
-            error, trace = replay(machine, target, world, actions)
+            if stop is not None and stop():
+                raise _Stopped(best, "budget")
+            try:
+                error, trace = replay(machine, target, world, actions)
+            except KeyboardInterrupt:
+                raise _Stopped(best, "interrupted") from None
             if error is not None and not isinstance(error, InvalidAction) \
                     and property_of(error) == failure.property \
                     and classify(error).kind == "divergence" \

@@ -55,9 +55,9 @@ def test_bug_of_another_subsystem_is_refused():
 
 def test_hunt_finds_a_planted_bug_and_reports_it(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "lch.cli", "hunt", "--budget", "3s", "--seed", "7",
+        [sys.executable, "-m", "lch.cli", "hunt", "--examples", "100", "--seed", "7",
          "--subsystem", "encoder_cache", "--target", "native:enc-stale-freed",
-         "--report-dir", str(tmp_path), "--reproducer-dir", str(tmp_path / "found")],
+         "--report-dir", str(tmp_path), "--reproducer-dir", str(tmp_path / "found"), "--no-db"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": "."})
     assert done.returncode == 1, done.stdout + done.stderr      # 1: a failure was found
     assert done.stdout.startswith("SEED=7\n")

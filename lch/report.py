@@ -1,0 +1,164 @@
+"""The hunt report: ``hunt-report.json`` (for scripts) and ``hunt-report.md`` (for people, and
+``$GITHUB_STEP_SUMMARY`` when set), both written atomically.
+
+The markdown says what ran (a row per pair, "not run" when a pair got no example, never "no
+failure"), the new finds apart from the example database's replays, what was not covered and
+why, the hazards a pair never reached (a green pair that never evicted checked little), and
+ends with the exact command to rerun each failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tempfile
+from pathlib import Path
+
+from lch.hunt import HuntReport, PairReport
+
+
+def to_json(report: HuntReport) -> dict:
+    return {"seed": report.seed, "budget_s": report.budget_s, "examples": report.examples,
+            "command": report.command, "interrupted": report.interrupted,
+            "elapsed_s": round(report.elapsed_s, 2), "setup_s": round(report.setup_s, 2),
+            "vllm": report.vllm,
+            "pairs": [_pair_json(p) for p in report.pairs]}
+
+
+def _pair_json(p: PairReport) -> dict:
+    return {"subsystem": p.subsystem, "target": p.target, "result": p.result, "why": p.why,
+            "examples": p.examples, "steps": p.steps, "rounds": p.rounds,
+            "seconds": round(p.seconds, 2),
+            "steps_per_s": round(p.steps / p.seconds) if p.seconds else 0,
+            "events": dict(sorted(p.events.items())),
+            "hazards_never_reached": [h for h in p.hazards if not p.events.get(h)]
+            if p.examples else [],
+            "failure": p.failure, "database_replay": p.replayed,
+            "database_examples": p.replayed_examples, "trace_hash": p.trace_hash}
+
+
+def render_markdown(data: dict) -> str:
+    scope = (f"{data['examples']} examples per pair" if data["examples"]
+             else f"budget {data['budget_s']:.0f}s")
+    lines = [f"# Hunt report (seed {data['seed']}, {scope})", "",
+             f"Searched {data['elapsed_s']:.1f}s after {data['setup_s']:.1f}s of setup "
+             "(imports, vLLM); command: `" + data["command"] + "`", ""]
+    if data["interrupted"]:
+        lines += ["**Interrupted**: this report is partial; the reproducers found so far "
+                  "are written.", ""]
+    if data["vllm"]:
+        v = data["vllm"]
+        lines += [f"vLLM under test: {v.get('version')} at `{v.get('path')}`"
+                  + (f", commit `{v['commit']}`" if v.get("commit") else ""), ""]
+    lines += ["| subsystem | target | result | examples | steps | steps/s |",
+              "|---|---|---|---|---|---|"]
+    for p in data["pairs"]:
+        lines.append(f"| {p['subsystem']} | {p['target']} | {_result(p)} | {p['examples']} | "
+                     f"{p['steps']} | {p['steps_per_s']} |")
+    lines += _section("Failures found by this hunt", [
+        f"- {p['subsystem']} x {p['target']}: {_finding(p['failure'])}"
+        for p in data["pairs"] if p["failure"]])
+    lines += _section("Failures replayed from the example database (earlier hunts)", [
+        f"- {p['subsystem']} x {p['target']}: {_finding(p['database_replay'])}"
+        for p in data["pairs"] if p["database_replay"]])
+    lines += _section("Not covered", [
+        f"- {p['subsystem']} x {p['target']}: {p['result']}" + (f" ({p['why']})"
+                                                                if p["why"] else "")
+        for p in data["pairs"] if p["result"] not in ("failed", "no failure")])
+    lines += _section("Hazards never reached (a pass there checked less)", [
+        f"- {p['subsystem']} x {p['target']}: {', '.join(p['hazards_never_reached'])}"
+        for p in data["pairs"] if p["hazards_never_reached"]])
+    lines += _section("Hazards reached (examples that reached each)", [
+        f"- {p['subsystem']} x {p['target']}: "
+        + ", ".join(f"{k} x{v}" for k, v in p["events"].items())
+        for p in data["pairs"] if p["events"]])
+    lines += _section("Rerun", rerun_commands(data))
+    return "\n".join(lines) + "\n"
+
+
+def _result(p: dict) -> str:
+    if p["failure"]:
+        return f"**failed: {p['failure']['property']}**"
+    if p["database_replay"]:
+        return f"**failed (database replay): {p['database_replay']['property']}**"
+    return p["result"]
+
+
+def _finding(f: dict) -> str:
+    note = "" if f["minimized"] else " (minimization cut short)"
+    text = f"**{f['property']}** in {f['calls']} calls{note}: {f['message']}; `{f['reproducer']}`"
+    if f.get("upstream_reproducer"):
+        text += f"; vLLM-only test `{f['upstream_reproducer']}`"
+    return text
+
+
+def _section(title: str, lines: list[str]) -> list[str]:
+    return ["", f"## {title}", "", *lines] if lines else []
+
+
+def rerun_commands(data: dict) -> list[str]:
+    """The commands that rerun each failure: its reproducer, and the hunt round found it."""
+    out = []
+    checkout = (data.get("vllm") or {}).get("checkout")
+    vllm_path = f" --vllm-path {shlex.quote(checkout)}" if checkout else ""
+    env = (f"PYTHONPATH=$(python -m sim.vllm.overlay {shlex.quote(checkout)}) "
+           if checkout else "")
+    for p in data["pairs"]:
+        for found in (p["failure"], p["database_replay"]):
+            if not found:
+                continue
+            out.append(f"- {p['subsystem']} x {p['target']}:")
+            path = shlex.quote(found["reproducer"])
+            out.append(f"  `{env}python -m pytest -p no:cacheprovider {path}`")
+            if found.get("upstream_reproducer"):
+                out.append(f"  vLLM and pytest only: `{env}python -m pytest -p no:cacheprovider "
+                           f"{shlex.quote(found['upstream_reproducer'])}`")
+            if found.get("rerun_examples"):
+                out.append(f"  `python -m lch.cli hunt --seed {data['seed']} --target "
+                           f"{p['target']} --subsystem {p['subsystem']} --examples "
+                           f"{found['rerun_examples']} --no-db{vllm_path}`")
+    return out
+
+
+def write_report(report: HuntReport, directory: str | os.PathLike) -> str:
+    """Write both files atomically (and the step summary); returns the markdown."""
+    out = Path(directory)
+    data = to_json(report)
+    markdown = render_markdown(data)
+    atomic_write(out / "hunt-report.json", json.dumps(data, indent=2) + "\n")
+    atomic_write(out / "hunt-report.md", markdown)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as handle:
+            handle.write(markdown)
+    return markdown
+
+
+def atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)       # mkstemp's 0600 would hide the report from others
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def check_writable(directory: str, option: str) -> None:
+    """Make ``directory`` and prove a file can be written there, before any work; else one
+    line naming the problem and the fix."""
+    from sim.errors import HarnessError
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".lch-write-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise HarnessError(f"{option} {directory} is not writable ({type(error).__name__}: "
+                           f"{error.strerror or error}); pass {option} with a directory you "
+                           "can write to") from None

@@ -1,0 +1,191 @@
+"""The hunt as a user runs it, in a real subprocess: coverage decided before the hunt,
+nothing lost (unwritable directories, Ctrl-C, SIGTERM), seeds that replay exactly, the
+database's replays apart, help that teaches, ``replay`` passing pytest's arguments through.
+
+Each test runs the CLI from a temporary directory (its ``.hypothesis/`` and reports stay
+there) with small budgets; they are the slow end of ``nox -s tests``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HYPOTHESIS_PROFILE": "hunt", **(env or {})}
+    command = [sys.executable, "-m", "lch.cli", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def report(directory: Path) -> dict:
+    return json.loads((directory / "hunt-report.json").read_text())
+
+
+def pairs(data: dict) -> dict:
+    return {(p["subsystem"], p["target"]): p for p in data["pairs"]}
+
+
+# -- coverage decided before the hunt -----------------------------------------------------------
+
+def test_bug_target_hunts_only_the_subsystems_the_bug_acts_in(tmp_path):
+    done = cli("hunt", "--target", "native:offload-id-reuse", "--examples", "10", "--no-db",
+               "--seed", "1", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr        # no "belongs to" error
+    found = pairs(report(tmp_path))
+    assert found[("offload_engine", "native:offload-id-reuse")]["examples"] > 0
+    for subsystem in ("encoder_cache", "scheduler_pass", "tiered_lookup"):
+        entry = found[(subsystem, "native:offload-id-reuse")]
+        assert entry["result"] == "not applicable" and entry["examples"] == 0
+    assert "not applicable" in (tmp_path / "hunt-report.md").read_text()
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None,
+                    reason="checks the behaviour without vLLM")
+def test_missing_vllm_is_an_error_unless_skips_are_allowed(tmp_path):
+    done = cli("hunt", "--target", "native", "--target", "vllm", "--examples", "5",
+               cwd=tmp_path)
+    assert done.returncode == 2 and "vLLM is not installed" in done.stderr
+    assert "SEED=" not in done.stdout and not (tmp_path / "hunt-report.json").exists()
+    done = cli("hunt", "--target", "native", "--target", "vllm", "--subsystem",
+               "encoder_cache", "--examples", "5", "--allow-skip", "--no-db", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert pairs(report(tmp_path))[("encoder_cache", "vllm")]["result"] == "could not run"
+
+
+def test_a_pair_without_examples_is_not_run_and_not_green(tmp_path):
+    done = cli("hunt", "--budget", "0.01s", "--no-db", cwd=tmp_path)
+    assert done.returncode == 3, done.stdout + done.stderr
+    results = {p["result"] for p in report(tmp_path)["pairs"]}
+    assert "no failure" not in results and "not run" in results
+
+
+# -- nothing lost ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("option", ["--reproducer-dir", "--report-dir"])
+def test_unwritable_directory_stops_before_any_work(tmp_path, option):
+    done = cli("hunt", option, "/proc/lch-no-such-dir", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""                                 # no SEED: nothing started
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{option} /proc/lch-no-such-dir is not writable" in lines[0]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupted_hunt_keeps_report_and_reproducers(tmp_path, signum):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HYPOTHESIS_PROFILE": "hunt"}
+    hunt = subprocess.Popen(
+        [sys.executable, "-m", "lch.cli", "hunt", "--budget", "10m", "--seed", "7", "--no-db",
+         "--subsystem", "encoder_cache", "--target", "native:enc-stale-freed",
+         "--target", "native", "--reproducer-dir", "found"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    deadline = time.monotonic() + 300
+    for line in hunt.stdout:                # wait until the planted bug is found
+        lines.append(line)
+        if "native:enc-stale-freed" in line and "FAILED" in line:
+            break
+        assert time.monotonic() < deadline, "".join(lines)
+    time.sleep(1.0)                         # the native pair is now mid-round
+    hunt.send_signal(signum)
+    out, err = hunt.communicate(timeout=120)
+    assert hunt.returncode == 130, "".join(lines) + out + err
+    assert "Traceback" not in err, err
+    data = report(tmp_path)
+    assert data["interrupted"] is True
+    found = pairs(data)[("encoder_cache", "native:enc-stale-freed")]["failure"]
+    assert found["property"] == "freed-not-resident"
+    assert (tmp_path / found["reproducer"]).is_file()
+    assert "Interrupted" in (tmp_path / "hunt-report.md").read_text()
+    assert not list(tmp_path.glob("**/.*tmp*"))              # atomic writes: no leftovers
+
+
+# -- seeds replay exactly; the database apart ------------------------------------------------
+
+def _generated(data: dict) -> list:
+    keep = ("subsystem", "target", "result", "examples", "steps", "events", "failure",
+            "trace_hash")
+    return [{k: p[k] for k in keep} for p in data["pairs"]]
+
+
+def test_same_seed_and_examples_same_hunt_whatever_the_database_holds(tmp_path):
+    args = ("hunt", "--seed", "11", "--examples", "40", "--subsystem", "encoder_cache",
+            "--target", "native:enc-stale-freed", "--target", "native")
+    first = cli(*args, cwd=tmp_path)                 # database on: saves the failure
+    assert first.returncode == 1, first.stdout + first.stderr
+    data_first = report(tmp_path)
+    second = cli(*args, cwd=tmp_path)                # the database now holds it
+    data_second = report(tmp_path)
+    assert second.returncode == 1
+    assert _generated(data_second) == _generated(data_first)
+    replay = pairs(data_second)[("encoder_cache", "native:enc-stale-freed")]
+    assert replay["database_replay"]["property"] == "freed-not-resident"
+    assert "replayed from the example database" in (tmp_path / "hunt-report.md").read_text()
+    third = cli(*args, "--no-db", cwd=tmp_path)
+    assert _generated(report(tmp_path)) == _generated(data_first)
+    assert pairs(report(tmp_path))[("encoder_cache", "native:enc-stale-freed")][
+        "database_replay"] is None
+    assert third.returncode == 1
+
+
+def test_report_ends_with_the_command_that_reruns_the_failure(tmp_path):
+    done = cli("hunt", "--seed", "3", "--examples", "30", "--no-db", "--target",
+               "native:enc-stale-freed", "--subsystem", "encoder_cache", cwd=tmp_path)
+    assert done.returncode == 1
+    markdown = (tmp_path / "hunt-report.md").read_text()
+    rerun = markdown.split("## Rerun")[1]
+    command = [line.strip().strip("`") for line in rerun.splitlines() if "lch.cli hunt" in line]
+    assert command, markdown
+    again = cli(*command[0].split()[3:], "--report-dir", "again", cwd=tmp_path)
+    assert again.returncode == 1
+    assert report(tmp_path / "again")["pairs"][0]["failure"]["reproducer"] == \
+        report(tmp_path)["pairs"][0]["failure"]["reproducer"]
+
+
+# -- help, summary, replay ------------------------------------------------------------------------
+
+def test_hunt_help_lists_targets_bugs_and_coverage(tmp_path):
+    text = cli("hunt", "--help", cwd=tmp_path).stdout
+    for needle in ("native:enc-stale-freed", "native:offload-id-reuse", "vllm",
+                   "offload_engine", "not implemented", "--allow-skip", "--vllm-path"):
+        assert needle in text, needle
+
+
+def test_step_summary_gets_the_markdown(tmp_path):
+    summary = tmp_path / "summary.md"
+    done = cli("hunt", "--examples", "5", "--no-db", "--subsystem", "tiered_lookup",
+               cwd=tmp_path, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert done.returncode == 0, done.stderr
+    assert summary.read_text() == (tmp_path / "hunt-report.md").read_text()
+
+
+def _reproducers(tmp_path: Path) -> Path:
+    found = tmp_path / "fixtures" / "reproducers"
+    found.mkdir(parents=True)
+    for name in ("decode_one", "seed001_two"):
+        (found / f"test_{name}.py").write_text(f"def test_{name}():\n    assert True\n")
+    return found
+
+
+@pytest.mark.parametrize("args, code, ran", [
+    (["fixtures/reproducers", "-k", "decode"], 0, "1 passed"),
+    (["--", "-k", "seed001"], 0, "1 passed"),
+    (["-k", "seed001 or decode"], 0, "2 passed"),
+    (["-k", "nothing_matches"], 5, "deselected"),
+])
+def test_replay_passes_pytest_arguments_through(tmp_path, args, code, ran):
+    _reproducers(tmp_path)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    done = cli("replay", *args, cwd=tmp_path)
+    assert done.returncode == code, done.stdout + done.stderr
+    assert ran in done.stdout
