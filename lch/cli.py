@@ -257,6 +257,7 @@ def run_hunt_workers(args: argparse.Namespace, targets: list[str], argv: list[st
     if merged is None:
         print("llm-cache-harness: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    merged["command"] = shlex.join(["python", "-m", "lch.cli", *argv])
     lines = [render_markdown(merged), "| worker | seed | subsystems | examples | steps | "
              "steps/s | outcome |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {w['worker']} | {w['seed']} | {', '.join(w['subsystems'])} | "
