@@ -78,7 +78,10 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
         raise
     except NOT_FINDINGS:
         raise
-    except Exception as error:  # noqa: BLE001 - classified: a finding, or an adapter error
+    except Exception as raised:  # noqa: BLE001 - classified: a finding, or an adapter error
+        error = _unwrapped(raised)
+        if isinstance(error, NOT_FINDINGS):
+            raise error from raised
         verdict = classify(error)
         if verdict.kind == "unavailable":
             raise AdapterError(f"{target} failed in {_call(recorder.action)}: "
@@ -87,6 +90,14 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
                           Failure(property_of(error), str(error).strip(), recorder.trace, error))
         result.failure = minimize(machine, found, target) if shrink_program else found
     return result
+
+
+def _unwrapped(error: BaseException) -> BaseException:
+    """The error inside Hypothesis's ``FlakyFailure`` (an ExceptionGroup: the failing example
+    did not fail the same way when replayed), so it is classified like any other."""
+    while getattr(error, "exceptions", None):       # ExceptionGroup (a backport on 3.10)
+        error = error.exceptions[0]
+    return error
 
 
 def _call(action: tuple) -> str:
