@@ -226,6 +226,16 @@ def installed_release() -> str | None:
         return None
 
 
+def skip_before(since: str, reason: str):
+    """Skip the ``vllm`` target on releases before ``since``: the scenario needs what that
+    release introduced (``pytest.param("vllm", marks=...)``)."""
+    import pytest
+
+    found = installed_release()
+    older = found is not None and parse_release(found) < parse_release(since)
+    return pytest.mark.skipif(older, reason=f"absent: vLLM {found} predates {since}: {reason}")
+
+
 def xfail_before(fixed_in: str, reason: str, since: str | None = None):
     """A strict xfail for the ``vllm`` target on releases before ``fixed_in``, for curated
     reproducers of divergences that upstream fixed (``pytest.param("vllm", marks=...)``):
