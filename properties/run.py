@@ -99,7 +99,10 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
         raise
     except NOT_FINDINGS:
         raise
-    except Exception as error:  # noqa: BLE001 - classified: a finding, or an adapter error
+    except Exception as raised:  # noqa: BLE001 - classified: a finding, or an adapter error
+        error = _unwrapped(raised)
+        if isinstance(error, NOT_FINDINGS):
+            raise error from raised
         if recorder.trace.world is None and recorder.stop is not None and recorder.stop():
             result.cut = True    # an interrupt that surfaced as another error, before setup
             return result
@@ -123,6 +126,14 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
 
 def database_key(machine: type[HarnessMachine], target: str) -> bytes:
     return f"llm-cache-harness:{machine.__name__}:{target}".encode()
+
+
+def _unwrapped(error: BaseException) -> BaseException:
+    """The error inside Hypothesis's ``FlakyFailure`` (an ExceptionGroup: the failing example
+    did not fail the same way when replayed), so it is classified like any other."""
+    while getattr(error, "exceptions", None):       # ExceptionGroup (a backport on 3.10)
+        error = error.exceptions[0]
+    return error
 
 
 def _call(action: tuple) -> str:

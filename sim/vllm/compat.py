@@ -479,20 +479,31 @@ def scripted_answer(base: Any, name: str) -> Any:
 
 
 def select_cpu_platform(platforms: Any) -> None:
-    """Make vLLM resolve its CPU platform (``vllm.platforms``, before anything asks).
+    """Make vLLM resolve its CPU platform (``vllm.platforms``), before or after ``import vllm``.
 
     # vLLM >=0.28.0: ``VLLM_TARGET_DEVICE=cpu`` selects it (``cpu_platform_plugin`` reads it).
     # vLLM 0.10.2-0.27.x: the CPU platform is detected only for a CPU build (a ``cpu`` version
     #   suffix) or on macOS; the CUDA wheel on a machine without a GPU resolves
     #   ``UnspecifiedPlatform`` and ``VllmConfig`` fails "Failed to infer device type". The
-    #   harness drives the CPU build's platform class instead, as that build would.
+    #   harness drives the CPU build's platform class instead, as that build would. Up to
+    #   0.2x the platform is resolved lazily (set it before anything asks); later releases
+    #   resolve it while ``import vllm`` runs, so modules that bound ``current_platform`` by
+    #   name are re-bound too (0.26.0).
     """
-    if platforms._current_platform is not None:
-        return
     if "VLLM_TARGET_DEVICE" in inspect.getsource(platforms.cpu_platform_plugin):
         return
+    current = platforms._current_platform
+    if current is not None and type(current).__name__ != "UnspecifiedPlatform":
+        return
+    import sys
+
     from vllm.platforms.cpu import CpuPlatform
-    platforms._current_platform = CpuPlatform()
+    cpu = platforms._current_platform = CpuPlatform()
+    if current is None:
+        return
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm") and getattr(module, "current_platform", None) is current:
+            module.current_platform = cpu
 
 
 # -- the V1 Scheduler, offline (vllm/v1/core/sched/scheduler.py) ------------------------------

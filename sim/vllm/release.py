@@ -109,13 +109,20 @@ def release() -> str:
         return importlib.import_module("vllm").__version__
 
 
+_FAILED_IMPORTS: dict[str, TargetUnavailable] = {}
+
+
 def import_module(name: str) -> ModuleType:
-    """Import ``name`` (a vLLM module) after ``load()``; an import failure is explained."""
+    """Import ``name`` (a vLLM module) after ``load()``; an import failure is explained, and
+    remembered: a second attempt would meet half-imported modules and may seem to succeed."""
     load()
+    if name in _FAILED_IMPORTS:
+        raise _FAILED_IMPORTS[name]
     try:
         return importlib.import_module(name)
     except Exception as error:  # noqa: BLE001
-        raise _import_failed(name, error) from None
+        _FAILED_IMPORTS[name] = _import_failed(name, error)
+        raise _FAILED_IMPORTS[name] from None
 
 
 def has_module(name: str) -> bool:
@@ -217,6 +224,16 @@ def installed_release() -> str | None:
         return version("vllm")
     except PackageNotFoundError:
         return None
+
+
+def skip_before(since: str, reason: str):
+    """Skip the ``vllm`` target on releases before ``since``: the scenario needs what that
+    release introduced (``pytest.param("vllm", marks=...)``)."""
+    import pytest
+
+    found = installed_release()
+    older = found is not None and parse_release(found) < parse_release(since)
+    return pytest.mark.skipif(older, reason=f"absent: vLLM {found} predates {since}: {reason}")
 
 
 def xfail_before(fixed_in: str, reason: str, since: str | None = None):
