@@ -28,7 +28,7 @@ from typing import Any
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
 from sim.errors import HarnessError
-from sim.vllm import release
+from sim.vllm import compat, release
 
 MAX_MODEL_LEN = 4096
 SAMPLED_TOKEN = 7
@@ -101,7 +101,8 @@ class VllmSchedulerPass:
         # world's values are already at least the largest item).
         ecm = release.import_module("vllm.v1.core.encoder_cache_manager")
         self.scheduler.max_num_encoder_input_tokens = encoder_compute_budget
-        self.scheduler.encoder_cache_manager = ecm.EncoderCacheManager(cache_size=cache_size)
+        self.scheduler.encoder_cache_manager = compat.make_manager(
+            ecm.EncoderCacheManager, cache_size, vllm_config)
         self.release = release.release()
         self.worker = EncoderWorker()
         self._requests: dict[str, SchedRequest] = {}
