@@ -60,6 +60,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, help="CPU seconds per mutant and suite "
                    "(default: 3x the unmutated run's + 20)")
     p.add_argument("--out", default=".", help="where mutants-<Class>.md/.json go")
+    p.add_argument("--check-equivalents", action="store_true",
+                   help="run the argued-equivalent mutants too: a kill refutes the argument "
+                        "(each costs a whole suite, as every survivor does)")
     p.add_argument("--list", action="store_true", help="print the mutants and exit")
     p.add_argument("--fail-under", type=float, help="exit 1 if the harness score (percent of "
                    "the non-equivalent mutants) is below this")
@@ -81,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.id} {m.operator:6} {m.diff}"
                   + ("   [equivalent]" if m.diff in equivalents else ""))
         return 0
-    chosen = [m for m in everything
-              if not args.only or any(o == m.id or o in m.diff for o in args.only)]
+    selected = [m for m in everything
+                if not args.only or any(o == m.id or o in m.diff for o in args.only)]
+    chosen = [m for m in selected if args.check_equivalents or m.diff not in equivalents]
     subj = suites.subject(args.spec, args.suite, args.upstream_test)
     workdir = Path(tempfile.mkdtemp(prefix=f"lch-mutants-{cls.__name__}-"))
     os.environ["LCH_REPRODUCER_DIR"] = str(workdir / "reproducers")
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(equivalents)} argued equivalent; logs in {workdir}", flush=True)
     baseline = run_baseline(module, cls, runs, args, workdir)
     results = run_campaign(module, cls, chosen, runs, baseline, args, workdir)
-    report = build_report(args.spec, release, everything, chosen, equivalents, stale, runs,
+    report = build_report(args.spec, release, everything, selected, equivalents, stale, runs,
                           baseline, results, time.monotonic() - started)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -206,21 +210,24 @@ def run_campaign(module, cls, chosen, runs, baseline, args, workdir) -> dict:
 # -- the report ----------------------------------------------------------------------------------
 
 
-def build_report(spec, release, everything, chosen, equivalents, stale, runs, baseline,
+def build_report(spec, release, everything, selected, equivalents, stale, runs, baseline,
                  results, wall_s) -> dict:
+    not_run = {"outcome": "not run", "seconds": 0.0, "cpu_seconds": 0.0}
     rows = []
-    for m in chosen:
+    for m in selected:
+        outcomes = {name: results.get(m.id, {}).get(name, not_run) for name in runs}
         rows.append({"id": m.id, "method": m.method, "line": m.line, "operator": m.operator,
-                     "diff": m.diff, "equivalent": equivalents.get(m.diff), **results[m.id]})
+                     "diff": m.diff, "equivalent": equivalents.get(m.diff), **outcomes})
     counted = [r for r in rows if r["equivalent"] is None]
+    ran = [r for r in rows if any(r[name] is not not_run for name in runs)]
     report = {"class": spec, "release": release, "mutants": len(everything),
-              "ran": len(chosen), "operators": dict(Counter(m.operator for m in everything)),
+              "ran": len(ran), "operators": dict(Counter(m.operator for m in everything)),
               "equivalent": len([r for r in rows if r["equivalent"] is not None]),
               "wall_s": round(wall_s, 1), "suites": {}, "stale_equivalents": stale,
               "results": rows}
     for name, (pytest_args, _cwd) in runs.items():
         killed = [r["id"] for r in counted if r[name]["outcome"] in KILLS]
-        seconds = [r[name]["seconds"] for r in rows]
+        seconds = [r[name]["seconds"] for r in ran]
         report["suites"][name] = {
             "tests": pytest_args, "baseline_s": round(baseline[name]["wall"], 1),
             "baseline_cpu_s": round(baseline[name]["cpu"], 1),

@@ -131,6 +131,12 @@ class EncoderCacheModel:
         entry = self.entries.get(request.mm_hash(input_id))
         return None if entry is None else entry.num_embeds
 
+    def tracked_request_ids(self) -> set[str]:
+        """The requests the cache must keep state for: those holding an input. A request
+        that freed its last input (a finished one) leaves nothing behind, so the state an
+        implementation keeps is bounded by the live requests, not by every request served."""
+        return set(self.recorded)
+
     def reset(self) -> None:
         self.entries.clear()
         self.recorded.clear()

@@ -8,6 +8,13 @@ input) abandons the unallocated approvals (as the scheduler does when KV allocat
 ``get_freed_mm_hashes`` ends the pass. A worker holding real encoder-output tensors applies
 the freed list, as the model runner would, so a wrong freed list shows up as a missing tensor.
 
+Every call the real scheduler makes is driven, not only the polite ones: it frees inputs it
+never recorded and inputs whose entry is gone (vLLM 0.33.0's ``free_encoder_input``: "Always
+clean up ... even if the mm_hash was already evicted"), finishes requests that hold nothing,
+asks ``get_cached_num_encoder_embeds`` before every lookup (also for entries evicted or reset
+away), and resets the cache (a weights update) in the middle of running requests and passes,
+then goes on. A resource property bounds the manager's bookkeeping by the live requests.
+
 Each rule only *chooses* (from what is valid now); the ``do_*`` action it calls does the step.
 Actions take plain values, so a failing program can be replayed and minimized
 (``properties/harness.py``) and emitted as a reproducer.
@@ -38,6 +45,11 @@ HAZARDS = (
     "repeated item freed once",
     "approval abandoned",
     "get_freed_mm_hashes: reports evictions",
+    "free_encoder_input: input not recorded",
+    "free_encoder_input: entry evicted",
+    "get_cached_num_encoder_embeds: entry gone",
+    "reset: requests running",
+    "reset: evictions not yet reported",
 )
 
 
@@ -50,6 +62,8 @@ PROPERTIES = {
     "no-encoder-cache-miss": "every input a request holds has its tensor on the worker",
     "gathered-equals-encoded": "the worker gathers the encoder's output, intact",
     "worker-agrees-with-manager": "the worker holds a tensor exactly for each resident entry",
+    "bookkeeping-bounded": "the manager keeps state only for requests holding an input "
+                           "(nothing for a finished one)",
 }
 
 
@@ -81,6 +95,8 @@ def slots(cache):
         self.approved: list[tuple[ReqView, int]] = []   # the current attempt's approvals
         self.slots_shown = (cache_size, cache_size)      # what the reproducer last asserted
         self.passes_since_reset = 0
+        self.seen: set[str] = set()                      # hashes resident at some point
+        self.served: set[str] = set()                    # requests that held an input
         self.trace.config.update(cache_size=cache_size, target=self.target_name)
         self.trace.world = world
         self.trace.setup += [f"{r.request_id} = {r!r}" for r in requests]
@@ -120,8 +136,11 @@ def slots(cache):
     @precondition(lambda self: self.model.recorded)
     @rule(data=st.data())
     def free_encoder_input(self, data):
+        # Held inputs first (a free that lets go of something is what makes entries freeable),
+        # then every input: the scheduler also frees inputs it never recorded and inputs whose
+        # entry is gone.
         held = [(r, i) for r, i in self._inputs() if i in self._recorded(r)]
-        self.act("free_encoder_input", *pick(data, held))
+        self.act("free_encoder_input", *pick(data, held * 3 + self._inputs()))
 
     @precondition(lambda self: self.model.recorded)
     @rule(data=st.data())
@@ -134,9 +153,14 @@ def slots(cache):
     def get_freed_mm_hashes(self):
         self.act("get_freed_mm_hashes")
 
-    # Weights updates are rare next to passes: reset only a cache that lived a few passes, so
-    # a reset neither dominates the runs nor checks an empty cache.
-    @precondition(lambda self: getattr(self, "passes_since_reset", 0) >= 3)
+    # A weights update may come at any point of a pass, with requests running. Rare next to
+    # passes (a cache that lived a few passes, so a reset neither dominates the runs nor
+    # checks an empty cache), but also allowed while a pass has evictions still unreported
+    # (the freed list must not outlive the reset) once its approvals are allocated (so the
+    # same-pass re-allocation of an evicted item keeps its chances).
+    @precondition(lambda self: getattr(self, "passes_since_reset", 0) >= 3
+                  or (getattr(self, "passes_since_reset", 0) >= 1
+                      and self.model.evicted_this_pass and not self.approved))
     @rule()
     def reset(self):
         self.act("reset")
@@ -160,6 +184,8 @@ def slots(cache):
                            shown=f"cache.check_and_update_cache({req.request_id}, {i})",
                            effect=lambda hit: f"hit: {req.request_id} holds {req.mm_hash(i)}"
                            if hit else "miss")
+        if expect:
+            self.served.add(req.request_id)
         if expect and was_freeable:
             self.hazard("check_and_update_cache: freeable entry reused")
 
@@ -200,12 +226,18 @@ def slots(cache):
             self.hazard("evicted then reallocated in one pass")
         self.apply("allocate", req, i, shown=f"cache.allocate({req.request_id}, {i})",
                    effect=f"{item.mm_hash} resident ({item.num_embeds} embeds)")
+        self.seen.add(item.mm_hash)
+        self.served.add(req.request_id)
         self.worker.encode(item)                     # the scheduled encoder input runs
 
     def do_free_encoder_input(self, r: int, i: int):
         req = self.requests[r]
         if sum(h == req.mm_hash(i) for h in self._recorded(r).values()) > 1:
             self.hazard("repeated item freed once")
+        if i not in self._recorded(r):
+            self.hazard("free_encoder_input: input not recorded")
+            if req.mm_hash(i) in self._gone():
+                self.hazard("free_encoder_input: entry evicted")
         idle_before = set(self.model.freeable_order())
         self.apply("free_encoder_input", req, i,
                    shown=f"cache.free_encoder_input({req.request_id}, {i})",
@@ -239,6 +271,10 @@ def slots(cache):
                    "worker tensors != resident entries (leak or miss)")
 
     def do_reset(self):
+        if self.model.recorded:
+            self.hazard("reset: requests running")
+        if self.model.evicted_this_pass:
+            self.hazard("reset: evictions not yet reported")
         self.passes_since_reset = 0
         self.approved.clear()
         self.apply("reset", shown="cache.reset()", effect="empties the cache")
@@ -275,6 +311,32 @@ def slots(cache):
                     self.fail("no-encoder-cache-miss",
                               f"{item.mm_hash} held by {req.request_id} but its tensor is gone")
 
+    @invariant()
+    def cached_num_embeds_agree(self):
+        """``get_cached_num_encoder_embeds``, which the scheduler asks before every lookup,
+        for one input of each hash: the stored count while resident, None once evicted or
+        reset away. A query changes nothing, so it is checked after every step, not drawn."""
+        if not hasattr(self, "model"):
+            return
+        if self._gone():
+            self.hazard("get_cached_num_encoder_embeds: entry gone")
+        for req, i in self._one_input_per_hash():
+            actual = self.cache.get_cached_num_encoder_embeds(req, i)
+            expect = self.model.get_cached_num_encoder_embeds(req, i)
+            if actual != expect:
+                self.fail("returns-agree", f"get_cached_num_encoder_embeds({req.request_id}, "
+                          f"{i}) returned {actual!r}, the model expects {expect!r}")
+
+    @invariant()
+    def bookkeeping_bounded(self):
+        """Nothing kept for a request that holds no input: a finished request leaves nothing
+        behind, so the manager's state is bounded by the live requests."""
+        if not hasattr(self, "model"):
+            return
+        stale = self.cache.tracked_request_ids() - set(self.model.recorded)
+        self.check("bookkeeping-bounded", not stale,
+                   lambda: f"state kept for {sorted(stale)}, which hold no input")
+
     # -- helpers ------------------------------------------------------------------------------
 
     def record(self, call: str, expect, comment: str) -> None:
@@ -293,6 +355,15 @@ def slots(cache):
             ids = set(self._recorded(r))
             lines.append(f"assert cache.get_cached_input_ids({req.request_id}) == "
                          f"{ids if ids else 'set()'}")
+        for req, i in self._one_input_per_hash():
+            if req.mm_hash(i) in self.seen:              # resident once: its count, or None
+                lines.append(f"assert cache.get_cached_num_encoder_embeds({req.request_id}, "
+                             f"{i}) == {self.model.get_cached_num_encoder_embeds(req, i)}")
+        live = set(self.model.recorded)
+        if self.served - live:                           # some request let go of everything
+            shown = "{" + ", ".join(map(repr, sorted(live))) + "}" if live else "set()"
+            lines.append(f"assert cache.tracked_request_ids() <= {shown}"
+                         "  # nothing kept for the finished ones")
         return lines
 
     def _gather_resident(self) -> None:
@@ -306,6 +377,17 @@ def slots(cache):
                 if got is None or not got.equal(encoder_output(item, self.worker.device)):
                     self.fail("gathered-equals-encoded", f"{item.mm_hash} for {req.request_id} "
                               f"is {'missing' if got is None else 'corrupted'}")
+
+    def _one_input_per_hash(self) -> list[tuple[ReqView, int]]:
+        first: dict[str, tuple[ReqView, int]] = {}
+        for req in self.requests:
+            for i, item in enumerate(req.items):
+                first.setdefault(item.mm_hash, (req, i))
+        return list(first.values())
+
+    def _gone(self) -> set[str]:
+        """Hashes that were resident in this run and are not now (evicted or reset away)."""
+        return {h for h in self.seen if not self.model.is_resident(h)}
 
     def _inputs(self) -> list[tuple[int, int]]:
         return [(r, i) for r, req in enumerate(self.requests) for i in range(len(req.items))]

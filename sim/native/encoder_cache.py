@@ -101,6 +101,9 @@ class NativeEncoderCache:
     def get_cached_num_encoder_embeds(self, request: ReqView, input_id: int) -> int | None:
         return self._size_of.get(request.mm_hash(input_id))
 
+    def tracked_request_ids(self) -> set[str]:
+        return set(self._inputs) | {rid for holders in self._held_by.values() for rid in holders}
+
     def resident_hashes(self) -> set[str]:
         return set(self._size_of)
 

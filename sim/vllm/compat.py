@@ -43,6 +43,19 @@ def embeds_method(request_cls: type) -> str:
 # -- calls whose shape changed ------------------------------------------------------------------
 
 
+def make_manager(manager_cls: type, cache_size: int, vllm_config: Any) -> Any:
+    """An encoder cache manager built the way the release's ``Scheduler`` builds it.
+
+    # vLLM 0.33.0: ``Class.create_manager(cache_size=..., vllm_config=...)`` (the hook behind
+    #   ``ec_manager_config``); detected, as the release that added it was not read.
+    # Earlier: the constructor, ``Class(cache_size=...)``.
+    """
+    create = getattr(manager_cls, "create_manager", None)
+    if create is None:
+        return manager_cls(cache_size=cache_size)
+    return create(cache_size=cache_size, vllm_config=vllm_config)
+
+
 def can_allocate(manager: Any, request: Any, input_id: int, encoder_compute_budget: int,
                  num_embeds_to_schedule: int) -> bool:
     """``can_allocate``, whatever its fourth parameter is called.
@@ -570,3 +583,21 @@ def attention_spec(kv: Any, dtype: Any) -> Any:
         and params["use_mla"].default is inspect.Parameter.empty else {}
     return kv.FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1, dtype=dtype,
                                 **extra)
+
+
+# -- private state, read only where no public call shows it -----------------------------------
+
+
+def tracked_request_ids(manager: Any) -> set[str]:
+    """The request ids the manager keeps any state for (private fields).
+
+    No public call tells an empty per-request record from a missing one, yet one left behind
+    per finished request grows with every request a server ever sees.
+    # vLLM 0.33.0: ``request_cached_ids`` and ``request_hash_refs`` (request id -> ...), and the
+    #   holders in ``cached`` (hash -> request ids).
+    # vLLM 0.10.2-0.22.0: only ``cached`` (no per-request maps).
+    """
+    tracked = {rid for holders in manager.cached.values() for rid in holders}
+    for name in ("request_cached_ids", "request_hash_refs"):
+        tracked.update(getattr(manager, name, {}))
+    return tracked

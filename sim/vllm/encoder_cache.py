@@ -115,6 +115,9 @@ class VllmEncoderCache:
     def reset(self) -> None:
         self.manager = compat.reset(self.manager)
 
+    def tracked_request_ids(self) -> set[str]:
+        return compat.tracked_request_ids(self.manager)
+
     def __repr__(self) -> str:
         return f"VllmEncoderCache(vllm=={self.release}, cache_size={self.cache_size})"
 

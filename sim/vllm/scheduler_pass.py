@@ -100,7 +100,8 @@ class VllmSchedulerPass:
         # world's values are already at least the largest item).
         ecm = release.import_module("vllm.v1.core.encoder_cache_manager")
         self.scheduler.max_num_encoder_input_tokens = encoder_compute_budget
-        self.scheduler.encoder_cache_manager = ecm.EncoderCacheManager(cache_size=cache_size)
+        self.scheduler.encoder_cache_manager = compat.make_manager(
+            ecm.EncoderCacheManager, cache_size, vllm_config)
         self.release = release.release()
         self.worker = EncoderWorker()
         self._requests: dict[str, SchedRequest] = {}
