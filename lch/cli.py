@@ -248,15 +248,8 @@ def run_hunt_workers(args: argparse.Namespace, targets: list[str], argv: list[st
     print(f"SEED={seed}", flush=True)
     passed = _without(argv, {"--workers": 1, "--seed": 1, "--subsystem": 1,
                              "--report-dir": 1})[1:]       # [1:]: drop the verb
-    try:
-        merged = run_workers(passed, subsystems, args.workers, seed,
-                             parse_budget(args.budget), args.report_dir,
-                             [p for p in planned if p.status != RUN])
-    except KeyboardInterrupt:
-        merged = None
-    if merged is None:
-        print("llm-cache-harness: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    merged = run_workers(passed, subsystems, args.workers, seed, parse_budget(args.budget),
+                         args.report_dir, [p for p in planned if p.status != RUN])
     merged["command"] = shlex.join(["python", "-m", "lch.cli", *argv])
     lines = [render_markdown(merged), "| worker | seed | subsystems | examples | steps | "
              "steps/s | outcome |", "|---|---|---|---|---|---|---|"]
@@ -272,6 +265,8 @@ def run_hunt_workers(args: argparse.Namespace, targets: list[str], argv: list[st
     atomic_write(out / "hunt-report.md", text)
     print(text, flush=True)
     if merged["interrupted"]:
+        print("llm-cache-harness: interrupted: partial report in "
+              f"{out / 'hunt-report.md'}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if any(p["failure"] for p in merged["pairs"]):
         return EXIT_FAILURE

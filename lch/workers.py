@@ -64,19 +64,29 @@ def run_workers(argv_common: list[str], subsystems: list[str], workers: int, see
                                      start_new_session=True)
         print(f"worker {w.index}: seed {w.seed}, {', '.join(w.subsystems)}", flush=True)
     began = time.monotonic()
+    # SIGTERM (a CI timeout) stops the workers as Ctrl-C does: they write partial reports.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         _watch(crew, out, began + budget_s + GRACE_S)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)      # a second Ctrl-C cannot tear it
         for w in crew:
             if w.process.poll() is None:
-                os.killpg(w.process.pid, signal.SIGTERM)   # workers write partial reports
+                os.killpg(w.process.pid, signal.SIGTERM)
                 w.outcome = "interrupted"
         for w in crew:
-            w.process.wait(timeout=GRACE_S)
-        raise
+            try:
+                w.process.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(w.process.pid, signal.SIGKILL)
+                w.process.wait()
     finally:
-        merged = merge(crew, seed, budget_s, time.monotonic() - began, planned)
-    return merged
+        signal.signal(signal.SIGTERM, previous)
+    return merge(crew, seed, budget_s, time.monotonic() - began, planned)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _watch(crew: list[Worker], out: Path, deadline: float) -> None:

@@ -139,7 +139,7 @@ def test_same_seed_and_examples_same_hunt_whatever_the_database_holds(tmp_path):
 
 
 def test_report_ends_with_the_command_that_reruns_the_failure(tmp_path):
-    done = cli("hunt", "--seed", "3", "--examples", "30", "--no-db", "--target",
+    done = cli("hunt", "--seed", "1", "--examples", "300", "--no-db", "--target",
                "native:enc-stale-freed", "--subsystem", "encoder_cache", cwd=tmp_path)
     assert done.returncode == 1
     markdown = (tmp_path / "hunt-report.md").read_text()

@@ -59,7 +59,7 @@ def _wait_for(port: int) -> None:
 def _hunt(tmp_path: Path, name: str, seed: int, db: str) -> dict:
     out = tmp_path / name
     done = subprocess.run(
-        [sys.executable, "-m", "lch", "hunt", "--workers", "1", "--budget", "30s",
+        [sys.executable, "-m", "lch", "hunt", "--workers", "1", "--examples", "300",
          "--seed", str(seed),
          "--target", BUG, "--subsystem", "encoder_cache", "--db", db,
          "--report-dir", str(out), "--reproducer-dir", str(out / "found")],
@@ -71,10 +71,12 @@ def _hunt(tmp_path: Path, name: str, seed: int, db: str) -> dict:
 
 
 def test_a_failure_found_by_one_hunt_replays_in_another(tmp_path, redis_url):
-    first = _hunt(tmp_path, "first", seed=11, db=redis_url)
-    second = _hunt(tmp_path, "second", seed=12, db=redis_url)
-    alone = _hunt(tmp_path, "alone", seed=12, db=str(tmp_path / "empty-db"))
-    assert first["failure"]["property"] == second["failure"]["property"] == "freed-not-resident"
-    # The second hunt's first example is the first hunt's failure, read back from Redis; the
-    # same seed with an empty database has to search.
-    assert second["examples"] <= 2 < alone["examples"], (first, second, alone)
+    first = _hunt(tmp_path, "first", seed=1, db=redis_url)
+    second = _hunt(tmp_path, "second", seed=2, db=redis_url)
+    alone = _hunt(tmp_path, "alone", seed=2, db=str(tmp_path / "empty-db"))
+    assert first["failure"]["property"] == "freed-not-resident"
+    assert first["database_replay"] is None             # Redis was empty
+    # The second hunt's database phase replays the first hunt's failure, read back from
+    # Redis, before it searches; the same seed with an empty database replays nothing.
+    assert second["database_replay"]["property"] == "freed-not-resident", second
+    assert alone["database_replay"] is None, alone
