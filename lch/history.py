@@ -156,13 +156,14 @@ def markdown(runs: list[ReleaseRun]) -> str:
     columns = [c for c in COLUMNS if any(c in r.cells for r in runs)]
     lines = ["# vLLM history: release x subsystem", "",
              "`pass*`: passed; some configurations absent from the release (notes below).", "",
-             "| release | install (fresh) | suite | " + " | ".join(columns) + " |",
-             "|---|---|---|" + "---|" * len(columns)]
+             "| release | install (fresh) | suite | wall | " + " | ".join(columns) + " |",
+             "|---|---|---|---|" + "---|" * len(columns)]
     for r in runs:
         install = f"{r.install_s:.0f} s" if not r.cached else f"cached ({r.fresh_install_s:.0f} s)"
         cells = [r.cells[c].text() if c in r.cells else "-" for c in columns]
-        lines.append(f"| {r.release} | {install} | {r.suite_s:.0f} s | " + " | ".join(cells)
-                     + " |")
+        wall = r.install_s + r.suite_s
+        lines.append(f"| {r.release} | {install} | {r.suite_s:.0f} s | {wall:.0f} s | "
+                     + " | ".join(cells) + " |")
     found = [(r, c, d) for r in runs for c in columns if c in r.cells
              for d in r.cells[c].divergences]
     if found:

@@ -9,7 +9,9 @@ the working directory), so one venv serves every branch.
 A venv is made once and reused: ``<venv_dir>/vllm-X/.lch-installed`` records that the install
 finished and how long it took, so a report can show the fresh install time of a cached venv.
 ``PIP_FIND_LINKS`` is honoured as pip does, so a directory of downloaded wheels saves the
-~400 MB download per release.
+~400 MB download per release; keep the machine's own entries in it (where the CPU torch wheel
+is served, e.g. ``PIP_FIND_LINKS="/opt/wheels /work/wheels"``), or pip resolves
+``torch==2.13.0`` to the CUDA build and its ~3 GB of nvidia packages.
 """
 
 from __future__ import annotations
