@@ -50,6 +50,7 @@ HAZARDS = (
     "get_cached_num_encoder_embeds: entry gone",
     "reset: requests running",
     "reset: evictions not yet reported",
+    "reset: a running request re-encodes its item",
 )
 
 
@@ -97,6 +98,7 @@ def slots(cache):
         self.passes_since_reset = 0
         self.seen: set[str] = set()                      # hashes resident at some point
         self.served: set[str] = set()                    # requests that held an input
+        self.held_at_reset: set[tuple[int, int]] = set() # (request, input) the last reset took
         self.trace.config.update(cache_size=cache_size, target=self.target_name)
         self.trace.world = world
         self.trace.setup += [f"{r.request_id} = {r!r}" for r in requests]
@@ -117,12 +119,15 @@ def slots(cache):
     def can_allocate(self, data):
         # One argument, so Hypothesis ranks this rule with the other one-argument rules
         # (it prefers rules with fewer arguments); the rest is drawn here.
-        # Items evicted earlier in this pass are weighted 4:1: re-allocating them is the hazard
-        # behind vLLM issue #38551.
+        # Items evicted earlier in this pass come first, weighted 4:1: re-allocating them is
+        # the hazard behind vLLM issue #38551. Then the inputs a reset took from running
+        # requests: after a weights update those requests encode their items again (and the
+        # cache fills, and evicts, with whatever the reset left behind).
         allocatable = self._allocatable()
         evicted = set(self.model.evicted_this_pass)
         again = [(r, i) for r, i in allocatable if self.requests[r].mm_hash(i) in evicted]
-        r, i = pick(data, again * 3 + allocatable)
+        rerun = [(r, i) for r, i in allocatable if (r, i) in self.held_at_reset]
+        r, i = pick(data, again * 3 + rerun * 3 + allocatable)
         # budget slack in -1..8 (8: unlimited) and extra_to_schedule in 0..2, in one draw
         # (each draw costs Hypothesis more than the whole step costs us).
         slack, extra = divmod(draw_integer(data, 0, 29), 3)
@@ -222,6 +227,9 @@ def slots(cache):
             raise InvalidAction("allocate without an approved can_allocate")
         req, i = self.approved.pop(0)
         item = req.items[i]
+        if (self.requests.index(req), i) in self.held_at_reset:
+            self.held_at_reset.discard((self.requests.index(req), i))
+            self.hazard("reset: a running request re-encodes its item")
         if item.mm_hash in self.model.evicted_this_pass:
             self.hazard("evicted then reallocated in one pass")
         self.apply("allocate", req, i, shown=f"cache.allocate({req.request_id}, {i})",
@@ -275,6 +283,7 @@ def slots(cache):
             self.hazard("reset: requests running")
         if self.model.evicted_this_pass:
             self.hazard("reset: evictions not yet reported")
+        self.held_at_reset = {(r, i) for r in range(len(self.requests)) for i in self._recorded(r)}
         self.passes_since_reset = 0
         self.approved.clear()
         self.apply("reset", shown="cache.reset()", effect="empties the cache")
