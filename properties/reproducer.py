@@ -15,6 +15,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from properties.findings import finding_id
 from properties.harness import Failure, HarnessMachine
 
 DEFAULT_DIR = Path("fixtures/reproducers/found")
@@ -58,6 +59,8 @@ def render(machine: type[HarnessMachine], failure: Failure, target: str) -> str:
         "from sim.targets import make",
         "",
         f"TARGETS = {targets!r}",
+        "# The finding this program reproduces: `hunt --accept` takes the id (or this file).",
+        f"FINDING = {finding_id(machine.subsystem, failure)!r}",
         machine.REPRODUCER_HELPERS,
         "",
         '@pytest.mark.parametrize("target", TARGETS)',
