@@ -81,7 +81,7 @@ def parse_accept(text: str) -> list[str]:
     if _ID.fullmatch(text):
         return [_checked_id(text, f"--accept {text}")]
     path = Path(text)
-    if path.suffix == ".py" or "/" in text:
+    if path.is_file() or path.suffix == ".py":
         return _ids_in_file(path, text)
     raise HarnessError(f"--accept {text!r} is neither a finding id (subsystem/property/hash, "
                        f"e.g. {ID_EXAMPLE}, as hunt-report.md prints it) nor a reproducer "
