@@ -179,6 +179,11 @@ def add_bisect_parser(verbs) -> None:
     add_release_options(history, "history")
     history.add_argument("--report-dir", default=".",
                          help="where history-report.{md,json} go")
+    history.add_argument("--hunt-examples", type=int, default=0, metavar="N",
+                         help="after the suites, hunt each diverged subsystem past its first "
+                              "bug for N examples (seed 0): every divergence per cell, not "
+                              "only the first (off by default; 300 finds both encoder-cache "
+                              "bugs of 0.26.0)")
 
 
 def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
