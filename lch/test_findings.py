@@ -128,3 +128,16 @@ def test_workers_merge_findings_by_id():
     assert [(f["id"], f["seen"]) for f in merged["findings"]] == [(a["id"], 4), (b["id"], 2)]
     assert merged["accepted"] == [{**known, "seen": 6}]
     assert merged["result"] == "failed"
+
+
+def test_the_golden_program_has_the_id_hunts_give_the_stale_freed_entry():
+    from properties.test_reproducer import stale_freed_failure
+    assert finding_id("encoder_cache", stale_freed_failure()) == \
+        "encoder_cache/freed-not-resident/63dd24be"     # the README and the fixtures name it
+
+
+def test_curated_reproducers_name_their_findings():
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "reproducers"
+    assert parse_accept(str(root / "test_encoder_cache_vllm_stale_freed.py")) == [
+        "encoder_cache/freed-not-resident/63dd24be"]
+    assert len(parse_accept(str(root / "test_encoder_cache_vllm_repeat_item.py"))) == 2
