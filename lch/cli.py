@@ -7,7 +7,8 @@
     python -m lch.cli history --releases 0.10.2,0.33.0 [--from X --to Y]
     python -m lch.cli hunt --workers 4 --engine explore --db redis://HOST:6379
 
-Exit codes: 0 every pair asked for ran and passed; 1 a failure was found; 2 bad input, an
+Exit codes: 0 every pair asked for ran and found nothing new (what --accept names may have
+been seen); 1 a new divergence was found; 2 bad input (a bad --accept too), an
 unwritable directory or a target that cannot run (see --allow-skip); 3 a pair asked for ran no
 example (budget too small) or could not run; 130 interrupted (Ctrl-C, SIGTERM): the partial
 report and every reproducer found so far are written.
@@ -92,6 +93,7 @@ def hunt_epilog() -> str:
       'installed: ' + found if found else 'not installed: nox -s vllm installs one'})
   native:<bug-id>                 native with one catalogued bug on; hunts only the
                                   subsystems the bug acts in
+  native:<bug-id>+<bug-id>        several bugs on at once (the hunt reports each)
 {bugs}
 
 coverage (which target implements which subsystem; the default hunts every pair marked yes
@@ -103,6 +105,11 @@ examples:
   python -m lch.cli hunt --target native:enc-stale-freed --budget 10s
   python -m lch.cli hunt --target vllm --vllm-path ~/src/vllm     (your checkout under test)
   python -m lch.cli hunt --seed 7 --examples 200 --no-db          (reproducible to the bit)
+  python -m lch.cli hunt --target vllm --accept encoder_cache/slots-agree/1a2b3c4d
+                                  (a bug you know about: counted, the hunt looks past it)
+
+A divergence does not end the hunt: it is minimized, reported with its finding id and
+reproducer, accepted, and the hunt goes on to the next one (each reported once).
 """
 
 
@@ -118,6 +125,10 @@ def add_hunt_parser(verbs) -> None:
                       help="target (repeatable; default native): see the list below")
     hunt.add_argument("--subsystem", action="append", choices=SUBSYSTEMS,
                       help="subsystem (repeatable); default every one the targets implement")
+    hunt.add_argument("--accept", action="append", metavar="ID", default=[],
+                      help="a divergence you know about (repeatable): its finding id as the "
+                           "report prints it (subsystem/property/hash) or its reproducer "
+                           "file; the hunt counts it and looks for the next one")
     hunt.add_argument("--seed", type=int, help="master seed (default: drawn and printed)")
     hunt.add_argument("--workers", type=int,
                       help="hunt processes, each on its own subsystems and derived seed "
@@ -168,6 +179,11 @@ def add_bisect_parser(verbs) -> None:
     add_release_options(history, "history")
     history.add_argument("--report-dir", default=".",
                          help="where history-report.{md,json} go")
+    history.add_argument("--hunt-examples", type=int, default=0, metavar="N",
+                         help="after the suites, hunt each diverged subsystem past its first "
+                              "bug for N examples (seed 0): every divergence per cell, not "
+                              "only the first (off by default; 300 finds both encoder-cache "
+                              "bugs of 0.26.0)")
 
 
 def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
@@ -182,6 +198,8 @@ def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
     targets = args.target or ["native"]
     for name in targets:
         parse_target(name)
+    from properties.findings import parse_accept
+    accept = tuple(dict.fromkeys(i for text in args.accept for i in parse_accept(text)))
     check_writable(args.reproducer_dir, "--reproducer-dir")
     check_writable(args.report_dir, "--report-dir")
     if args.no_db or args.db:
@@ -218,7 +236,7 @@ def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
                         setup_s=time.monotonic() - started,
                         command=shlex.join(["python", "-m", "lch.cli", *argv]),
                         progress=lambda line: print(line, flush=True),
-                        engine=args.engine)
+                        engine=args.engine, accept=accept)
             report = hunt.run()
     except KeyboardInterrupt:
         if hunt is None or hunt.report is None:
@@ -268,10 +286,10 @@ def run_hunt_workers(args: argparse.Namespace, targets: list[str], argv: list[st
         print("llm-cache-harness: interrupted: partial report in "
               f"{out / 'hunt-report.md'}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    if any(p["failure"] for p in merged["pairs"]):
+    if any(p["findings"] or p["database_replay"] for p in merged["pairs"]):
         return EXIT_FAILURE
     if any(not w["outcome"].startswith("done") for w in merged["workers"]) or any(
-            p["result"] not in ("failed", "no failure") and not (
+            p["result"] not in ("failed", "no failure", "accepted only") and not (
                 args.allow_skip and p["result"] == "could not run")
             and p["result"] in ("not run", "could not run") for p in merged["pairs"]):
         return EXIT_INCOMPLETE   # a worker crashed or hung, or a pair asked for did not run

@@ -79,16 +79,16 @@ def plan(targets: list[str], subsystems: list[str] | None, machines: list[str],
 def _status(target, subsystem: str, implemented: set) -> tuple[str, str]:
     if (target.base, subsystem) not in implemented:
         return NOT_IMPLEMENTED, f"target {target.base!r} has no {subsystem} implementation"
-    if target.bug and subsystem not in bug_subsystems(target.bug):
+    if target.bug and subsystem not in target.bug_subsystems:
         return NOT_APPLICABLE, (f"bug {target.bug} acts only in "
-                                f"{', '.join(bug_subsystems(target.bug))}")
+                                f"{', '.join(target.bug_subsystems)}")
     return RUN, ""
 
 
 def _checks_nothing(name: str, target, chosen: list[str], implemented: set) -> str:
     has = [s for s in SUBSYSTEMS if (target.base, s) in implemented]
     if target.bug:
-        has = [s for s in has if s in bug_subsystems(target.bug)]
+        has = [s for s in has if s in target.bug_subsystems]
     return (f"target {name!r} checks none of the subsystems asked for ({', '.join(chosen)}): "
             f"it covers {', '.join(has) or 'nothing'}; drop --subsystem or add one of those")
 

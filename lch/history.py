@@ -16,6 +16,12 @@ release lacks (secondary tiers before 0.22.0) are notes on a passing cell. The m
 ``history-report.md`` and ``history-report.json`` with install and suite times; reproducers
 go under ``--reproducer-dir``/vllm-X. Exit status 1 when any cell is a divergence or
 unavailable.
+
+A suite stops at a subsystem's first divergence. ``--hunt-examples N`` (off by default: the
+default history stays as fast) then runs, for each cell that diverged, a hunt past the first
+bug in the same venv (``hunt --target vllm --subsystem S --examples N --seed 0 --no-db``),
+and the cell lists every divergence it found, each with its finding id (the suite's
+reproducers carry theirs, so a bug both found is listed once).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ SUITES = {
     "properties/test_tiered_lookup_vllm_scans.py": "connector_scans",
 }
 COLUMNS = ("encoder_cache", "scheduler_pass", "tiered_lookup", "connector_scans")
+HUNTED = ("encoder_cache", "scheduler_pass", "tiered_lookup")   # columns that are subsystems
 RANK = {"divergence": 3, "unavailable": 2, "pass": 1, "absent": 0}
 
 
@@ -63,7 +70,7 @@ class Cell:
         if kind == "divergence":
             self.divergences.append({k: record.get(k) for k in
                                      ("property", "calls", "trace", "reproducer", "message")}
-                                    | {"test": test})
+                                    | {"test": test, "id": _finding_in(record.get("reproducer"))})
         elif kind == "unavailable":
             self.unavailable.append(f"{test}: {record.get('message', '')}")
         elif kind == "absent":
@@ -71,6 +78,17 @@ class Cell:
         for note in record.get("missing", []):
             if note not in self.notes:
                 self.notes.append(note)
+
+    def add_hunt(self, pair: dict) -> None:
+        """A hunt's findings (its report's pair), each once: by finding id."""
+        known = {d.get("id") for d in self.divergences} - {None}
+        for found in pair.get("findings") or []:
+            if found["id"] not in known:
+                known.add(found["id"])
+                self.outcome = "divergence"
+                self.divergences.append({k: found.get(k) for k in
+                                         ("property", "calls", "reproducer", "message", "id")}
+                                        | {"test": "hunt", "trace": None})
 
     def text(self) -> str:
         if self.outcome == "divergence":
@@ -91,6 +109,7 @@ class ReleaseRun:
     fresh_install_s: float = 0.0
     cached: bool = False
     suite_s: float = 0.0
+    hunt_s: float = 0.0          # --hunt-examples: the hunts past each first bug
     cells: dict[str, Cell] = field(factory=dict)
     error: str | None = None     # the release could not be installed or run at all
 
@@ -108,8 +127,45 @@ class ReleaseRun:
         return ", ".join(sorted({str(d["property"]) for d in cell.divergences}))
 
 
+def _finding_in(reproducer: str | None) -> str | None:
+    """The finding id a reproducer file names (``FINDING = ...``), if it can be read."""
+    if not reproducer:
+        return None
+    from properties.findings import parse_accept
+    try:
+        return parse_accept(reproducer)[0]
+    except HarnessError:
+        return None
+
+
+def hunt_past_first(run: ReleaseRun, python: Path, found_dir: Path, examples: int) -> None:
+    """Per diverged subsystem, a hunt past the first bug; its findings join the cell."""
+    for column in HUNTED:
+        cell = run.cells.get(column)
+        if cell is None or cell.outcome != "divergence":
+            continue
+        out = found_dir / f"hunt-{column}"
+        began = time.monotonic()
+        proc = subprocess.run([str(python), "-m", "lch.cli", "hunt", "--target", "vllm",
+                               "--subsystem", column, "--examples", str(examples),
+                               "--seed", "0", "--no-db", "--report-dir", str(out),
+                               "--reproducer-dir", str(out)],
+                              cwd=venvs.ROOT, env=venvs.suite_env(), capture_output=True,
+                              text=True, check=False)
+        run.hunt_s += time.monotonic() - began
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "hunt.log").write_text(proc.stdout + proc.stderr)
+        report = out / "hunt-report.json"
+        if proc.returncode in (0, 1) and report.exists():
+            for pair in json.loads(report.read_text())["pairs"]:
+                cell.add_hunt(pair)
+        else:
+            cell.notes.append(f"hunt past the first bug exited {proc.returncode}: "
+                              f"see {out / 'hunt.log'}")
+
+
 def run_release(release: str, venv_dir: Path, out_dir: Path, pytest_args: list[str],
-                suites: dict[str, str] | None = None) -> ReleaseRun:
+                suites: dict[str, str] | None = None, hunt_examples: int = 0) -> ReleaseRun:
     """Install (or reuse) ``release``'s venv and run the suites once; one cell per column."""
     suites = suites or SUITES
     run = ReleaseRun(release)
@@ -141,6 +197,8 @@ def run_release(release: str, venv_dir: Path, out_dir: Path, pytest_args: list[s
         column = suites.get(record["nodeid"].split("::", 1)[0])
         if column is not None:
             run.cells[column].add(record)
+    if hunt_examples:
+        hunt_past_first(run, venv.python, found_dir, hunt_examples)
     return run
 
 
@@ -162,7 +220,7 @@ def markdown(runs: list[ReleaseRun]) -> str:
     for r in runs:
         install = f"{r.install_s:.0f} s" if not r.cached else f"cached ({r.fresh_install_s:.0f} s)"
         cells = [r.cells[c].text() if c in r.cells else "-" for c in columns]
-        wall = r.install_s + r.suite_s
+        wall = r.install_s + r.suite_s + r.hunt_s
         lines.append(f"| {r.release} | {install} | {r.suite_s:.0f} s | {wall:.0f} s | "
                      + " | ".join(cells) + " |")
     found = [(r, c, d) for r in runs for c in columns if c in r.cells
@@ -172,6 +230,8 @@ def markdown(runs: list[ReleaseRun]) -> str:
         for r, c, d in found:
             lines.append(f"- **{r.release} {c}**: `{d['property']}`"
                          + (f" in {d['calls']} calls" if d.get("calls") else "")
+                         + (f", id `{d['id']}`" if d.get("id") else "")
+                         + (" (hunt past the first bug)" if d.get("test") == "hunt" else "")
                          + (f", reproducer `{d['reproducer']}`" if d.get("reproducer") else ""))
             lines.append(f"  - {d.get('message') or ''}"[:400])
             for call in d.get("trace") or []:
@@ -212,7 +272,7 @@ def main(args) -> int:
     for release in releases:
         print(f"vllm {release}: installing (or reusing) and running ...", flush=True)
         run = run_release(release, Path(args.venv_dir), Path(args.reproducer_dir),
-                          pytest_args(args))
+                          pytest_args(args), hunt_examples=args.hunt_examples)
         runs.append(run)
         cells = ", ".join(f"{c}: {cell.text()}" for c, cell in run.cells.items())
         print(f"  {release}: install {run.install_s:.0f} s, suite {run.suite_s:.0f} s; {cells}",

@@ -9,9 +9,19 @@ from (master seed, pair, round number) only, so ``--seed N --examples M`` gives 
 bit for bit whatever the database holds or the clock says. With a budget, the clock is checked
 between examples (a round stops at the deadline), so the budget holds to about one example.
 
-A failure is minimized and its reproducer written at once (atomically); that pair then stops
-while the others go on. Ctrl-C / SIGTERM (turned into ``KeyboardInterrupt`` by the CLI) ends
-the hunt with every reproducer found so far on disk and the report marked interrupted.
+A failure is minimized, named (``properties/findings.py``: subsystem, property and minimal
+program) and its reproducer written at once (atomically); then the hunt goes on with that
+divergence *accepted*, so a release with several bugs reports each with its own reproducer.
+Accepted divergences are the ones this hunt found and those given with ``--accept``. A later
+failure of a property that has an accepted divergence is minimized too and compared by
+finding id: the same id is counted ("seen N times"), another is a new finding. The failure
+ends only its Hypothesis run: the round goes on with the examples it has left under a seed
+derived from the round's (``round_seed(..., part)``), so ``--seed N --examples M`` still
+repeats bit for bit. Minimizing costs replays, so it is cached per failing program, and a
+round minimizes at most ``MINIMIZE_PER_ROUND`` failures of accepted properties (past that,
+the round ends and ``cut_rounds`` counts it: a bug that fails nearly every example would
+otherwise eat the budget). Ctrl-C / SIGTERM (turned into ``KeyboardInterrupt`` by the CLI)
+ends the hunt with every reproducer found so far on disk and the report marked interrupted.
 """
 
 from __future__ import annotations
@@ -25,14 +35,19 @@ from hypothesis import Phase, settings
 
 from lch.coverage import RUN, Planned
 from properties.explore import explore
+from properties.findings import finding_id
 from properties.harness import Recorder
 from properties.machines import machine_for
 from properties.reproducer import write_reproducer
-from properties.run import run_machine
+from properties.run import minimize, run_machine
 from sim.errors import TargetUnavailable
 
 ROUND_EXAMPLES = 100
 FIRST_ROUND_EXAMPLES = 10   # every pair gets examples early, even on a small budget
+# Failures of properties with an accepted divergence minimized per round (cache misses):
+# each costs up to a few hundred replays, so a bug that fails most examples cannot eat the
+# budget; the round ends there instead.
+MINIMIZE_PER_ROUND = 5
 
 
 @define
@@ -47,7 +62,11 @@ class PairReport:
     seconds: float = 0.0
     events: Counter = field(factory=Counter)
     hazards: tuple[str, ...] = ()
-    failure: dict | None = None      # a new find
+    failure: dict | None = None      # the first new find (findings[0])
+    findings: list[dict] = field(factory=list)   # every new find, each with its id
+    accepted: dict = field(factory=dict)  # id -> {"id", "property", "seen"}: --accept's
+    unconfirmed: int = 0             # accepted-property failures the budget left unminimized
+    cut_rounds: int = 0              # rounds ended at MINIMIZE_PER_ROUND
     replayed: dict | None = None     # a failure the example database replayed
     replayed_examples: int = 0
     planned: int = 0                 # generated examples asked for so far (rerun commands)
@@ -59,7 +78,10 @@ class PairReport:
             return self.status
         if self.failure or self.replayed:
             return "failed"
-        return "not run" if self.examples == 0 else "no failure"
+        if self.examples == 0:
+            return "not run"
+        return "accepted only" if any(a["seen"] for a in self.accepted.values()) \
+            else "no failure"
 
 
 @define
@@ -84,10 +106,12 @@ class HuntReport:
         return [p for p in self.pairs if p.result in ("not run", "could not run")]
 
 
-def round_seed(master: int, pair: PairReport, number: int) -> int:
+def round_seed(master: int, pair: PairReport, number: int, part: int = 0) -> int:
     """The seed of ``pair``'s round ``number``: from these values only, never from the order
-    in which rounds of other pairs ran."""
-    text = f"{master}:{pair.subsystem}:{pair.target}:{number}".encode()
+    in which rounds of other pairs ran. ``part`` > 0: the round's rest after its ``part``-th
+    accepted failure ended a run."""
+    text = f"{master}:{pair.subsystem}:{pair.target}:{number}{f':{part}' if part else ''}"
+    text = text.encode()
     return int.from_bytes(hashlib.sha256(text).digest()[:4], "big")
 
 
@@ -103,10 +127,12 @@ class Hunt:
     progress: object = print
     setup_s: float = 0.0             # before run(): importing vLLM, planning (not budgeted)
     engine: str = "hypothesis"       # or "explore": seeded random walks (properties/explore.py)
+    accept: tuple[str, ...] = ()     # finding ids (--accept): counted, never reported new
     report: HuntReport = None        # filled as the hunt goes: complete even if interrupted
     interrupt_requested: bool = False   # set by the CLI's signal handler (see interrupt())
     _start: float = 0.0
     _digests: dict = field(factory=dict)
+    _named: dict = field(factory=dict)    # (pair, property, failing program) -> finding id
 
     def interrupt(self) -> None:
         """Ctrl-C / SIGTERM: the flag is what counts (the ``KeyboardInterrupt`` the handler
@@ -124,6 +150,8 @@ class Hunt:
         for pair in runnable:
             pair.hazards = tuple(machine_for(pair.subsystem).HAZARDS)
             self._digests[id(pair)] = hashlib.sha256()
+            pair.accepted = {i: {"id": i, "property": i.split("/")[1], "seen": 0}
+                             for i in self.accept if i.split("/")[0] == pair.subsystem}
         try:
             if self.use_db:
                 for pair in runnable:
@@ -141,7 +169,7 @@ class Hunt:
 
     def _generate(self, runnable: list[PairReport]) -> None:
         while not self._time_up():
-            live = [p for p in runnable if not p.failure and p.status == RUN
+            live = [p for p in runnable if p.status == RUN
                     and (self.examples is None or p.planned < self.examples)]
             if not live:
                 return
@@ -174,17 +202,26 @@ class Hunt:
 
     def _replay_database(self, pair: PairReport) -> None:
         """What the example database holds for this pair's machine: a failure replayed there
-        is an earlier find, reported apart from new ones."""
+        is an earlier find, reported apart from new ones (or counted, when --accept names
+        it). Only the --accept list applies here: what the search counts as accepted never
+        depends on what the database holds."""
         profile = self._settings(ROUND_EXAMPLES, [Phase.reuse],
                                  settings.get_profile("hunt").database)
         recorder = Recorder(stop=self._time_up)
         result = self._run(pair, profile, None, recorder)
         pair.replayed_examples += recorder.examples
         if result is not None and result.failure:
-            pair.replayed = self._found(pair, result, None)
+            named = finding_id(pair.subsystem, result.failure)
+            if named in pair.accepted and result.failure.stopped is None:
+                pair.accepted[named]["seen"] += 1
+            else:
+                pair.replayed = {**self._found(pair, result, None), "id": named}
             self._progress(pair)
 
     def _round(self, pair: PairReport, size: int, seed: int, share_s: float | None) -> None:
+        """``size`` examples; a failure ends a Hypothesis run, not the round: it is named
+        (new, or one already accepted) and the round goes on with the examples it has left,
+        under the next part's seed."""
         # The database is written (a new failure replays next time) but never read here.
         profile = self._settings(size, [Phase.explicit, Phase.generate],
                                  settings.get_profile("hunt").database if self.use_db else None)
@@ -193,8 +230,24 @@ class Hunt:
         recorder = Recorder(stop=lambda: self._time_up() or (
             share_s is not None and not recorder.failed
             and time.monotonic() - began >= share_s))
+        budget = [MINIMIZE_PER_ROUND]        # minimizations of accepted properties left
+        part = 0
         try:
-            result = self._run(pair, profile, seed, recorder)
+            while recorder.examples < size:
+                part_seed = round_seed(self.seed, pair, pair.rounds, part)
+                result = self._run(pair, settings(profile, max_examples=size
+                                                  - recorder.examples), part_seed, recorder)
+                if result is None or result.failure is None:
+                    break
+                part += 1
+                verdict = self._judge(pair, result, part_seed, recorder, budget)
+                recorder.failed = False      # the next part's examples may be cut again
+                if verdict == "cut":
+                    pair.cut_rounds += 1
+                    break
+                if result.cut or self.report.interrupted or self.interrupt_requested or \
+                        recorder.stop():
+                    break
         finally:     # counted even when Ctrl-C ends the round
             pair.seconds += time.monotonic() - began
             pair.rounds += 1
@@ -202,16 +255,55 @@ class Hunt:
             pair.steps += recorder.steps
             pair.events.update(recorder.events)
             self._digests[id(pair)].update(recorder.trace_hash().encode())
-        if result is not None and result.failure:
-            pair.failure = self._found(pair, result, seed)
+
+    def _judge(self, pair: PairReport, result, seed: int, recorder: Recorder,
+               budget: list[int]) -> str:
+        """Name a failure: "new" (a finding: reproducer written, accepted from now on),
+        "accepted" (counted), "unconfirmed" (the budget ended its minimizing) or "cut" (this
+        round minimized enough failures of accepted properties)."""
+        failure = result.failure
+        key = (id(pair), failure.property, failure.trace.text())
+        named = self._named.get(key)
+        if named is None:
+            known = {a["property"] for a in pair.accepted.values()} | \
+                {f["property"] for f in pair.findings}
+            if failure.property in known:
+                if budget[0] <= 0:
+                    return "cut"
+                budget[0] -= 1
+            if not failure.stopped:          # (stopped: not replayable, or interrupted)
+                failure = minimize(machine_for(pair.subsystem), failure, pair.target,
+                                   stop=recorder.stop)
+            if failure.stopped == "interrupted":
+                self.report.interrupted = True
+            if failure.stopped and failure.property in known:
+                pair.unconfirmed += 1        # could be either: never reported as new
+                return "unconfirmed"
+            named = finding_id(pair.subsystem, failure)
+            if failure.stopped is None:
+                self._named[key] = named
+        seen = pair.accepted.get(named) or next(
+            (f for f in pair.findings if f["id"] == named), None)
+        if seen is not None:
+            seen["seen"] += 1
+            return "accepted"
+        result.failure = failure
+        found = {"id": named, **self._found(pair, result, seed), "seen": 1}
+        pair.findings.append(found)
+        pair.failure = pair.failure or found
+        self._progress(pair)
+        return "new"
 
     def _run(self, pair: PairReport, profile: settings, seed: int | None, recorder: Recorder):
+        """One run; a failure comes back replayed, minimized only in the database phase (a
+        search's failure is minimized by ``_judge``, once per failing program)."""
         try:
             if self.engine == "explore" and seed is not None:    # the database phase stays
                 return explore(machine_for(pair.subsystem), pair.target, seed=seed,
-                               runs=profile.max_examples, recorder=recorder)
+                               runs=profile.max_examples, recorder=recorder,
+                               shrink_program=False)
             return run_machine(machine_for(pair.subsystem), pair.target, profile, seed=seed,
-                               recorder=recorder)
+                               recorder=recorder, shrink_program=seed is None)
         except TargetUnavailable as why:     # a module this release lacks, found only now
             pair.status, pair.why = "could not run", str(why)
             return None
@@ -229,13 +321,15 @@ class Hunt:
         upstream = write_upstream(machine, failure, pair.target, self.reproducer_dir)
         if upstream:
             found["upstream_reproducer"] = str(upstream)
-        if result.interrupted or self.interrupt_requested:
+        if result.interrupted or self.interrupt_requested or \
+                failure.stopped == "interrupted":
             self.report.interrupted = True
         return found
 
     def _progress(self, p: PairReport) -> None:
         elapsed_s = time.monotonic() - self._start
-        state = (f"FAILED {p.failure['property']} ({p.failure['calls']} calls)" if p.failure
+        state = ("FAILED " + ", ".join(f"{f['property']} ({f['calls']} calls)"
+                                       for f in p.findings) if p.findings
                  else f"database replay FAILED {p.replayed['property']}" if p.replayed
                  else p.why if p.status != RUN else "no failure yet")
         self.progress(f"[{elapsed_s:6.1f}s] {p.subsystem} x {p.target}: {p.examples} examples, "

@@ -2,7 +2,8 @@
 ``$GITHUB_STEP_SUMMARY`` when set), both written atomically.
 
 The markdown says what ran (a row per pair, "not run" when a pair got no example, never "no
-failure"), the new finds apart from the example database's replays, what was not covered and
+failure"), every new divergence (each with its finding id, for ``--accept``) apart from the
+accepted ones and the example database's replays, what was not covered and
 why, the hazards a pair never reached (a green pair that never evicted checked little), and
 ends with the exact command to rerun each failure.
 """
@@ -34,7 +35,10 @@ def _pair_json(p: PairReport) -> dict:
             "events": dict(sorted(p.events.items())),
             "hazards_never_reached": [h for h in p.hazards if not p.events.get(h)]
             if p.examples else [],
-            "failure": p.failure, "database_replay": p.replayed,
+            "failure": p.failure, "findings": p.findings,
+            "accepted": sorted(p.accepted.values(), key=lambda a: a["id"]),
+            "unconfirmed": p.unconfirmed, "cut_rounds": p.cut_rounds,
+            "database_replay": p.replayed,
             "database_examples": p.replayed_examples, "trace_hash": p.trace_hash}
 
 
@@ -56,9 +60,21 @@ def render_markdown(data: dict) -> str:
     for p in data["pairs"]:
         lines.append(f"| {p['subsystem']} | {p['target']} | {_result(p)} | {p['examples']} | "
                      f"{p['steps']} | {p['steps_per_s']} |")
-    lines += _section("Failures found by this hunt", [
-        f"- {p['subsystem']} x {p['target']}: {_finding(p['failure'])}"
-        for p in data["pairs"] if p["failure"]])
+    lines += _section("New divergences found by this hunt (each accepted once found)", [
+        f"- {p['subsystem']} x {p['target']}: {_finding(f)}"
+        for p in data["pairs"] for f in p.get("findings") or []])
+    lines += _section("Accepted divergences (--accept): counted, not reported as new", [
+        f"- {p['subsystem']} x {p['target']}: `{a['id']}` seen {a['seen']} times"
+        + ("" if a["seen"] else " (not reached: fixed here, or give a larger budget)")
+        for p in data["pairs"] for a in p.get("accepted") or []])
+    lines += _section("Left unnamed (not minimized: the budget ended, or a round minimized "
+                      "enough)", [
+        f"- {p['subsystem']} x {p['target']}: " + ", ".join(
+            t for t in (f"{p['unconfirmed']} failures of accepted properties left unminimized"
+                        if p.get("unconfirmed") else "",
+                        f"{p['cut_rounds']} rounds ended after {_per_round()} minimizations"
+                        if p.get("cut_rounds") else "") if t)
+        for p in data["pairs"] if p.get("unconfirmed") or p.get("cut_rounds")])
     lines += _section("Failures replayed from the example database (earlier hunts)", [
         f"- {p['subsystem']} x {p['target']}: {_finding(p['database_replay'])}"
         for p in data["pairs"] if p["database_replay"]])
@@ -77,9 +93,15 @@ def render_markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _per_round() -> int:
+    from lch.hunt import MINIMIZE_PER_ROUND
+    return MINIMIZE_PER_ROUND
+
+
 def _result(p: dict) -> str:
-    if p["failure"]:
-        return f"**failed: {p['failure']['property']}**"
+    findings = p.get("findings") or ([p["failure"]] if p["failure"] else [])
+    if findings:
+        return f"**failed: {', '.join(f['property'] for f in findings)}**"
     if p["database_replay"]:
         return f"**failed (database replay): {p['database_replay']['property']}**"
     return p["result"]
@@ -88,6 +110,10 @@ def _result(p: dict) -> str:
 def _finding(f: dict) -> str:
     note = "" if f["minimized"] else " (minimization cut short)"
     text = f"**{f['property']}** in {f['calls']} calls{note}: {f['message']}; `{f['reproducer']}`"
+    if f.get("id"):
+        text += f"; id `{f['id']}`"
+    if f.get("seen", 1) > 1:
+        text += f", seen {f['seen']} times"
     if f.get("upstream_reproducer"):
         text += f"; vLLM-only test `{f['upstream_reproducer']}`"
     return text
@@ -105,7 +131,7 @@ def rerun_commands(data: dict) -> list[str]:
     env = (f"PYTHONPATH=$(python -m sim.vllm.overlay {shlex.quote(checkout)}) "
            if checkout else "")
     for p in data["pairs"]:
-        for found in (p["failure"], p["database_replay"]):
+        for found in [*(p.get("findings") or [p["failure"]]), p["database_replay"]]:
             if not found:
                 continue
             out.append(f"- {p['subsystem']} x {p['target']}:")

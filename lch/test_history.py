@@ -78,3 +78,22 @@ def test_bisect_places_each_change_between_neighbours(monkeypatch, tmp_path: Pat
     found = bisect_mod.changes(runs, ["encoder_cache", "tiered_lookup"])
     assert found == [f"- encoder_cache: divergence slots-agree fixed: last {releases[flip - 1]} "
                      f"(slots-agree), first {releases[flip]} (pass)"]
+
+
+def test_a_hunt_past_the_first_bug_adds_each_other_divergence_once(tmp_path):
+    suite_repro = tmp_path / "test_found.py"
+    suite_repro.write_text('FINDING = "encoder_cache/slots-agree/aaaaaaaa"\n')
+    cell = Cell()
+    cell.add(rec("test_encoder_cache.py::test_m[vllm]", "divergence", property="slots-agree",
+                 calls=4, trace=["a"], reproducer=str(suite_repro)))
+    assert cell.divergences[0]["id"] == "encoder_cache/slots-agree/aaaaaaaa"
+    hunt = {"findings": [
+        {"id": "encoder_cache/slots-agree/aaaaaaaa", "property": "slots-agree", "calls": 4},
+        {"id": "encoder_cache/freed-not-resident/bbbbbbbb", "property": "freed-not-resident",
+         "calls": 7, "reproducer": "r.py", "message": "m"}]}
+    cell.add_hunt(hunt)
+    cell.add_hunt(hunt)                              # the same findings again: no new row
+    assert [d["property"] for d in cell.divergences] == ["slots-agree", "freed-not-resident"]
+    assert cell.text() == "divergence: slots-agree (4 calls), freed-not-resident (7 calls)"
+    assert "(hunt past the first bug)" in markdown([ReleaseRun("0.26.0",
+                                                              cells={"encoder_cache": cell})])

@@ -145,6 +145,7 @@ def merge(crew: list[Worker], seed: int, budget_s: float, wall_s: float,
             "subsystem": row.subsystem, "target": row.target, "result": row.status,
             "why": row.why, "examples": 0, "steps": 0, "rounds": 0, "seconds": 0.0,
             "steps_per_s": 0, "events": {}, "hazards_never_reached": [], "failure": None,
+            "findings": [], "accepted": [], "unconfirmed": 0, "cut_rounds": 0,
             "database_replay": None, "database_examples": 0, "trace_hash": None})
     for p in pairs.values():
         p["steps_per_s"] = round(p["steps"] / p["seconds"]) if p["seconds"] else 0
@@ -167,16 +168,33 @@ def _add_pair(pairs: dict, p: dict) -> None:
     key = (p["subsystem"], p["target"])
     if key not in pairs:
         pairs[key] = {**p, "events": dict(p["events"]),
-                      "hazards_never_reached": list(p["hazards_never_reached"])}
+                      "hazards_never_reached": list(p["hazards_never_reached"]),
+                      "findings": [dict(f) for f in p.get("findings", [])],
+                      "accepted": [dict(a) for a in p.get("accepted", [])]}
         return
     into = pairs[key]
-    for field in ("examples", "steps", "rounds", "seconds", "database_examples"):
-        into[field] += p[field]
+    for field in ("examples", "steps", "rounds", "seconds", "database_examples",
+                  "unconfirmed", "cut_rounds"):
+        into[field] = into.get(field, 0) + p.get(field, 0)
+    # Workers sharing a pair (different seeds) may find one divergence each: one entry per
+    # finding id, seen counts summed; the first worker's reproducer stays.
+    for into_list, more in ((into["findings"], p.get("findings", [])),
+                            (into["accepted"], p.get("accepted", []))):
+        by_id = {f["id"]: f for f in into_list}
+        for f in more:
+            if f["id"] in by_id:
+                by_id[f["id"]]["seen"] += f["seen"]
+            else:
+                into_list.append(dict(f))
+                by_id[f["id"]] = into_list[-1]
     into["events"] = dict(Counter(into["events"]) + Counter(p["events"]))
     into["hazards_never_reached"] = [h for h in into["hazards_never_reached"]
                                      if h in p["hazards_never_reached"]]
     into["failure"] = into["failure"] or p["failure"]
+    into["accepted"].sort(key=lambda a: a["id"])
     into["database_replay"] = into["database_replay"] or p["database_replay"]
-    if p["result"] in ("failed", "no failure") and into["result"] not in ("failed",):
-        into["result"] = "failed" if into["failure"] else p["result"]
+    ran = ("failed", "accepted only", "no failure")        # worst first
+    if p["result"] in ran:
+        into["result"] = "failed" if into["findings"] or into["failure"] else min(
+            (r for r in (into["result"], p["result"]) if r in ran), key=ran.index)
     into["trace_hash"] = None            # several streams: no single trace

@@ -17,7 +17,7 @@ INPUT_ACTIONS = ("check_and_update_cache", "can_allocate", "free_encoder_input")
 def simpler_worlds(world, actions: list[tuple]):
     """Smaller worlds and calmer draws that may fail the same way (for the minimizer):
     merge or drop requests, drop unused items, shrink the cache or an item, lower the
-    drawn slack, rename hashes in order of appearance."""
+    drawn slack, rename hashes in order of appearance, free a whole request for one input."""
     cache_size, requests = world.cache_size, world.requests
     for k in range(len(requests)):
         for j in (j for j in range(len(requests)) if j != k):   # k's steps done by j
@@ -44,6 +44,9 @@ def simpler_worlds(world, actions: list[tuple]):
                     lower = (*action[:pos], action[pos] - 1, *action[pos + 1:])
                     yield world, [*actions[:j], lower, *actions[j + 1:]]
     yield W(cache_size, _hashes_in_order(requests)), actions
+    for j, action in enumerate(actions):        # one input freed -> the whole request freed
+        if action[0] == "free_encoder_input":   # (one spelling per bug: hunts name findings
+            yield world, [*actions[:j], ("free", action[1]), *actions[j + 1:]]  # by program)
     for k, req in enumerate(requests):          # reorder a request's items
         for a in range(len(req.items)):
             for b in range(a + 1, len(req.items)):

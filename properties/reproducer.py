@@ -14,6 +14,7 @@ import os
 import re
 from pathlib import Path
 
+from properties.findings import finding_id
 from properties.harness import Failure, HarnessMachine
 from sim.files import atomic_write
 
@@ -58,6 +59,8 @@ def render(machine: type[HarnessMachine], failure: Failure, target: str) -> str:
         "from sim.targets import make",
         "",
         f"TARGETS = {targets!r}",
+        "# The finding this program reproduces: `hunt --accept` takes the id (or this file).",
+        f"FINDING = {finding_id(machine.subsystem, failure)!r}",
         machine.REPRODUCER_HELPERS,
         "",
         '@pytest.mark.parametrize("target", TARGETS)',

@@ -152,6 +152,79 @@ def test_report_ends_with_the_command_that_reruns_the_failure(tmp_path):
         report(tmp_path)["pairs"][0]["failure"]["reproducer"]
 
 
+# -- past the first bug: every divergence, --accept -------------------------------------------
+
+TWO_BUGS = "native:enc-stale-freed+enc-repeat-item"      # slots-agree and freed-not-resident
+PAST_FIRST = ("hunt", "--seed", "1", "--examples", "300", "--no-db", "--subsystem",
+              "encoder_cache", "--reproducer-dir", "found")
+
+
+@pytest.fixture(scope="module")
+def two_bug_hunt(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("two-bugs")
+    done = cli(*PAST_FIRST, "--target", TWO_BUGS, cwd=cwd)
+    assert done.returncode == 1, done.stdout + done.stderr
+    return cwd, report(cwd)["pairs"][0]
+
+
+def test_two_bugs_in_one_subsystem_each_reported_with_its_reproducer(two_bug_hunt):
+    cwd, pair = two_bug_hunt
+    found = pair["findings"]
+    assert sorted(f["property"] for f in found) == ["freed-not-resident", "slots-agree"], found
+    assert len({f["reproducer"] for f in found}) == 2
+    for f in found:               # each file names its finding: --accept takes either
+        assert f"FINDING = {f['id']!r}" in (cwd / f["reproducer"]).read_text()
+    # The hunt went on past each: both were met again and counted, not reported again.
+    assert sum(f["seen"] for f in found) > 2
+    markdown = (cwd / "hunt-report.md").read_text()
+    assert all(f["id"] in markdown for f in found)
+
+
+def test_accept_the_first_finding_and_the_hunt_reports_only_the_other(two_bug_hunt, tmp_path):
+    cwd, pair = two_bug_hunt
+    first, second = pair["findings"]
+    done = cli(*PAST_FIRST, "--target", TWO_BUGS, "--accept", first["id"], cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    again = report(tmp_path)["pairs"][0]
+    assert [f["id"] for f in again["findings"]] == [second["id"]]
+    assert [(a["id"], a["seen"] > 0) for a in again["accepted"]] == [(first["id"], True)]
+    # Both accepted (one by id, one by its reproducer file): nothing new, exit 0.
+    done = cli(*PAST_FIRST, "--target", TWO_BUGS, "--accept", first["id"],
+               "--accept", str(cwd / second["reproducer"]), "--report-dir", "both",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    both = report(tmp_path / "both")["pairs"][0]
+    assert both["findings"] == [] and both["result"] == "accepted only"
+    assert {a["id"] for a in both["accepted"]} == {first["id"], second["id"]}
+
+
+def test_a_bad_accept_stops_before_any_work(tmp_path):
+    done = cli("hunt", "--accept", "encoder_cache/slots-agree", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert "neither a finding id" in line and "hunt-report.md" in line
+
+
+OLD_RELEASE = "0.26.0"      # encoder cache: slots-agree (repeated item) and issue #38551
+OLD_PYTHON = os.environ.get("LCH_VLLM_0_26_PYTHON") or str(
+    ROOT / ".nox" / "bisect" / f"vllm-{OLD_RELEASE}" / "bin" / "python")
+
+
+@pytest.mark.skipif(not Path(OLD_PYTHON).exists(), reason=(
+    f"needs vLLM {OLD_RELEASE}: python -m lch.venvs {OLD_RELEASE} (makes .nox/bisect/"
+    f"vllm-{OLD_RELEASE}), or set LCH_VLLM_0_26_PYTHON to a python that imports it"))
+def test_old_release_reports_both_encoder_cache_divergences(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HYPOTHESIS_PROFILE": "hunt",
+           "VLLM_TARGET_DEVICE": "cpu"}
+    done = subprocess.run([OLD_PYTHON, "-m", "lch.cli", *PAST_FIRST, "--target", "vllm"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = report(tmp_path)
+    assert data["vllm"]["version"] == OLD_RELEASE
+    found = {f["property"] for f in data["pairs"][0]["findings"]}
+    assert {"slots-agree", "freed-not-resident"} <= found, data["pairs"][0]["findings"]
+
+
 # -- help, summary, replay ------------------------------------------------------------------------
 
 def test_hunt_help_lists_targets_bugs_and_coverage(tmp_path):

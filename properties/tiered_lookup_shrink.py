@@ -3,7 +3,8 @@
 The harness deletes runs of adjacent steps by itself; these candidates add what it cannot do
 alone: a smaller primary or a simpler secondary tier, a store (or load) deleted together
 with its completion wherever that is, one key fewer in a store and its completion (also with
-a chunk fewer), a reset replaced by the job completion it stands for, shorter key lists.
+a chunk fewer), a reset replaced by the job completion it stands for, shorter key lists,
+shorter scans and narrower windows, keys renumbered in order of first appearance.
 """
 
 from __future__ import annotations
@@ -50,3 +51,32 @@ def simpler_worlds(world: TieredWorld, actions: list[tuple]):
             for k in range(len(args[0])):
                 shorter = args[0][:k] + args[0][k + 1:]
                 yield world, [*actions[:j], (name, shorter), *actions[j + 1:]]
+        if name in SCANS and len(args[0]) > 1:           # a scan over a key fewer
+            for k in range(len(args[0])):
+                shorter = (name, args[0][:k] + args[0][k + 1:], *args[1:])
+                yield world, [*actions[:j], shorter, *actions[j + 1:]]
+        if name == "sliding_window_lookup" and args[1] > 1:     # a narrower window
+            window = args[1] - 1
+            narrower = (name, args[0], window, None if args[2] is None else window + 1)
+            yield world, [*actions[:j], narrower, *actions[j + 1:]]
+    renamed = _keys_in_order(actions)
+    if renamed != actions:
+        yield world, renamed
+
+
+SCANS = ("maximal_prefix_lookup", "sliding_window_lookup")
+KEY_LISTS = ("prepare_store", "complete_store", "prepare_load", "complete_load", "touch", *SCANS)
+
+
+def _keys_in_order(actions: list[tuple]) -> list[tuple]:
+    """Keys renumbered 0, 1, ... in order of first appearance: a key is an opaque block
+    hash, so one bug comes out of the minimizer as one program (and one finding id)."""
+    names: dict[int, int] = {}
+    out = []
+    for name, *args in actions:
+        if name in KEY_LISTS:
+            args[0] = tuple(names.setdefault(k, len(names)) for k in args[0])
+        elif name == "lookup":
+            args[0] = names.setdefault(args[0], len(names))
+        out.append((name, *args))
+    return out

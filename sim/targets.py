@@ -2,7 +2,8 @@
 
 Names: ``model`` (the reference model itself, for reproducers), ``native`` (in-tree
 torch-backed implementations, the default), ``native:<bug-id>`` (native with one catalogued
-bug switched on) and ``vllm`` (the installed vLLM's real classes, imported lazily).
+bug switched on; ``native:<id>+<id>`` turns on several, e.g. two bugs of one subsystem for a
+hunt that must report both) and ``vllm`` (the installed vLLM's real classes, imported lazily).
 """
 
 from __future__ import annotations
@@ -24,11 +25,21 @@ BASE_TARGETS = ("model", "native", "vllm")
 class Target:
     name: str
     base: str
-    bug: str | None = None
+    bug_ids: tuple[str, ...] = ()
 
     @property
     def bugs(self) -> frozenset[str]:
-        return frozenset() if self.bug is None else frozenset({self.bug})
+        return frozenset(self.bug_ids)
+
+    @property
+    def bug(self) -> str | None:
+        """The switches as written after ``native:`` (None: none on)."""
+        return "+".join(self.bug_ids) or None
+
+    @property
+    def bug_subsystems(self) -> tuple[str, ...]:
+        """The subsystems any of the switches acts in (a switch is inert elsewhere)."""
+        return tuple(dict.fromkeys(s for b in self.bug_ids for s in bug_subsystems(b)))
 
 
 def known_target_names() -> list[str]:
@@ -46,10 +57,14 @@ def parse_target(name: str) -> Target:
     if base != "native":
         raise HarnessError(f"target {name!r}: only the native target takes a bug switch; "
                            f"use native:{bug}")
-    if bug not in BUG_SWITCHES:
-        raise HarnessError(f"unknown bug id {bug!r} in target {name!r}; known bug ids: "
-                           f"{', '.join(sorted(BUG_SWITCHES))}")
-    return Target(name, base, bug)
+    ids = bug.split("+")
+    for one in ids:
+        if one not in BUG_SWITCHES:
+            raise HarnessError(f"unknown bug id {one!r} in target {name!r}; known bug ids: "
+                               f"{', '.join(sorted(BUG_SWITCHES))} (several: joined by +)")
+    if len(set(ids)) != len(ids):
+        raise HarnessError(f"target {name!r} names a bug twice; name each once")
+    return Target(name, base, tuple(ids))
 
 
 def _native_encoder_cache(target: Target, cache_size: int) -> Any:
@@ -233,9 +248,9 @@ def make(name: str, subsystem: str, **config: Any) -> Any:
     target = parse_target(name)
     if subsystem not in SUBSYSTEMS:
         raise HarnessError(f"unknown subsystem {subsystem!r}; known: {', '.join(SUBSYSTEMS)}")
-    if target.bug and subsystem not in bug_subsystems(target.bug):
+    if target.bug and subsystem not in target.bug_subsystems:
         raise HarnessError(f"bug {target.bug!r} belongs to the "
-                           f"{' and '.join(bug_subsystems(target.bug))} subsystem, "
+                           f"{' and '.join(target.bug_subsystems)} subsystem, "
                            f"not {subsystem}")
     factory = _FACTORIES.get((target.base, subsystem))
     if factory is None:
