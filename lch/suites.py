@@ -32,7 +32,7 @@ class Subject:
 ENCODER_REPRODUCERS = tuple(f"fixtures/reproducers/test_encoder_cache_vllm_{name}.py"
                             for name in ("cached_input_ids", "repeat_item", "stale_freed"))
 
-POLICY_SUITES = tuple(f"properties/test_tiered_lookup_policies.py::test_tiered_lookup_policy[{p}]"
+POLICY_SUITES = tuple(f"properties/test_tiered_lookup_policies.py::test_tiered_lookup_{p}"
                       for p in ("lru", "arc"))
 
 CLASSES: dict[str, Subject] = {
