@@ -36,8 +36,10 @@ from collections.abc import Sequence
 from attrs import define, field
 
 from models.tiered_lookup_access import RequestAccess
+from models.tiered_lookup_admission import StoreAdmission
 from models.tiered_lookup_arc import ArcPolicy
 from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
+from models.tiered_lookup_stats import CacheStats
 from models.tiered_lookup_timeline import Timeline
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 
@@ -70,6 +72,8 @@ class TieredLookupModel:
     reset_holds_promotions: bool = True
     store_poll_gated: bool = False
     eviction_policy: str = "lru"             # "arc": ``models/tiered_lookup_arc.py``
+    store_threshold: int = 1                 # offers before a store: ``tiered_lookup_admission``
+    max_tracker_size: int = 64_000
     chunks: dict[int, Chunk] = field(factory=dict)
     clock: Timeline = field(factory=Timeline)
     submitted: list[Job] = field(factory=list)          # every job; job_id = position
@@ -79,6 +83,8 @@ class TieredLookupModel:
     events: list[tuple[tuple[int, ...], bool, bool]] = field(factory=list)  # keys, removed, failed
     access: RequestAccess = field(factory=RequestAccess)    # the running request's accesses
     arc: ArcPolicy | None = None
+    admission: StoreAdmission = field(init=False)
+    allocations: list[int] = field(factory=list)   # store sizes since the last get_stats
 
     def __attrs_post_init__(self) -> None:
         if self.secondary not in SECONDARY_KINDS:
@@ -89,6 +95,7 @@ class TieredLookupModel:
             raise ValueError(f"eviction_policy must be one of {EVICTION_POLICIES}")
         if self.eviction_policy == "arc":
             self.arc = ArcPolicy(self.num_chunks)
+        self.admission = StoreAdmission(self.store_threshold, self.max_tracker_size)
 
     # -- observables, computed -----------------------------------------------------------
 
@@ -181,7 +188,8 @@ class TieredLookupModel:
     # -- the primary tier ----------------------------------------------------------------
 
     def _primary_prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
-        to_store = tuple(k for k in keys if k not in self.chunks)
+        self.admission.offer(keys, self.clock.tick)
+        to_store = self.admission.admitted([k for k in keys if k not in self.chunks])
         readable = [k for k in keys if self.read_chunk(k) is not None]
         if self.arc is not None:               # ARC learns from a ghost before it is stored
             for key in reversed(self.access.first_store_misses(to_store)):
@@ -189,6 +197,8 @@ class TieredLookupModel:
         else:
             self.access.first_store_misses(to_store)
         self.access.observe((k for k in keys if k in to_store or k in readable), readable)
+        if to_store:
+            self.allocations.append(len(to_store))     # counted even if eviction fails
         need = len(to_store) - self.num_free_chunks
         # Never an offered key (it must stay), never a pinned chunk; oldest use first.
         spare = self.pinned() | set(keys)
@@ -236,6 +246,15 @@ class TieredLookupModel:
                 del self.chunks[key]
                 if self.arc is not None:
                     self.arc.removed(key)
+
+    def get_stats(self) -> CacheStats:
+        """The step's metrics (``models/tiered_lookup_stats.py``); sizes and skips reset."""
+        used = sum(self.ref_cnt(k) != 0 for k in self.chunks)
+        writing = sum(self.ref_cnt(k) == -1 for k in self.chunks)
+        skipped = self.admission.skipped if self.admission.filtering else None
+        stats = CacheStats(used, writing, used - writing, tuple(self.allocations), skipped)
+        self.allocations, self.admission.skipped = [], 0
+        return stats
 
     def take_events(self) -> list[OffloadEvent]:
         """Events in order, then forgotten; a failed store's removal names only the keys

@@ -55,10 +55,11 @@ def end_step(mgr):
 
     @staticmethod
     def reproducer_subject(config: dict) -> str:
-        policy = config.get("eviction_policy", "lru")
+        options = "".join(f", {name}={config[name]!r}" for name, default in (
+            ("eviction_policy", "lru"), ("store_threshold", 1), ("max_tracker_size", 64_000))
+            if config.get(name, default) != default).replace("'", '"')
         return (f'mgr = make(target, "tiered_lookup", num_chunks={config["num_chunks"]}, '
-                f'secondary="{config["secondary"]}"'
-                + (f', eviction_policy="{policy}")' if policy != "lru" else ")"))
+                f'secondary="{config["secondary"]}"{options})')
 
     @initialize(world=tiered_worlds())
     def setup(self, world: TieredWorld):
@@ -181,6 +182,13 @@ def end_step(mgr):
     @rule()
     def finish_request(self):
         self.act("finish_request")
+
+    # The connector reports the manager's metrics every step (cache usage, allocation sizes,
+    # stores the threshold skipped) and its static facts once.
+    @precondition(lambda self: self._cpu_alone() and "get_stats" not in self.missing_calls)
+    @rule()
+    def get_stats(self):
+        self.act("get_stats")
 
     @rule()
     def on_schedule_end(self):
@@ -318,6 +326,11 @@ def end_step(mgr):
         self._step()
         self.apply("finish_request", shown="mgr.finish_request()",
                    effect="its accesses reorder the cache; a new request starts")
+
+    def do_get_stats(self):
+        self._step()
+        self.call("stats-agree", "get_stats", shown="mgr.get_stats()",
+                  effect="chunks in use, writing, reading; store sizes and skips since last")
 
     def do_on_schedule_end(self):
         self._step()

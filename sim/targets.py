@@ -109,24 +109,34 @@ def _tiered_config(num_chunks: int, secondary: str) -> tuple[int, str]:
 
 
 def _model_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
-                         eviction_policy: str = "lru", **options: Any) -> Any:
+                         eviction_policy: str = "lru", store_threshold: int = 1,
+                         max_tracker_size: int = 64_000, **options: Any) -> Any:
     from models.tiered_lookup import TieredLookupModel
     return TieredLookupModel(*_tiered_config(num_chunks, secondary),
-                             eviction_policy=_eviction_policy(eviction_policy), **options)
+                             eviction_policy=_eviction_policy(eviction_policy),
+                             store_threshold=store_threshold,
+                             max_tracker_size=check_size("max_tracker_size", max_tracker_size),
+                             **options)
 
 
 def _native_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
-                          eviction_policy: str = "lru") -> Any:
+                          eviction_policy: str = "lru", store_threshold: int = 1,
+                          max_tracker_size: int = 64_000) -> Any:
     from sim.native.tiered_lookup import NativeTieredLookup
     return NativeTieredLookup(*_tiered_config(num_chunks, secondary), bugs=target.bugs,
-                              eviction_policy=_eviction_policy(eviction_policy))
+                              eviction_policy=_eviction_policy(eviction_policy),
+                              store_threshold=store_threshold,
+                              max_tracker_size=check_size("max_tracker_size", max_tracker_size))
 
 
 def _vllm_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
-                        eviction_policy: str = "lru") -> Any:
+                        eviction_policy: str = "lru", store_threshold: int = 1,
+                        max_tracker_size: int = 64_000) -> Any:
     from sim.vllm.tiered_lookup import make_tiered_lookup
     return make_tiered_lookup(*_tiered_config(num_chunks, secondary),
-                              eviction_policy=_eviction_policy(eviction_policy))
+                              eviction_policy=_eviction_policy(eviction_policy),
+                              store_threshold=store_threshold,
+                              max_tracker_size=check_size("max_tracker_size", max_tracker_size))
 
 
 def _eviction_policy(name: str) -> str:

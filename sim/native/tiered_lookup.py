@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
+from models.tiered_lookup_stats import CacheStats
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 from sim.device import pick_device
 from sim.native.tiered_lookup_arc import NativeArc
@@ -39,8 +40,14 @@ PENDING = -1
 
 class NativeTieredLookup:
     def __init__(self, num_chunks: int, secondary: str = "none", chunk_words: int = 4,
-                 bugs: frozenset[str] = frozenset(), eviction_policy: str = "lru"):
+                 bugs: frozenset[str] = frozenset(), eviction_policy: str = "lru",
+                 store_threshold: int = 1, max_tracker_size: int = 64_000):
         self.num_chunks = num_chunks
+        self.store_threshold = store_threshold
+        self.max_tracker_size = max_tracker_size
+        self._offers: OrderedDict[int, int] = OrderedDict()   # key -> offers, least recent first
+        self._skipped = 0
+        self._alloc_sizes: list[int] = []
         self.secondary = secondary
         self.chunk_words = chunk_words
         self.bugs = bugs
@@ -124,8 +131,29 @@ class NativeTieredLookup:
             return LookupResult.MISS
         return LookupResult.HIT_PENDING if ref == PENDING else LookupResult.HIT
 
+    def _count_offer(self, keys: Sequence[int]) -> None:
+        repeat = [k for k in keys if k in self._offers]
+        for key in repeat:
+            self._offers[key] += 1
+            self._offers.move_to_end(key)
+        droppable = len(self._offers) - len(repeat)
+        for key in keys:
+            if key in self._offers:
+                continue
+            if len(self._offers) >= self.max_tracker_size:
+                if droppable == 0:
+                    continue
+                self._offers.popitem(last=False)
+                droppable -= 1
+            self._offers[key] = 1
+
     def _store_primary(self, keys: Sequence[int]) -> StoreOutput | None:
         new = [k for k in keys if k not in self._ref]
+        if self.store_threshold >= 2:
+            self._count_offer(keys)
+            admitted = [k for k in new if self._offers.get(k, 0) >= self.store_threshold]
+            self._skipped += len(new) - len(admitted)
+            new = admitted
         ready = [k for k in keys if self._ref.get(k, PENDING) != PENDING]
         missed = [k for k in new if k not in self._req_missed]
         self._req_missed.update(missed)
@@ -135,6 +163,7 @@ class NativeTieredLookup:
         self._req_observe([k for k in keys if k in new or k in ready], ready)
         if not new:
             return StoreOutput((), ())
+        self._alloc_sizes.append(len(new))
         short = len(new) - len(self._free)
         evicted: list[int] = []
         if short > 0:
@@ -225,6 +254,14 @@ class NativeTieredLookup:
         for key in keys:
             assert self._ref.get(key, 0) > 0, f"complete_load: {key} not loading"
             self._unpin(key)
+
+    def get_stats(self) -> CacheStats:
+        used = sum(r != 0 for r in self._ref.values())
+        writing = sum(r == PENDING for r in self._ref.values())
+        stats = CacheStats(used, writing, used - writing, tuple(self._alloc_sizes),
+                           self._skipped if self.store_threshold >= 2 else None)
+        self._alloc_sizes, self._skipped = [], 0
+        return stats
 
     def take_events(self) -> list[OffloadEvent]:
         events, failed = self._events, self._metadata_only

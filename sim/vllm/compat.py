@@ -130,7 +130,8 @@ def count_kwarg(manager_cls: type) -> str:
 ARC_FROM = "0.33.0"
 
 
-def primary_manager(num_chunks: int, eviction_policy: str = "lru") -> Any:
+def primary_manager(num_chunks: int, eviction_policy: str = "lru",
+                    **admission: int) -> Any:
     """The CPU offloading manager alone, LRU or ARC, with events on.
 
     # vLLM >=0.33.0: ``cache_policy="arc"`` is driven (``models/tiered_lookup_arc.py`` states
@@ -148,13 +149,32 @@ def primary_manager(num_chunks: int, eviction_policy: str = "lru") -> Any:
         return lru.LRUOffloadingManager(backends.CPUBackend(block_size=16, num_blocks=num_chunks),
                                         enable_events=True)
     cls = release.import_module("vllm.v1.kv_offload.cpu.manager").CPUOffloadingManager
+    params = inspect.signature(cls.__init__).parameters
+    # ``store_threshold`` / ``max_tracker_size`` (the store filter): passed where filtering
+    # is asked for (threshold >= 2), a CapabilityMissing where the release has no filter.
+    admission = {k: v for k, v in admission.items() if admission.get("store_threshold", 1) > 1}
+    if admission and "store_threshold" not in params:
+        raise CapabilityMissing(f"store_threshold: vLLM {release.release()}'s "
+                                "CPUOffloadingManager has no store filter")
     if eviction_policy == "lru":
-        return cls(**{count_kwarg(cls): num_chunks}, enable_events=True)
+        return cls(**{count_kwarg(cls): num_chunks}, enable_events=True, **admission)
     if release.parse_release(release.release()) < release.parse_release(ARC_FROM):
         raise CapabilityMissing(f"ARC: the harness drives vLLM's ARC policy from {ARC_FROM}; "
                                 f"vLLM {release.release()}'s request semantics are not mapped")
     return cls(**{count_kwarg(cls): num_chunks}, cache_policy=eviction_policy,
-               enable_events=True)
+               enable_events=True, **admission)
+
+
+def cpu_metric_names() -> dict[str, str]:
+    """The CPU manager's metric names in its ``get_stats`` payload.
+
+    # vLLM >=0.33.0: ``cpu.common.CPUOffloadingMetrics`` (usage, write / read usage,
+    #   allocation sizes, stores skipped).
+    """
+    metrics = release.import_module("vllm.v1.kv_offload.cpu.common").CPUOffloadingMetrics
+    return {"usage": metrics.CPU_CACHE_USAGE_PERC, "write": metrics.CPU_CACHE_WRITE_USAGE_PERC,
+            "read": metrics.CPU_CACHE_READ_USAGE_PERC,
+            "allocation": metrics.CPU_ALLOCATION_SIZE, "skipped": metrics.STORES_SKIPPED}
 
 
 def offload_key(base: Any, i: int) -> Any:
@@ -485,6 +505,10 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
     # vLLM >=0.33.0: a finished request's accesses reorder the CPU manager's cache (what the
     #   model's ``finish_request`` states). 0.24.0-0.32.x have the hook with other meanings
     #   (a no-op on the base class; 0.32.0's first request-scoped version): not yet mapped.
+    if not hasattr(manager, "get_stats") or not hasattr(manager, "config_info") or \
+            release.parse_release(found) < release.parse_release(ARC_FROM):
+        missing["get_stats"] = (f"get_stats: vLLM {found}'s CPU manager metrics are not mapped "
+                                f"(the harness reads them from {ARC_FROM})")
     if release.parse_release(found) < release.parse_release(ARC_FROM):
         missing["finish_request"] = (f"finish_request: vLLM {found}'s request-scoped cache "
                                      f"accesses are not mapped (the harness drives them from "

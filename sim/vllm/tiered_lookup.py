@@ -30,6 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from models.tiered_lookup_stats import CacheStats
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 from sim.errors import HarnessError
 from sim.vllm import compat, release
@@ -140,17 +141,20 @@ class VllmTieredLookup:
     """The tiered-lookup port over vLLM's ``CPUOffloadingManager`` (``LRUOffloadingManager``
     before 0.19.0) or ``TieringOffloadingManager`` (from 0.22.0)."""
 
-    def __init__(self, num_chunks: int, secondary: str = "none", eviction_policy: str = "lru"):
+    def __init__(self, num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
+                 store_threshold: int = 1, max_tracker_size: int = 64_000):
         self._base = compat.offload_base()
         self.release = release.release()
         self.num_chunks = num_chunks
         self.secondary = secondary
         self.tier = None
-        if eviction_policy != "lru" and secondary != "none":
-            raise HarnessError("the harness drives ARC on the CPU manager alone "
-                               "(secondary=\"none\")")
+        if (eviction_policy != "lru" or store_threshold > 1) and secondary != "none":
+            raise HarnessError("the harness drives ARC and the store threshold on the CPU "
+                               "manager alone (secondary=\"none\")")
         if secondary == "none":
-            self.manager = self.primary = compat.primary_manager(num_chunks, eviction_policy)
+            self.manager = self.primary = compat.primary_manager(
+                num_chunks, eviction_policy, store_threshold=store_threshold,
+                max_tracker_size=max_tracker_size)
             self._chunks = np.zeros((num_chunks, CHUNK_BYTES), dtype=np.uint8)
         elif secondary in ("memory", "probe"):
             manager = compat.tiering_manager_module()
@@ -252,6 +256,22 @@ class VllmTieredLookup:
             compat.keyed_call(self.manager, "complete_store", self._vkeys(keys), self._ctx,
                               success=success)
 
+    def get_stats(self) -> CacheStats:
+        """The manager's metrics payload and static facts, as counts of chunks."""
+        with self._locked():
+            stats = self.manager.get_stats()
+            info = self.manager.config_info()
+        types, values = stats.metric_sections()
+        names = compat.cpu_metric_names()
+
+        def gauge(name: str) -> int:
+            return round(values[names[name]][()] * self.num_chunks)
+        skipped = values.get(names["skipped"], {}).get(())
+        return CacheStats(gauge("usage"), gauge("write"), gauge("read"),
+                          tuple(values.get(names["allocation"], {}).get((), ())),
+                          None if skipped is None else int(skipped),
+                          tuple(tuple(sorted(series.items())) for series in info))
+
     def take_events(self) -> list[OffloadEvent]:
         with self._locked():
             events = list(self.manager.take_events())
@@ -345,6 +365,8 @@ def _scan(result: int | None, made: list[tuple[int, LookupResult]]) -> Scan:
     return Scan(result, tuple(k for k, _ in made), tuple(a for _, a in made))
 
 
-def make_tiered_lookup(num_chunks: int, secondary: str = "none",
-                       eviction_policy: str = "lru") -> VllmTieredLookup:
-    return VllmTieredLookup(num_chunks, secondary, eviction_policy)
+def make_tiered_lookup(num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
+                       store_threshold: int = 1,
+                       max_tracker_size: int = 64_000) -> VllmTieredLookup:
+    return VllmTieredLookup(num_chunks, secondary, eviction_policy, store_threshold,
+                            max_tracker_size)
