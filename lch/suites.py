@@ -32,6 +32,9 @@ class Subject:
 ENCODER_REPRODUCERS = tuple(f"fixtures/reproducers/test_encoder_cache_vllm_{name}.py"
                             for name in ("cached_input_ids", "repeat_item", "stale_freed"))
 
+POLICY_SUITES = tuple(f"properties/test_tiered_lookup_policies.py::test_tiered_lookup_{p}"
+                      for p in ("lru", "arc"))
+
 CLASSES: dict[str, Subject] = {
     "vllm.v1.core.encoder_cache_manager:EncoderCacheManager": Subject(
         harness=(*ENCODER_REPRODUCERS, "properties/test_scheduler_pass_model.py",
@@ -48,7 +51,19 @@ CLASSES: dict[str, Subject] = {
     "vllm.v1.kv_offload.cpu.manager:CPUOffloadingManager": Subject(
         harness=("fixtures/reproducers/test_tiered_lookup_seed001.py",
                  "properties/test_tiered_lookup_vllm_scans.py",
+                 *POLICY_SUITES, "properties/test_tiered_lookup.py"),
+        upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
+    # The eviction policies the CPU manager delegates to (``cache_policy``): the machine over
+    # the manager alone with that policy; for LRU also the mixed machine (the tiering
+    # manager's primary tier evicts by LRU; ARC is a sixth of its worlds, which adds no kill
+    # to the ARC-only machine and would triple a survivor's cost). vLLM tests both through
+    # the manager, in one file.
+    "vllm.v1.kv_offload.cpu.policies.lru:LRUCachePolicy": Subject(
+        harness=(POLICY_SUITES[0], "fixtures/reproducers/test_tiered_lookup_seed001.py",
                  "properties/test_tiered_lookup.py"),
+        upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
+    "vllm.v1.kv_offload.cpu.policies.arc:ARCCachePolicy": Subject(
+        harness=(POLICY_SUITES[1],),
         upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
 }
 

@@ -35,13 +35,18 @@ from collections.abc import Sequence
 
 from attrs import define, field
 
+from models.tiered_lookup_access import RequestAccess
+from models.tiered_lookup_admission import StoreAdmission
+from models.tiered_lookup_arc import ArcPolicy
 from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
+from models.tiered_lookup_stats import CacheStats
 from models.tiered_lookup_timeline import Timeline
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 
 HIT, HIT_PENDING, RETRY, MISS = (LookupResult.HIT, LookupResult.HIT_PENDING,
                                  LookupResult.RETRY, LookupResult.MISS)
 SECONDARY_KINDS = ("none", "memory", "probe")
+EVICTION_POLICIES = ("lru", "arc")
 
 
 @define
@@ -66,6 +71,9 @@ class TieredLookupModel:
     failed_store_events: bool = True
     reset_holds_promotions: bool = True
     store_poll_gated: bool = False
+    eviction_policy: str = "lru"             # "arc": ``models/tiered_lookup_arc.py``
+    store_threshold: int = 1                 # offers before a store: ``tiered_lookup_admission``
+    max_tracker_size: int = 64_000
     chunks: dict[int, Chunk] = field(factory=dict)
     clock: Timeline = field(factory=Timeline)
     submitted: list[Job] = field(factory=list)          # every job; job_id = position
@@ -73,12 +81,21 @@ class TieredLookupModel:
     promotion_starts: list[tuple[int, int]] = field(factory=list)   # (time, key)
     probes_asked: dict[int, int] = field(factory=dict)  # key -> when; until its answer is used
     events: list[tuple[tuple[int, ...], bool, bool]] = field(factory=list)  # keys, removed, failed
+    access: RequestAccess = field(factory=RequestAccess)    # the running request's accesses
+    arc: ArcPolicy | None = None
+    admission: StoreAdmission = field(init=False)
+    allocations: list[int] = field(factory=list)   # store sizes since the last get_stats
 
     def __attrs_post_init__(self) -> None:
         if self.secondary not in SECONDARY_KINDS:
             raise ValueError(f"secondary must be one of {SECONDARY_KINDS}")
         if self.pending_lookup not in ("HIT_PENDING", "RETRY", "MISS"):
             raise ValueError("pending_lookup must be HIT_PENDING, RETRY or MISS")
+        if self.eviction_policy not in EVICTION_POLICIES:
+            raise ValueError(f"eviction_policy must be one of {EVICTION_POLICIES}")
+        if self.eviction_policy == "arc":
+            self.arc = ArcPolicy(self.num_chunks)
+        self.admission = StoreAdmission(self.store_threshold, self.max_tracker_size)
 
     # -- observables, computed -----------------------------------------------------------
 
@@ -171,18 +188,37 @@ class TieredLookupModel:
     # -- the primary tier ----------------------------------------------------------------
 
     def _primary_prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
-        to_store = tuple(k for k in keys if k not in self.chunks)
+        self.admission.offer(keys, self.clock.tick)
+        to_store = self.admission.admitted([k for k in keys if k not in self.chunks])
+        readable = [k for k in keys if self.read_chunk(k) is not None]
+        if self.arc is not None:               # ARC learns from a ghost before it is stored
+            for key in reversed(self.access.first_store_misses(to_store)):
+                self.arc.adapt(key, self.clock.tick())
+        else:
+            self.access.first_store_misses(to_store)
+        self.access.observe((k for k in keys if k in to_store or k in readable), readable)
+        if to_store:
+            self.allocations.append(len(to_store))     # counted even if eviction fails
         need = len(to_store) - self.num_free_chunks
         # Never an offered key (it must stay), never a pinned chunk; oldest use first.
         spare = self.pinned() | set(keys)
-        by_age = sorted((c.used_at, k) for k, c in self.chunks.items() if k not in spare)
-        victims = tuple(k for _, k in by_age[:max(need, 0)])
-        if len(victims) < need:
+        if self.arc is not None:
+            victims = self.arc.victims(self.chunks, spare, max(need, 0))
+        else:
+            by_age = sorted((c.used_at, k) for k, c in self.chunks.items() if k not in spare)
+            victims = tuple(k for _, k in by_age[:max(need, 0)])
+            victims = victims if len(victims) >= need else None
+        if victims is None:
             return None
         self.chunks = {k: c for k, c in self.chunks.items() if k not in victims}
         if victims:
             self.events.append((victims, True, False))
+            if self.arc is not None:
+                self.arc.evicted(victims, self.clock.tick)
         self.chunks.update((k, Chunk(written=False, used_at=self.clock.tick())) for k in to_store)
+        self.access.inserted.update(to_store)
+        for key in to_store if self.arc is not None else ():
+            self.arc.inserted(key)
         return StoreOutput(to_store, victims)
 
     def prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
@@ -208,6 +244,17 @@ class TieredLookupModel:
                 self.chunks[key].written = True
             else:
                 del self.chunks[key]
+                if self.arc is not None:
+                    self.arc.removed(key)
+
+    def get_stats(self) -> CacheStats:
+        """The step's metrics (``models/tiered_lookup_stats.py``); sizes and skips reset."""
+        used = sum(self.ref_cnt(k) != 0 for k in self.chunks)
+        writing = sum(self.ref_cnt(k) == -1 for k in self.chunks)
+        skipped = self.admission.skipped if self.admission.filtering else None
+        stats = CacheStats(used, writing, used - writing, tuple(self.allocations), skipped)
+        self.allocations, self.admission.skipped = [], 0
+        return stats
 
     def take_events(self) -> list[OffloadEvent]:
         """Events in order, then forgotten; a failed store's removal names only the keys
@@ -222,6 +269,7 @@ class TieredLookupModel:
             if self.read_chunk(key) is None:
                 raise ValueError(f"prepare_load: key {key} is not stored")
             self.chunks[key].loads += 1
+        self.access.observe(keys, reused=keys)
 
     def complete_load(self, keys: Sequence[int]) -> None:
         for key in keys:
@@ -232,7 +280,26 @@ class TieredLookupModel:
 
     def touch(self, keys: Sequence[int]) -> None:
         # In reverse, so the first key is the most recent: a request's head outlives its tail.
-        for chunk in [self.chunks[k] for k in reversed(keys) if k in self.chunks]:
+        for key in reversed(keys):
+            chunk = self.chunks.get(key)
+            if chunk is not None:
+                chunk.used_at = self.clock.tick()
+            if self.arc is not None:           # a reuse: T1 -> T2; a ghost adapts the target
+                self.arc.touched(key, chunk, self.clock.tick())
+
+    def finish_request(self) -> None:
+        """The request finishes: one access per key it saw, its head the most recent; with
+        ARC a key it only inserted keeps its list, a chunk it reused joins T2. The next
+        request starts with no accesses."""
+        done, self.access = self.access, RequestAccess()
+        for key in reversed(done.seen):
+            chunk = self.chunks.get(key)
+            if chunk is None:
+                continue
+            if self.arc is not None and key not in done.insertion_only:
+                if key not in done.reused:
+                    continue                   # seen but neither stored nor reused
+                self.arc.reused(key)
             chunk.used_at = self.clock.tick()
 
     # -- tiering -------------------------------------------------------------------------
@@ -288,6 +355,9 @@ class TieredLookupModel:
             self.complete_job(job.job_id)
         self._poll()
         self.chunks = {}
+        self.access = RequestAccess()          # the running request's accesses are forgotten
+        if self.arc is not None:
+            self.arc.clear()
         self.clock.mark("reset")
 
     def on_reset_flushed(self) -> None:

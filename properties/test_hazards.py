@@ -79,20 +79,22 @@ MIN_RATE_PER_100 = {
         "probe answer dropped: request finished": 3,
         "deferred lookup resolved": 18,
     },
-    # tiered_lookup measured: evicts 7.2, no room 31.7, failed store 26.2, HIT_PENDING 27.1,
-    # RETRY 30.0, promotion started 6.1, promotion refused 1.3, scan pending 20.9, deferred
-    # resolved 44.4, promotions held 12.0.
+    # tiered_lookup measured (with the CPU manager alone evicting by LRU or ARC and filtering
+    # stores in a third of its worlds, issue 9): evicts 9.1, no room 22.0, failed store 19.1,
+    # HIT_PENDING 24.2, RETRY 12.9, promotion started 3.5, promotion refused 0.7, scan pending
+    # 17.1, deferred resolved 29.7, promotions held 3.5 (before it RETRY 30.0 and held 12.0;
+    # the world mix of tiers is unchanged, so the drop is in the rule draws; not isolated).
     "tiered_lookup": {
-        "prepare_store: evicts": 3.6,
-        "prepare_store: no room": 15.8,
-        "complete_store: failed store removed": 13,
-        "lookup: HIT_PENDING": 13.5,
-        "lookup: RETRY": 15,
-        "promotion started": 3,
-        "promotion refused: primary full": 0.6,
-        "scan: pending block in the run": 10.4,
-        "deferred lookup resolved": 22,
-        "reset: promotions held": 6,
+        "prepare_store: evicts": 4.5,
+        "prepare_store: no room": 11,
+        "complete_store: failed store removed": 9.5,
+        "lookup: HIT_PENDING": 12,
+        "lookup: RETRY": 6.5,
+        "promotion started": 1.7,
+        "promotion refused: primary full": 0.35,
+        "scan: pending block in the run": 8.5,
+        "deferred lookup resolved": 15,
+        "reset: promotions held": 1.7,
     },
 }
 

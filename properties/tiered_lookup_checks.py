@@ -34,6 +34,7 @@ PROPERTIES = {
     "store-outputs-agree": "prepare_store returns the model's keys to store and evictions",
     "pinned-never-evicted": "no pinned, write-pending or offered chunk is evicted",
     "events-agree": "take_events() drains the model's stored / removed events",
+    "stats-agree": "get_stats() reports the model's chunks in use, store sizes and skips",
     "ref-counts-agree": "each key's ref count is the model's (-1 write pending)",
     "data-roundtrip": "a readable chunk holds the bytes stored for its own key",
     "free-chunks-agree": "num_free_chunks is the model's",

@@ -55,8 +55,11 @@ def end_step(mgr):
 
     @staticmethod
     def reproducer_subject(config: dict) -> str:
+        options = "".join(f", {name}={config[name]!r}" for name, default in (
+            ("eviction_policy", "lru"), ("store_threshold", 1), ("max_tracker_size", 64_000))
+            if config.get(name, default) != default).replace("'", '"')
         return (f'mgr = make(target, "tiered_lookup", num_chunks={config["num_chunks"]}, '
-                f'secondary="{config["secondary"]}")')
+                f'secondary="{config["secondary"]}"{options})')
 
     @initialize(world=tiered_worlds())
     def setup(self, world: TieredWorld):
@@ -93,12 +96,30 @@ def end_step(mgr):
         fresh = [s for s in self._slices() if any(k not in self.model.chunks for k in s)]
         self.act("prepare_store", pick(data, fresh * 3 + self._slices()))
 
+    # A store that must and can evict, as its own rule: eviction is where the policies (LRU,
+    # ARC's T1 / T2 / target) decide, and a random slice rarely finds the primary both full
+    # and holding enough unpinned chunks. Over the CPU manager alone (the tiering worlds keep
+    # their own mix: their promotions already fill the primary).
+    @precondition(lambda self: len(getattr(self, "batches", ())) < 2 and self._cpu_alone()
+                  and self._evicting_slices())
+    @rule(data=st.data())
+    def evicting_store(self, data):
+        self.act("prepare_store", pick(data, self._evicting_slices()))
+
     # Success and failure are two rules: completing stores is what makes chunks evictable,
     # so it gets the weight of two rules against the many lookup rules.
     @precondition(lambda self: getattr(self, "batches", None))
     @rule(data=st.data())
     def complete_store(self, data):
         self.act("complete_store", pick(data, self.batches), False)
+
+    # The worker often reports every store in flight done in one step: a third completion
+    # rule, so written (evictable, reusable) chunks are common enough for eviction policies.
+    @precondition(lambda self: getattr(self, "batches", None) and self._cpu_alone())
+    @rule()
+    def complete_all_stores(self):
+        for keys in list(self.batches):
+            self.act("complete_store", keys, False)
 
     @precondition(lambda self: getattr(self, "batches", None))
     @rule(data=st.data())
@@ -152,9 +173,24 @@ def end_step(mgr):
         # still completes "the oldest pending job" (the minimizer deletes steps).
         self.act("complete_job", draw_integer(data, 0, len(self.model.jobs) - 1))
 
+    # The connector finishes a request (its stores and loads done or not) and the next one
+    # starts: the finished request's accesses reorder the cache (LRU recency, ARC's T1 -> T2).
+    # Only over the CPU manager alone: the tiering manager's request hooks are not modelled.
+    # Only once the request saw a key: finishing one that saw none changes nothing.
+    @precondition(lambda self: self._cpu_alone() and self.model.access.seen
+                  and "finish_request" not in self.missing_calls)
+    @rule()
+    def finish_request(self):
+        self.act("finish_request")
+
     @rule()
     def on_schedule_end(self):
         self.act("on_schedule_end")
+        # The connector reports the CPU manager's metrics every step (cache usage, allocation
+        # sizes, stores the threshold skipped) and its static facts: part of the step's end,
+        # not a rule of its own (a rule more reshuffles every world's derandomized search).
+        if self._cpu_alone() and "get_stats" not in self.missing_calls:
+            self.act("get_stats")
 
     @precondition(lambda self: getattr(self, "steps_since_reset", 0) >= 15
                   and "reset_cache" not in self.missing_calls)
@@ -284,6 +320,16 @@ def end_step(mgr):
         self.apply("complete_job", job_id, shown=f"mgr.complete_job({job_id})",
                    effect="copied; noticed at next poll")
 
+    def do_finish_request(self):
+        self._step()
+        self.apply("finish_request", shown="mgr.finish_request()",
+                   effect="its accesses reorder the cache; a new request starts")
+
+    def do_get_stats(self):
+        self._step()
+        self.call("stats-agree", "get_stats", shown="mgr.get_stats()",
+                  effect="chunks in use, writing, reading; store sizes and skips since last")
+
     def do_on_schedule_end(self):
         self._step()
         # One recorded step per action (the minimizer replays steps' actions): the step's end
@@ -313,6 +359,21 @@ def end_step(mgr):
     def _slices(self) -> list[tuple[int, ...]]:
         return sorted({r[i:j] for r in self.world.requests for i in range(len(r))
                        for j in range(i + 1, len(r) + 1)})
+
+    def _cpu_alone(self) -> bool:
+        return hasattr(self, "model") and self.model.secondary == "none"
+
+    def _evicting_slices(self) -> list[tuple[int, ...]]:
+        if not hasattr(self, "model"):
+            return []
+        m = self.model
+        pinned = m.pinned()
+
+        def must_and_can_evict(keys: tuple[int, ...]) -> bool:
+            need = sum(k not in m.chunks for k in keys) - m.num_free_chunks
+            spare = sum(k not in pinned and k not in keys for k in m.chunks)
+            return 0 < need <= spare
+        return [s for s in self._slices() if must_and_can_evict(s)]
 
     def _readable_slices(self) -> list[tuple[int, ...]]:
         return [s for s in self._slices()

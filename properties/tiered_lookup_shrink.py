@@ -23,6 +23,12 @@ def simpler_worlds(world: TieredWorld, actions: list[tuple]):
     simpler = {"probe": "memory", "memory": "none"}.get(world.secondary)
     if simpler:
         yield evolve(world, secondary=simpler), actions
+    if world.eviction_policy != "lru":
+        yield evolve(world, eviction_policy="lru"), actions
+    if world.store_threshold > 1:
+        yield evolve(world, store_threshold=1, max_tracker_size=64_000), actions
+    if world.max_tracker_size < 64_000:
+        yield evolve(world, max_tracker_size=64_000), actions
     pairs = {"prepare_store": "complete_store", "prepare_load": "complete_load"}
     smaller = evolve(world, num_chunks=world.num_chunks - 1) if world.num_chunks > 1 \
         else None

@@ -124,19 +124,42 @@ def _tiered_config(num_chunks: int, secondary: str) -> tuple[int, str]:
 
 
 def _model_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
-                         **options: Any) -> Any:
+                         eviction_policy: str = "lru", store_threshold: int = 1,
+                         max_tracker_size: int = 64_000, **options: Any) -> Any:
     from models.tiered_lookup import TieredLookupModel
-    return TieredLookupModel(*_tiered_config(num_chunks, secondary), **options)
+    return TieredLookupModel(*_tiered_config(num_chunks, secondary),
+                             eviction_policy=_eviction_policy(eviction_policy),
+                             store_threshold=store_threshold,
+                             max_tracker_size=check_size("max_tracker_size", max_tracker_size),
+                             **options)
 
 
-def _native_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none") -> Any:
+def _native_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
+                          eviction_policy: str = "lru", store_threshold: int = 1,
+                          max_tracker_size: int = 64_000) -> Any:
     from sim.native.tiered_lookup import NativeTieredLookup
-    return NativeTieredLookup(*_tiered_config(num_chunks, secondary), bugs=target.bugs)
+    return NativeTieredLookup(*_tiered_config(num_chunks, secondary), bugs=target.bugs,
+                              eviction_policy=_eviction_policy(eviction_policy),
+                              store_threshold=store_threshold,
+                              max_tracker_size=check_size("max_tracker_size", max_tracker_size))
 
 
-def _vllm_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none") -> Any:
+def _vllm_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
+                        eviction_policy: str = "lru", store_threshold: int = 1,
+                        max_tracker_size: int = 64_000) -> Any:
     from sim.vllm.tiered_lookup import make_tiered_lookup
-    return make_tiered_lookup(*_tiered_config(num_chunks, secondary))
+    return make_tiered_lookup(*_tiered_config(num_chunks, secondary),
+                              eviction_policy=_eviction_policy(eviction_policy),
+                              store_threshold=store_threshold,
+                              max_tracker_size=check_size("max_tracker_size", max_tracker_size))
+
+
+def _eviction_policy(name: str) -> str:
+    from models.tiered_lookup import EVICTION_POLICIES
+    if name not in EVICTION_POLICIES:
+        raise HarnessError(f"eviction_policy must be one of {', '.join(EVICTION_POLICIES)}, "
+                           f"got {name!r}")
+    return name
 
 
 def _tier_config(num_chunks: int, tier: str) -> tuple[int, str]:

@@ -20,6 +20,7 @@ BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "offload-race-dbuf-overwrite": "offload_engine",
     "lookup-pending-as-miss": "tiered_lookup",
     "lookup-promote-when-full": "tiered_lookup",
+    "arc-replace-inverted": "tiered_lookup",
     "fs-rename-before-write": "secondary_tier",
     "fs-failed-store-visible": "secondary_tier",
     "fs-probe-after-reset": "secondary_tier",

@@ -17,6 +17,10 @@ Bug switches (``native:<bug-id>``):
   before PR #46363): it keeps probing further left, starting promotions it should not.
 - ``lookup-promote-when-full``: a secondary hit that the full primary cannot promote answers
   RETRY instead of MISS: nothing is in flight, so the request is deferred forever.
+
+With ``eviction_policy="arc"`` the primary evicts by ARC (``tiered_lookup_arc.py``, and its
+switch ``arc-replace-inverted``). A request's accesses reorder the cache when it finishes
+(``finish_request``), as vLLM 0.33.0's ``on_request_finished`` does.
 """
 
 from __future__ import annotations
@@ -26,16 +30,24 @@ from collections.abc import Sequence
 
 import torch
 
+from models.tiered_lookup_stats import CacheStats
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 from sim.device import pick_device
+from sim.native.tiered_lookup_arc import NativeArc
 
 PENDING = -1
 
 
 class NativeTieredLookup:
     def __init__(self, num_chunks: int, secondary: str = "none", chunk_words: int = 4,
-                 bugs: frozenset[str] = frozenset()):
+                 bugs: frozenset[str] = frozenset(), eviction_policy: str = "lru",
+                 store_threshold: int = 1, max_tracker_size: int = 64_000):
         self.num_chunks = num_chunks
+        self.store_threshold = store_threshold
+        self.max_tracker_size = max_tracker_size
+        self._offers: OrderedDict[int, int] = OrderedDict()   # key -> offers, least recent first
+        self._skipped = 0
+        self._alloc_sizes: list[int] = []
         self.secondary = secondary
         self.chunk_words = chunk_words
         self.bugs = bugs
@@ -59,6 +71,20 @@ class NativeTieredLookup:
         self._held = False
         self._events: list[OffloadEvent] = []
         self._metadata_only: set[int] = set()       # indexes of failed-store removals
+        self._arc = NativeArc(num_chunks, bugs) if eviction_policy == "arc" else None
+        self._new_request()
+
+    def _new_request(self) -> None:
+        self._req_seen: list[int] = []              # the running request's keys, first seen
+        self._req_inserted: set[int] = set()
+        self._req_reused: set[int] = set()
+        self._req_missed: set[int] = set()          # its store misses, ARC-adapted once
+
+    def _req_observe(self, keys, reused=()) -> None:
+        for key in keys:
+            if key not in self._req_seen:
+                self._req_seen.append(key)
+        self._req_reused.update(k for k in reused if k not in self._req_inserted)
 
     # -- data plane ------------------------------------------------------------------------
 
@@ -105,23 +131,58 @@ class NativeTieredLookup:
             return LookupResult.MISS
         return LookupResult.HIT_PENDING if ref == PENDING else LookupResult.HIT
 
+    def _count_offer(self, keys: Sequence[int]) -> None:
+        repeat = [k for k in keys if k in self._offers]
+        for key in repeat:
+            self._offers[key] += 1
+            self._offers.move_to_end(key)
+        droppable = len(self._offers) - len(repeat)
+        for key in keys:
+            if key in self._offers:
+                continue
+            if len(self._offers) >= self.max_tracker_size:
+                if droppable == 0:
+                    continue
+                self._offers.popitem(last=False)
+                droppable -= 1
+            self._offers[key] = 1
+
     def _store_primary(self, keys: Sequence[int]) -> StoreOutput | None:
         new = [k for k in keys if k not in self._ref]
+        if self.store_threshold >= 2:
+            self._count_offer(keys)
+            admitted = [k for k in new if self._offers.get(k, 0) >= self.store_threshold]
+            self._skipped += len(new) - len(admitted)
+            new = admitted
+        ready = [k for k in keys if self._ref.get(k, PENDING) != PENDING]
+        missed = [k for k in new if k not in self._req_missed]
+        self._req_missed.update(missed)
+        if self._arc is not None:
+            for key in reversed(missed):
+                self._arc.ghost_hit(key)
+        self._req_observe([k for k in keys if k in new or k in ready], ready)
         if not new:
             return StoreOutput((), ())
+        self._alloc_sizes.append(len(new))
         short = len(new) - len(self._free)
         evicted: list[int] = []
         if short > 0:
             if short > self._num_evictable:
                 return None
             offered = set(keys)
-            for key in self._lru:
-                if len(evicted) == short:
-                    break
-                if self._ref[key] == 0 and key not in offered:
-                    evicted.append(key)
+            if self._arc is not None:
+                evicted = self._arc.choose(
+                    short, lambda k: self._ref[k] == 0 and k not in offered) or []
+            else:
+                for key in self._lru:
+                    if len(evicted) == short:
+                        break
+                    if self._ref[key] == 0 and key not in offered:
+                        evicted.append(key)
             if len(evicted) < short:
                 return None
+            if self._arc is not None:
+                self._arc.evict(evicted)
             for key in evicted:
                 self._drop(key)
                 self._num_evictable -= 1
@@ -130,6 +191,9 @@ class NativeTieredLookup:
             self._slot[key] = self._free.pop()
             self._ref[key] = PENDING
             self._lru[key] = None
+            if self._arc is not None:
+                self._arc.insert(key)
+        self._req_inserted.update(new)
         return StoreOutput(tuple(new), tuple(evicted))
 
     def _drop(self, key: int) -> None:
@@ -167,6 +231,8 @@ class NativeTieredLookup:
                 self._mark_written(key)
             else:
                 self._drop(key)
+                if self._arc is not None:
+                    self._arc.remove(key)
         if touched:
             if not success:
                 self._metadata_only.add(len(self._events))
@@ -182,11 +248,20 @@ class NativeTieredLookup:
         for key in keys:
             assert self._ref.get(key, PENDING) != PENDING, f"prepare_load: {key} not stored"
             self._pin(key)
+        self._req_observe(keys, reused=keys)
 
     def complete_load(self, keys: Sequence[int]) -> None:
         for key in keys:
             assert self._ref.get(key, 0) > 0, f"complete_load: {key} not loading"
             self._unpin(key)
+
+    def get_stats(self) -> CacheStats:
+        used = sum(r != 0 for r in self._ref.values())
+        writing = sum(r == PENDING for r in self._ref.values())
+        stats = CacheStats(used, writing, used - writing, tuple(self._alloc_sizes),
+                           self._skipped if self.store_threshold >= 2 else None)
+        self._alloc_sizes, self._skipped = [], 0
+        return stats
 
     def take_events(self) -> list[OffloadEvent]:
         events, failed = self._events, self._metadata_only
@@ -205,6 +280,22 @@ class NativeTieredLookup:
         for key in reversed(keys):
             if key in self._lru:
                 self._lru.move_to_end(key)
+            if self._arc is not None:
+                self._arc.touch(key, self._ref.get(key, PENDING) != PENDING)
+
+    def finish_request(self) -> None:
+        seen, inserted, reused = self._req_seen, self._req_inserted, self._req_reused
+        self._new_request()
+        for key in reversed(seen):
+            if key not in self._lru:
+                continue
+            self._lru.move_to_end(key)
+            if self._arc is None:
+                continue
+            if key in reused:
+                self._arc.reuse(key)
+            elif key in inserted:
+                self._arc.refresh(key)
 
     # -- tiering ---------------------------------------------------------------------------
 
@@ -267,6 +358,9 @@ class NativeTieredLookup:
         self._ref.clear()
         self._slot.clear()
         self._lru.clear()
+        if self._arc is not None:
+            self._arc.clear()
+        self._new_request()
         self._free = list(range(self.num_chunks - 1, -1, -1))
         self._num_evictable = 0
         self.primary.zero_()

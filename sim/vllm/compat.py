@@ -127,8 +127,17 @@ def count_kwarg(manager_cls: type) -> str:
     return "num_chunks" if "num_chunks" in params else "num_blocks"
 
 
-def primary_manager(num_chunks: int) -> Any:
-    """The CPU offloading manager alone, LRU, with events on.
+ARC_FROM = "0.33.0"
+
+
+def primary_manager(num_chunks: int, eviction_policy: str = "lru",
+                    **admission: int) -> Any:
+    """The CPU offloading manager alone, LRU or ARC, with events on.
+
+    # vLLM >=0.33.0: ``cache_policy="arc"`` is driven (``models/tiered_lookup_arc.py`` states
+    #   0.33.0's ARC: request-scoped reuse, ghost adaptation once per request's store miss).
+    # vLLM 0.20.0-0.32.x have an ARC policy whose request semantics differ (``touch`` was the
+    #   access, no ``on_request_finished``); not yet mapped: ``CapabilityMissing``.
 
     # vLLM >=0.19.0: ``cpu.manager.CPUOffloadingManager(num_blocks|num_chunks=n)``.
     # vLLM 0.11.0-0.18.x: ``lru_manager.LRUOffloadingManager(CPUBackend(block_size, n))``:
@@ -140,7 +149,32 @@ def primary_manager(num_chunks: int) -> Any:
         return lru.LRUOffloadingManager(backends.CPUBackend(block_size=16, num_blocks=num_chunks),
                                         enable_events=True)
     cls = release.import_module("vllm.v1.kv_offload.cpu.manager").CPUOffloadingManager
-    return cls(**{count_kwarg(cls): num_chunks}, enable_events=True)
+    params = inspect.signature(cls.__init__).parameters
+    # ``store_threshold`` / ``max_tracker_size`` (the store filter): passed where filtering
+    # is asked for (threshold >= 2), a CapabilityMissing where the release has no filter.
+    admission = {k: v for k, v in admission.items() if admission.get("store_threshold", 1) > 1}
+    if admission and "store_threshold" not in params:
+        raise CapabilityMissing(f"store_threshold: vLLM {release.release()}'s "
+                                "CPUOffloadingManager has no store filter")
+    if eviction_policy == "lru":
+        return cls(**{count_kwarg(cls): num_chunks}, enable_events=True, **admission)
+    if release.parse_release(release.release()) < release.parse_release(ARC_FROM):
+        raise CapabilityMissing(f"ARC: the harness drives vLLM's ARC policy from {ARC_FROM}; "
+                                f"vLLM {release.release()}'s request semantics are not mapped")
+    return cls(**{count_kwarg(cls): num_chunks}, cache_policy=eviction_policy,
+               enable_events=True, **admission)
+
+
+def cpu_metric_names() -> dict[str, str]:
+    """The CPU manager's metric names in its ``get_stats`` payload.
+
+    # vLLM >=0.33.0: ``cpu.common.CPUOffloadingMetrics`` (usage, write / read usage,
+    #   allocation sizes, stores skipped).
+    """
+    metrics = release.import_module("vllm.v1.kv_offload.cpu.common").CPUOffloadingMetrics
+    return {"usage": metrics.CPU_CACHE_USAGE_PERC, "write": metrics.CPU_CACHE_WRITE_USAGE_PERC,
+            "read": metrics.CPU_CACHE_READ_USAGE_PERC,
+            "allocation": metrics.CPU_ALLOCATION_SIZE, "skipped": metrics.STORES_SKIPPED}
 
 
 def offload_key(base: Any, i: int) -> Any:
@@ -468,6 +502,17 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
     elif "initial_window_size" not in inspect.signature(scans._sliding_window_lookup).parameters:
         missing["initial_window"] = (f"initial_window: vLLM {found}'s sliding-window scan "
                                      "takes no larger first window (from 0.30.0)")
+    # vLLM >=0.33.0: a finished request's accesses reorder the CPU manager's cache (what the
+    #   model's ``finish_request`` states). 0.24.0-0.32.x have the hook with other meanings
+    #   (a no-op on the base class; 0.32.0's first request-scoped version): not yet mapped.
+    if not hasattr(manager, "get_stats") or not hasattr(manager, "config_info") or \
+            release.parse_release(found) < release.parse_release(ARC_FROM):
+        missing["get_stats"] = (f"get_stats: vLLM {found}'s CPU manager metrics are not mapped "
+                                f"(the harness reads them from {ARC_FROM})")
+    if release.parse_release(found) < release.parse_release(ARC_FROM):
+        missing["finish_request"] = (f"finish_request: vLLM {found}'s request-scoped cache "
+                                     f"accesses are not mapped (the harness drives them from "
+                                     f"{ARC_FROM})")
     if not hasattr(manager, "reset_cache"):
         missing["reset_cache"] = (f"reset_cache: vLLM {found}'s {type(manager).__name__} "
                                   "has no reset_cache")

@@ -2,7 +2,9 @@
 connector's real ``_maximal_prefix_lookup`` / ``_sliding_window_lookup``, called unbound on a
 stub ``self`` (``specs/vllm-drive.md`` sections 2 and 3).
 
-- ``secondary="none"``: ``CPUOffloadingManager`` (LRU) alone.
+- ``secondary="none"``: ``CPUOffloadingManager`` (LRU, or ARC: ``eviction_policy``) alone;
+  ``finish_request`` ends the running request (``on_request_finished``) and starts the next
+  one with a fresh ``ReqContext``, as the connector does per request.
 - ``secondary="memory"`` / ``"probe"``: ``TieringOffloadingManager`` over a
   ``CPUPrimaryTierOffloadingManager`` (an anonymous mmap as its region) and one secondary tier
   that the harness plays, the way ``specs/tiered-lookup.md`` section 3 describes a tier: it
@@ -28,6 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from models.tiered_lookup_stats import CacheStats
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 from sim.errors import HarnessError
 from sim.vllm import compat, release
@@ -138,14 +141,20 @@ class VllmTieredLookup:
     """The tiered-lookup port over vLLM's ``CPUOffloadingManager`` (``LRUOffloadingManager``
     before 0.19.0) or ``TieringOffloadingManager`` (from 0.22.0)."""
 
-    def __init__(self, num_chunks: int, secondary: str = "none"):
+    def __init__(self, num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
+                 store_threshold: int = 1, max_tracker_size: int = 64_000):
         self._base = compat.offload_base()
         self.release = release.release()
         self.num_chunks = num_chunks
         self.secondary = secondary
         self.tier = None
+        if (eviction_policy != "lru" or store_threshold > 1) and secondary != "none":
+            raise HarnessError("the harness drives ARC and the store threshold on the CPU "
+                               "manager alone (secondary=\"none\")")
         if secondary == "none":
-            self.manager = self.primary = compat.primary_manager(num_chunks)
+            self.manager = self.primary = compat.primary_manager(
+                num_chunks, eviction_policy, store_threshold=store_threshold,
+                max_tracker_size=max_tracker_size)
             self._chunks = np.zeros((num_chunks, CHUNK_BYTES), dtype=np.uint8)
         elif secondary in ("memory", "probe"):
             manager = compat.tiering_manager_module()
@@ -161,12 +170,22 @@ class VllmTieredLookup:
         self._scans = compat.connector_scans()
         self.missing_calls = compat.missing_offload_calls(self.manager, self._scans)
         self.model_options = compat.lookup_semantics(self.release)
-        self._ctx = compat.request_context(self._base, "r0")
-        with self._locked():
-            compat.start_request(self.manager, self._ctx)
+        self._requests = 0
+        self._start_request()
         self._keys: dict[int, object] = {}
         self._ints: dict[object, int] = {}
         self._store_chunk: dict[int, int] = {}      # pending key -> chunk id being written
+
+    def _start_request(self) -> None:
+        self._ctx = compat.request_context(self._base, f"r{self._requests}")
+        self._requests += 1
+        with self._locked():
+            compat.start_request(self.manager, self._ctx)
+
+    def finish_request(self) -> None:
+        with self._locked():
+            self.manager.on_request_finished(self._ctx)
+        self._start_request()
 
     def _locked(self):
         lock = getattr(self.manager, "lock", None)  # vLLM 0.33.0: callers hold it
@@ -236,6 +255,22 @@ class VllmTieredLookup:
         with self._locked():
             compat.keyed_call(self.manager, "complete_store", self._vkeys(keys), self._ctx,
                               success=success)
+
+    def get_stats(self) -> CacheStats:
+        """The manager's metrics payload and static facts, as counts of chunks."""
+        with self._locked():
+            stats = self.manager.get_stats()
+            info = self.manager.config_info()
+        types, values = stats.metric_sections()
+        names = compat.cpu_metric_names()
+
+        def gauge(name: str) -> int:
+            return round(values[names[name]][()] * self.num_chunks)
+        skipped = values.get(names["skipped"], {}).get(())
+        return CacheStats(gauge("usage"), gauge("write"), gauge("read"),
+                          tuple(values.get(names["allocation"], {}).get((), ())),
+                          None if skipped is None else int(skipped),
+                          tuple(tuple(sorted(series.items())) for series in info))
 
     def take_events(self) -> list[OffloadEvent]:
         with self._locked():
@@ -330,5 +365,8 @@ def _scan(result: int | None, made: list[tuple[int, LookupResult]]) -> Scan:
     return Scan(result, tuple(k for k, _ in made), tuple(a for _, a in made))
 
 
-def make_tiered_lookup(num_chunks: int, secondary: str = "none") -> VllmTieredLookup:
-    return VllmTieredLookup(num_chunks, secondary)
+def make_tiered_lookup(num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
+                       store_threshold: int = 1,
+                       max_tracker_size: int = 64_000) -> VllmTieredLookup:
+    return VllmTieredLookup(num_chunks, secondary, eviction_policy, store_threshold,
+                            max_tracker_size)
