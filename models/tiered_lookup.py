@@ -66,10 +66,12 @@ class TieredLookupModel:
     failed_store_events: bool = True
     reset_holds_promotions: bool = True
     store_poll_gated: bool = False
+    preloaded: tuple[int, ...] = ()     # keys the secondary holds from an earlier run
     chunks: dict[int, Chunk] = field(factory=dict)
     clock: Timeline = field(factory=Timeline)
     submitted: list[Job] = field(factory=list)          # every job; job_id = position
     finished_at: dict[int, int] = field(factory=dict)   # job_id -> when its copy happened
+    failed: dict[int, frozenset[int]] = field(factory=dict)  # job_id -> keys not copied
     promotion_starts: list[tuple[int, int]] = field(factory=list)   # (time, key)
     probes_asked: dict[int, int] = field(factory=dict)  # key -> when; until its answer is used
     events: list[tuple[tuple[int, ...], bool, bool]] = field(factory=list)  # keys, removed, failed
@@ -77,6 +79,8 @@ class TieredLookupModel:
     def __attrs_post_init__(self) -> None:
         if self.secondary not in SECONDARY_KINDS:
             raise ValueError(f"secondary must be one of {SECONDARY_KINDS}")
+        if self.preloaded and self.secondary == "none":
+            raise ValueError("preloaded keys need a secondary tier to hold them")
         if self.pending_lookup not in ("HIT_PENDING", "RETRY", "MISS"):
             raise ValueError("pending_lookup must be HIT_PENDING, RETRY or MISS")
 
@@ -166,7 +170,8 @@ class TieredLookupModel:
 
     def _tier_keys_before(self, time: int) -> frozenset[int]:
         return frozenset(k for j in self.submitted if j.kind == "store"
-                         and self.finished_at.get(j.job_id, time) < time for k in j.keys)
+                         and self.finished_at.get(j.job_id, time) < time for k in j.keys
+                         if k not in self.failed.get(j.job_id, ())) | set(self.preloaded)
 
     # -- the primary tier ----------------------------------------------------------------
 
@@ -275,11 +280,16 @@ class TieredLookupModel:
         # Closes the promotion batch, re-arms the poll and flushes every probe asked so far.
         self.clock.mark("step_end")
 
-    def complete_job(self, job_id: int) -> None:
-        """The job's copy happens now; the manager notices at its next poll."""
+    def complete_job(self, job_id: int, failed: Sequence[int] = ()) -> None:
+        """The job's copy happens now, except for the ``failed`` keys (a tier's I/O error);
+        the manager notices at its next poll."""
         if job_id in self.finished_at or not 0 <= job_id < len(self.submitted):
             raise ValueError(f"complete_job: job {job_id} is not pending")
+        if not set(failed) <= set(self.submitted[job_id].keys):
+            raise ValueError(f"complete_job: job {job_id} carries no key of {list(failed)}")
         self.finished_at[job_id] = self.clock.tick()
+        if failed:
+            self.failed[job_id] = frozenset(failed)
 
     def reset_cache(self) -> None:
         # Every tier drains its jobs and the manager notices them before the primary empties;
@@ -298,13 +308,16 @@ class TieredLookupModel:
 
     def _poll(self) -> None:
         """Notice the jobs finished since the last poll, in the order they finished: a
-        store's pins drop (computed), a promotion's chunks become written."""
+        store's pins drop (computed, failed or not), a promotion's chunks become written,
+        those whose copy failed are removed (as a failed store from the GPU is)."""
         since = self.clock.last("poll")
         landed = sorted((t, j) for j, t in self.finished_at.items() if t > since)
         self.clock.mark("poll")
         for _, job_id in landed:
-            if self.submitted[job_id].kind == "promote":
-                self._complete_write(self.submitted[job_id].keys, True)
+            job, failed = self.submitted[job_id], self.failed.get(job_id, frozenset())
+            if job.kind == "promote":
+                self._complete_write([k for k in job.keys if k not in failed], True)
+                self._complete_write([k for k in job.keys if k in failed], False)
 
     # -- the connector's lookups over this manager --------------------------------------
 

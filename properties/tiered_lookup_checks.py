@@ -24,6 +24,8 @@ HAZARDS = (
     "scan: pending block in the run",
     "deferred lookup resolved",
     "reset: promotions held",
+    "store job failed",
+    "promote job failed",
 )
 
 

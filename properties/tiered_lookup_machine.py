@@ -55,8 +55,9 @@ def end_step(mgr):
 
     @staticmethod
     def reproducer_subject(config: dict) -> str:
+        preloaded = f', preloaded={config["preloaded"]}' if config.get("preloaded") else ""
         return (f'mgr = make(target, "tiered_lookup", num_chunks={config["num_chunks"]}, '
-                f'secondary="{config["secondary"]}")')
+                f'secondary="{config["secondary"]}"{preloaded})')
 
     @initialize(world=tiered_worlds())
     def setup(self, world: TieredWorld):
@@ -151,6 +152,18 @@ def end_step(mgr):
         # By position among the pending jobs, not by id: a program with steps deleted then
         # still completes "the oldest pending job" (the minimizer deletes steps).
         self.act("complete_job", draw_integer(data, 0, len(self.model.jobs) - 1))
+
+    @precondition(lambda self: hasattr(self, "model") and self.model.jobs)
+    @rule(data=st.data())
+    def complete_job_failed(self, data):
+        """A tier's I/O fails on some of a job's keys (a store copies nothing of them, a
+        promotion leaves their chunks unwritten); named by position in the job's keys."""
+        position = draw_integer(data, 0, len(self.model.jobs) - 1)
+        size = len(self.model.jobs[position].keys)
+        failed = tuple(range(size))
+        if size > 1 and "partial_job_result" not in self.missing_calls:
+            failed = pick(data, [f for f in _subsets(size) if f])
+        self.act("complete_job", position, failed)
 
     @rule()
     def on_schedule_end(self):
@@ -276,13 +289,20 @@ def end_step(mgr):
                          f"{initial_window})", repr(expect), f"{len(expect.lookups)} lookups")
         self._check_scan("sliding_window_lookup", expect, actual, live)
 
-    def do_complete_job(self, position: int):
+    def do_complete_job(self, position: int, failed: tuple[int, ...] = ()):
         if position >= len(self.model.jobs):
             raise InvalidAction("complete_job: fewer pending jobs")
         self._step()
-        job_id = self.model.jobs[position].job_id
-        self.apply("complete_job", job_id, shown=f"mgr.complete_job({job_id})",
-                   effect="copied; noticed at next poll")
+        job = self.model.jobs[position]
+        lost = tuple(job.keys[i] for i in failed if i < len(job.keys))
+        if not lost:
+            self.apply("complete_job", job.job_id, shown=f"mgr.complete_job({job.job_id})",
+                       effect="copied; noticed at next poll")
+            return
+        self.apply("complete_job", job.job_id, lost,
+                   shown=f"mgr.complete_job({job.job_id}, {list(lost)})",
+                   effect=f"copy of {list(lost)} failed; noticed at next poll")
+        self.hazard(f"{job.kind} job failed")
 
     def do_on_schedule_end(self):
         self._step()
@@ -317,6 +337,10 @@ def end_step(mgr):
     def _readable_slices(self) -> list[tuple[int, ...]]:
         return [s for s in self._slices()
                 if all(self.model.read_chunk(k) is not None for k in s)]
+
+
+def _subsets(size: int) -> list[tuple[int, ...]]:
+    return [tuple(i for i in range(size) if mask >> i & 1) for mask in range(1 << size)]
 
 
 def _store_effect(out) -> str:

@@ -114,14 +114,17 @@ def _model_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none
     return TieredLookupModel(*_tiered_config(num_chunks, secondary), **options)
 
 
-def _native_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none") -> Any:
+def _native_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
+                          preloaded: tuple[int, ...] = ()) -> Any:
     from sim.native.tiered_lookup import NativeTieredLookup
-    return NativeTieredLookup(*_tiered_config(num_chunks, secondary), bugs=target.bugs)
+    return NativeTieredLookup(*_tiered_config(num_chunks, secondary), bugs=target.bugs,
+                              preloaded=preloaded)
 
 
-def _vllm_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none") -> Any:
+def _vllm_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
+                        preloaded: tuple[int, ...] = ()) -> Any:
     from sim.vllm.tiered_lookup import make_tiered_lookup
-    return make_tiered_lookup(*_tiered_config(num_chunks, secondary))
+    return make_tiered_lookup(*_tiered_config(num_chunks, secondary), preloaded=preloaded)
 
 
 def _tier_config(num_chunks: int, tier: str) -> tuple[int, str]:

@@ -34,7 +34,7 @@ PENDING = -1
 
 class NativeTieredLookup:
     def __init__(self, num_chunks: int, secondary: str = "none", chunk_words: int = 4,
-                 bugs: frozenset[str] = frozenset()):
+                 bugs: frozenset[str] = frozenset(), preloaded: tuple[int, ...] = ()):
         self.num_chunks = num_chunks
         self.secondary = secondary
         self.chunk_words = chunk_words
@@ -51,6 +51,7 @@ class NativeTieredLookup:
         self._queued: dict[int, tuple[str, tuple[int, ...], tuple[int, ...]]] = {}
         self._done: list[int] = []                  # finished job ids, not yet polled
         self._done_jobs: dict[int, tuple[str, tuple[int, ...], tuple[int, ...]]] = {}
+        self._failed: dict[int, frozenset[int]] = {}    # finished job id -> keys not copied
         self._next_job = 0
         self._to_promote: list[int] = []
         self._probe_queue: list[int] = []
@@ -59,6 +60,10 @@ class NativeTieredLookup:
         self._held = False
         self._events: list[OffloadEvent] = []
         self._metadata_only: set[int] = set()       # indexes of failed-store removals
+        if preloaded and secondary == "none":
+            raise ValueError("preloaded keys need a secondary tier to hold them")
+        for key in preloaded:                       # copies an earlier run left in the tier
+            self._tier[key] = self._payload(key)
 
     # -- data plane ------------------------------------------------------------------------
 
@@ -249,9 +254,13 @@ class NativeTieredLookup:
             self._probe_answer[key] = key in self._tier
         self._probe_queue = []
 
-    def complete_job(self, job_id: int) -> None:
+    def complete_job(self, job_id: int, failed: Sequence[int] = ()) -> None:
+        """The tier copies the job's keys, except ``failed`` (an I/O error on those)."""
         kind, keys, slots = self._queued.pop(job_id)
+        self._failed[job_id] = frozenset(failed)
         for key, slot in zip(keys, slots, strict=True):
+            if key in failed:
+                continue
             if kind == "store":
                 self._tier[key] = self.primary[slot].clone()
             else:
@@ -284,15 +293,22 @@ class NativeTieredLookup:
         self._polled = True
         for job_id in self._done:
             kind, keys, _ = self._done_jobs.pop(job_id)
-            landed = []
+            failed = self._failed.pop(job_id)
+            landed, lost = [], []
             for key in keys:
                 if kind == "store":
                     self._unpin(key)
                 elif self._ref.get(key) == PENDING:
-                    self._mark_written(key)
-                    landed.append(key)
+                    (lost if key in failed else landed).append(key)
+            for key in landed:
+                self._mark_written(key)
+            for key in lost:
+                self._drop(key)         # the promotion failed: its chunk is freed again
             if landed:
                 self._events.append(OffloadEvent(tuple(landed), removed=False))
+            if lost:
+                self._metadata_only.add(len(self._events))
+                self._events.append(OffloadEvent(tuple(lost), removed=True))
         self._done = []
 
     # -- the connector's lookups -------------------------------------------------------------

@@ -451,6 +451,20 @@ def window_scan(scans: Any, stub: Any, keys: list, window: int, ctx: Any,
     return scans._sliding_window_lookup(stub, keys, window, ctx)
 
 
+def job_result(tiering: Any, job_id: int, copied: list, num_keys: int) -> Any:
+    """A tier's ``JobResult`` for a job that copied ``copied`` of its ``num_keys`` keys.
+
+    # vLLM >=0.28.0: ``successful_keys`` names what a failed job still copied.
+    # vLLM 0.22.0-0.26.x: success or not, for the whole job (``missing_offload_calls`` says
+    #   "partial_job_result", and the machine fails a job whole).
+    """
+    if len(copied) == num_keys:
+        return tiering.JobResult(job_id=job_id, success=True)
+    if copied:
+        return tiering.JobResult(job_id=job_id, success=False, successful_keys=copied)
+    return tiering.JobResult(job_id=job_id, success=False)
+
+
 def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
     """Calls the machine may make that this release lacks: name -> reason.
 
@@ -468,6 +482,12 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
     elif "initial_window_size" not in inspect.signature(scans._sliding_window_lookup).parameters:
         missing["initial_window"] = (f"initial_window: vLLM {found}'s sliding-window scan "
                                      "takes no larger first window (from 0.30.0)")
+    tiering = release.import_module("vllm.v1.kv_offload.tiering.base") if hasattr(
+        manager, "secondary_tiers") else None
+    if tiering is not None and "successful_keys" not in getattr(
+            tiering.JobResult, "__dataclass_fields__", {}):
+        missing["partial_job_result"] = (f"partial_job_result: vLLM {found}'s tier reports a "
+                                         "job's success whole (successful_keys from 0.28.0)")
     if not hasattr(manager, "reset_cache"):
         missing["reset_cache"] = (f"reset_cache: vLLM {found}'s {type(manager).__name__} "
                                   "has no reset_cache")

@@ -88,14 +88,19 @@ def _manual_tier_class():
         def submit_load(self, job_metadata) -> None:
             self.queued[job_metadata.job_id] = job_metadata
 
-        def complete(self, job_id: int) -> None:
+        def complete(self, job_id: int, failed=()) -> None:
+            """Copy the job's keys, except those in ``failed`` (an I/O error on them)."""
             job = self.queued.pop(job_id)
+            copied = []
             for key, chunk_id in zip(job.keys, compat.job_chunk_ids(job), strict=True):
+                if key in failed:
+                    continue
+                copied.append(key)
                 if job.is_promotion:
                     self.rows[int(chunk_id)] = self.copies[key]
                 else:
                     self.copies[key] = self.rows[int(chunk_id)].copy()
-            self.finished.append(tiering.JobResult(job_id=job_id, success=True))
+            self.finished.append(compat.job_result(tiering, job_id, copied, len(job.keys)))
 
         def get_finished_jobs(self):
             done, self.finished = self.finished, []
@@ -138,7 +143,8 @@ class VllmTieredLookup:
     """The tiered-lookup port over vLLM's ``CPUOffloadingManager`` (``LRUOffloadingManager``
     before 0.19.0) or ``TieringOffloadingManager`` (from 0.22.0)."""
 
-    def __init__(self, num_chunks: int, secondary: str = "none"):
+    def __init__(self, num_chunks: int, secondary: str = "none",
+                 preloaded: Sequence[int] = ()):
         self._base = compat.offload_base()
         self.release = release.release()
         self.num_chunks = num_chunks
@@ -158,6 +164,8 @@ class VllmTieredLookup:
             self.manager = compat.tiering_manager(manager, self.primary, [self.tier])
         else:
             raise HarnessError(f"unknown secondary tier {secondary!r}")
+        if preloaded and self.tier is None:
+            raise HarnessError("preloaded keys need a secondary tier to hold them")
         self._scans = compat.connector_scans()
         self.missing_calls = compat.missing_offload_calls(self.manager, self._scans)
         self.model_options = compat.lookup_semantics(self.release)
@@ -167,6 +175,10 @@ class VllmTieredLookup:
         self._keys: dict[int, object] = {}
         self._ints: dict[object, int] = {}
         self._store_chunk: dict[int, int] = {}      # pending key -> chunk id being written
+        for i in preloaded:                         # copies an earlier run left in the tier
+            row = np.zeros(CHUNK_BYTES, dtype=np.uint8)
+            row[:8 * CHUNK_WORDS] = np.frombuffer(_bytes(_payload(i)), dtype=np.uint8)
+            self.tier.copies[self._key(i)] = row
 
     def _locked(self):
         lock = getattr(self.manager, "lock", None)  # vLLM 0.33.0: callers hold it
@@ -265,10 +277,10 @@ class VllmTieredLookup:
         with self._locked():
             compat.end_step(self.manager, self._base)
 
-    def complete_job(self, job_id: int) -> None:
+    def complete_job(self, job_id: int, failed: Sequence[int] = ()) -> None:
         if self.tier is None:
             raise HarnessError("the primary tier alone has no secondary jobs")
-        self.tier.complete(job_id)
+        self.tier.complete(job_id, {self._key(k) for k in failed})
 
     def reset_cache(self) -> None:
         self._store_chunk.clear()
@@ -330,5 +342,6 @@ def _scan(result: int | None, made: list[tuple[int, LookupResult]]) -> Scan:
     return Scan(result, tuple(k for k, _ in made), tuple(a for _, a in made))
 
 
-def make_tiered_lookup(num_chunks: int, secondary: str = "none") -> VllmTieredLookup:
-    return VllmTieredLookup(num_chunks, secondary)
+def make_tiered_lookup(num_chunks: int, secondary: str = "none",
+                       preloaded: Sequence[int] = ()) -> VllmTieredLookup:
+    return VllmTieredLookup(num_chunks, secondary, preloaded)
