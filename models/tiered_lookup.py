@@ -75,6 +75,7 @@ class TieredLookupModel:
     promotion_starts: list[tuple[int, int]] = field(factory=list)   # (time, key)
     probes_asked: dict[int, int] = field(factory=dict)  # key -> when; until its answer is used
     events: list[tuple[tuple[int, ...], bool, bool]] = field(factory=list)  # keys, removed, failed
+    tier_sourced: set[int] = field(factory=set)  # keys the request got by promotion
 
     def __attrs_post_init__(self) -> None:
         if self.secondary not in SECONDARY_KINDS:
@@ -150,6 +151,13 @@ class TieredLookupModel:
         if flushed is None:                    # not asked yet, or not flushed yet
             return RETRY
         return HIT if key in self._tier_keys_before(flushed) else MISS
+
+    def load_source(self, key: int) -> str:
+        """Which tier supplied the request's HIT on the key, for its cache-hit metrics: the
+        secondary when the request's own lookup promoted it from there (a disk hit stays a
+        disk hit after the copy lands in host memory), unless that promotion failed or a
+        reset came since; else the primary."""
+        return "secondary" if key in self.tier_sourced else "primary"
 
     def in_flight(self, key: int) -> bool:
         """Something that will change the key's answer is under way: a write into its
@@ -269,6 +277,7 @@ class TieredLookupModel:
         if self._primary_prepare_store([key]) is None:
             return MISS                        # no room: recompute rather than wait forever
         self.promotion_starts.append((self.clock.tick(), key))
+        self.tier_sourced.add(key)
         return RETRY if self.promotion_answers_retry else HIT_PENDING
 
     def on_schedule_end(self) -> None:
@@ -298,6 +307,7 @@ class TieredLookupModel:
             self.complete_job(job.job_id)
         self._poll()
         self.chunks = {}
+        self.tier_sourced = set()
         self.clock.mark("reset")
 
     def on_reset_flushed(self) -> None:
@@ -318,6 +328,7 @@ class TieredLookupModel:
             if job.kind == "promote":
                 self._complete_write([k for k in job.keys if k not in failed], True)
                 self._complete_write([k for k in job.keys if k in failed], False)
+                self.tier_sourced -= failed
 
     # -- the connector's lookups over this manager --------------------------------------
 

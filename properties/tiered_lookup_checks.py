@@ -42,6 +42,7 @@ PROPERTIES = {
     "chunk-partition": "free chunks + resident chunks == num_chunks",
     "jobs-agree": "the pending jobs are the model's",
     "secondary-agrees": "the secondary tier holds the model's keys",
+    "load-source-agrees": "a HIT's load source is the tier that supplied it to the request",
 }
 
 

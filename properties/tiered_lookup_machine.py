@@ -157,8 +157,24 @@ def end_step(mgr):
     @rule(data=st.data())
     def complete_job_failed(self, data):
         """A tier's I/O fails on some of a job's keys (a store copies nothing of them, a
-        promotion leaves their chunks unwritten); named by position in the job's keys."""
-        position = draw_integer(data, 0, len(self.model.jobs) - 1)
+        promotion leaves their chunks unwritten)."""
+        self._fail_job(data, range(len(self.model.jobs)))
+
+    # A rule of its own for promotions: they are the rarer jobs (a lookup must find the key
+    # in the tier only, and a step end submit it), and the ones whose failure changes the
+    # primary, so a failure among all jobs alone would almost never reach one.
+    @precondition(lambda self: hasattr(self, "model")
+                  and any(job.kind == "promote" for job in self.model.jobs))
+    @rule(data=st.data())
+    def promotion_failed(self, data):
+        self._fail_job(data, [n for n, job in enumerate(self.model.jobs)
+                              if job.kind == "promote"])
+
+    def _fail_job(self, data, positions) -> None:
+        """Complete one of the pending jobs at ``positions`` with some of its keys failed,
+        named by position in the job's keys (all of them where the release's tier can only
+        report a job's success whole)."""
+        position = pick(data, list(positions))
         size = len(self.model.jobs[position].keys)
         failed = tuple(range(size))
         if size > 1 and "partial_job_result" not in self.missing_calls:
@@ -268,6 +284,12 @@ def end_step(mgr):
         actual = self.mgr.lookup(key)
         self.record_step(f"mgr.lookup({key})", repr(expect), _lookup_effect(expect))
         self._check_answer(key, expect, actual, live[0], "lookup")
+        # The connector asks a HIT's source for its cache-hit metrics (a disk hit promoted to
+        # host memory must still count as a disk hit).
+        if expect is LookupResult.HIT and self.model.secondary != "none" \
+                and "load_source" not in self.missing_calls:
+            self.call("load-source-agrees", "load_source", key,
+                      shown=f"mgr.load_source({key})", effect="the tier that supplied the hit")
 
     def do_maximal_prefix_lookup(self, keys: tuple[int, ...]):
         self._step()

@@ -60,6 +60,7 @@ class NativeTieredLookup:
         self._held = False
         self._events: list[OffloadEvent] = []
         self._metadata_only: set[int] = set()       # indexes of failed-store removals
+        self._source: dict[int, str] = {}           # key -> the tier that supplied it
         if preloaded and secondary == "none":
             raise ValueError("preloaded keys need a secondary tier to hold them")
         for key in preloaded:                       # copies an earlier run left in the tier
@@ -229,6 +230,7 @@ class NativeTieredLookup:
                 return LookupResult.RETRY
             return LookupResult.MISS
         self._to_promote.append(key)
+        self._source[key] = "secondary"
         return LookupResult.HIT_PENDING
 
     def _lookup_tier(self, key: int) -> LookupResult:
@@ -273,6 +275,7 @@ class NativeTieredLookup:
             self.complete_job(job_id)
         self._poll()
         self._to_promote = []
+        self._source.clear()
         self._ref.clear()
         self._slot.clear()
         self._lru.clear()
@@ -284,6 +287,9 @@ class NativeTieredLookup:
 
     def on_reset_flushed(self) -> None:
         self._held = False
+
+    def load_source(self, key: int) -> str:
+        return self._source.get(key, "primary")
 
     def _queue_job(self, kind: str, keys: tuple[int, ...], slots: tuple[int, ...]) -> None:
         self._queued[self._next_job] = (kind, keys, slots)
@@ -304,6 +310,7 @@ class NativeTieredLookup:
                 self._mark_written(key)
             for key in lost:
                 self._drop(key)         # the promotion failed: its chunk is freed again
+                self._source.pop(key, None)
             if landed:
                 self._events.append(OffloadEvent(tuple(landed), removed=False))
             if lost:

@@ -465,6 +465,17 @@ def job_result(tiering: Any, job_id: int, copied: list, num_keys: int) -> Any:
     return tiering.JobResult(job_id=job_id, success=False)
 
 
+def tier_hit_source() -> Any:
+    """The cache-hit source the harness's secondary tier reports: DISK.
+
+    # vLLM >=0.32.0: ``vllm.v1.metrics.cache_hit_source`` (``get_load_source``).
+    # vLLM <0.32.0: none (``missing_offload_calls`` says "load_source").
+    """
+    if not release.has_module("vllm.v1.metrics.cache_hit_source"):
+        return None
+    return release.import_module("vllm.v1.metrics.cache_hit_source").CacheHitSource.DISK
+
+
 def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
     """Calls the machine may make that this release lacks: name -> reason.
 
@@ -488,6 +499,9 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
             tiering.JobResult, "__dataclass_fields__", {}):
         missing["partial_job_result"] = (f"partial_job_result: vLLM {found}'s tier reports a "
                                          "job's success whole (successful_keys from 0.28.0)")
+    if tiering is not None and not hasattr(manager, "get_load_source"):
+        missing["load_source"] = (f"load_source: vLLM {found}'s tiering manager keeps no "
+                                  "load source (get_load_source from 0.32.0)")
     if not hasattr(manager, "reset_cache"):
         missing["reset_cache"] = (f"reset_cache: vLLM {found}'s {type(manager).__name__} "
                                   "has no reset_cache")

@@ -63,6 +63,8 @@ def _manual_tier_class():
     class ManualTier(tiering.SecondaryTierManager):
         medium = getattr(base, "Medium", None) and base.Medium.CPU
         tolerates_off_thread_polling = False
+        # Not the primary's HOST: a hit this tier supplied must be told from a primary hit.
+        cache_hit_source = compat.tier_hit_source()
 
         def __init__(self, view: memoryview, probe: bool):
             super().__init__(None, view, "manual")
@@ -286,6 +288,12 @@ class VllmTieredLookup:
         self._store_chunk.clear()
         with self._locked():
             self.manager.reset_cache()
+
+    def load_source(self, key: int) -> str:
+        with self._locked():
+            source = self.manager.get_load_source(self._key(key), self._ctx)
+        return "secondary" if self.tier is not None and source == self.tier.cache_hit_source \
+            else "primary"
 
     def on_reset_flushed(self) -> None:
         if not hasattr(self.manager, "on_reset_flushed"):
