@@ -76,6 +76,7 @@ class TieredLookupModel:
     probes_asked: dict[int, int] = field(factory=dict)  # key -> when; until its answer is used
     events: list[tuple[tuple[int, ...], bool, bool]] = field(factory=list)  # keys, removed, failed
     tier_sourced: set[int] = field(factory=set)  # keys the request got by promotion
+    touched_in_tier: list[tuple[int, ...]] = field(factory=list)   # touches the tier got
 
     def __attrs_post_init__(self) -> None:
         if self.secondary not in SECONDARY_KINDS:
@@ -158,6 +159,20 @@ class TieredLookupModel:
         disk hit after the copy lands in host memory), unless that promotion failed or a
         reset came since; else the primary."""
         return "secondary" if key in self.tier_sourced else "primary"
+
+    def tier_touches(self) -> list[tuple[int, ...]]:
+        return list(self.touched_in_tier)
+
+    def has_pending_work(self) -> bool:
+        """The engine must keep stepping while a secondary job runs or has finished unnoticed
+        (its pins or its promoted chunks wait for a poll)."""
+        seen = self.clock.last("poll")
+        return any(self.finished_at.get(j.job_id, seen + 1) > seen for j in self.submitted)
+
+    def shutdown(self) -> tuple[str, ...]:
+        """What shutting down releases, in order: the secondary tier before the primary's
+        memory, which the tier's transfers read and write."""
+        return ("secondary", "primary") if self.secondary != "none" else ("primary",)
 
     def in_flight(self, key: int) -> bool:
         """Something that will change the key's answer is under way: a write into its
@@ -244,6 +259,8 @@ class TieredLookupModel:
             self.chunks[key].loads -= 1
 
     def touch(self, keys: Sequence[int]) -> None:
+        if self.secondary != "none":
+            self.touched_in_tier.append(tuple(keys))      # "recently used in all tiers"
         # In reverse, so the first key is the most recent: a request's head outlives its tail.
         for chunk in [self.chunks[k] for k in reversed(keys) if k in self.chunks]:
             chunk.used_at = self.clock.tick()

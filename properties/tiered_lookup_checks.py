@@ -43,6 +43,9 @@ PROPERTIES = {
     "jobs-agree": "the pending jobs are the model's",
     "secondary-agrees": "the secondary tier holds the model's keys",
     "load-source-agrees": "a HIT's load source is the tier that supplied it to the request",
+    "tier-touched": "every touch reaches the secondary tier too, keys in order",
+    "pending-work-agrees": "has_pending_work() while a secondary job runs or waits unnoticed",
+    "shutdown-releases-all": "shutdown releases the secondary tier, then the primary's memory",
 }
 
 
@@ -121,6 +124,13 @@ class TieredLookupChecks:
                    f"{m.num_chunks} chunks")
         self.check("jobs-agree", t.pending_jobs() == m.pending_jobs(),
                    lambda: f"pending jobs {t.pending_jobs()}, expected {m.pending_jobs()}")
+        self.check("tier-touched", t.tier_touches() == m.tier_touches(),
+                   lambda: f"the secondary tier was touched with {t.tier_touches()}, "
+                   f"expected {m.tier_touches()}")
+        if "has_pending_work" not in self.missing_calls:
+            self.check("pending-work-agrees", t.has_pending_work() == m.has_pending_work(),
+                       lambda: f"has_pending_work() is {t.has_pending_work()}, expected "
+                       f"{m.has_pending_work()} (jobs {m.pending_jobs()})")
         self.check("secondary-agrees", t.secondary_keys() == m.secondary_keys(),
                    lambda: f"secondary tier holds {t.secondary_keys()}, expected "
                    f"{m.secondary_keys()}")

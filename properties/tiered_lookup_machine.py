@@ -79,6 +79,7 @@ def end_step(mgr):
         self.loads: list[tuple[int, ...]] = []      # prepared loads not yet completed
         self.deferred: set[int] = set()             # keys whose last answer was a deferral
         self.steps_since_reset = 0
+        self.closed = False
         self.trace.config.update(world.config(), target=self.target_name)
         self.trace.world = world
 
@@ -197,10 +198,21 @@ def end_step(mgr):
         self.act("on_reset_flushed")
 
     def end_of_run(self):
-        """Liveness: complete every store, load and job and end steps; every key that last
-        answered RETRY or HIT_PENDING must then answer HIT or MISS."""
-        if not self.deferred:
-            return
+        """Liveness (every deferred key resolves once all work completes), then the server
+        stops: ``shutdown`` must release the secondary tier, then the primary's memory."""
+        if self.deferred:
+            self._resolve_deferred()
+        if self.model.secondary != "none" and not self.closed:
+            self.act("shutdown")
+
+    def act(self, name: str, *args) -> None:
+        if getattr(self, "closed", False):          # a replayed program past its shutdown
+            raise InvalidAction(f"{name}: the manager is shut down")
+        super().act(name, *args)
+
+    def _resolve_deferred(self):
+        """Complete every store, load and job and end steps; every key that last answered
+        RETRY or HIT_PENDING must then answer HIT or MISS."""
         for keys in list(self.batches):
             self.act("complete_store", keys, False)
         for keys in list(self.loads):
@@ -341,6 +353,11 @@ def end_step(mgr):
         self.loads.clear()
         self.apply("reset_cache", shown="mgr.reset_cache()",
                    effect="jobs drained, primary emptied, promotions held")
+
+    def do_shutdown(self):
+        self.closed = True
+        self.call("shutdown-releases-all", "shutdown", shown="mgr.shutdown()",
+                  effect="the secondary tier, then the primary's memory")
 
     def do_on_reset_flushed(self):
         self._step()

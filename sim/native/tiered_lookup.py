@@ -61,6 +61,7 @@ class NativeTieredLookup:
         self._events: list[OffloadEvent] = []
         self._metadata_only: set[int] = set()       # indexes of failed-store removals
         self._source: dict[int, str] = {}           # key -> the tier that supplied it
+        self._touched: list[tuple[int, ...]] = []   # touches the secondary tier was told of
         if preloaded and secondary == "none":
             raise ValueError("preloaded keys need a secondary tier to hold them")
         for key in preloaded:                       # copies an earlier run left in the tier
@@ -208,6 +209,8 @@ class NativeTieredLookup:
         return out
 
     def touch(self, keys: Sequence[int]) -> None:
+        if self.secondary != "none":
+            self._touched.append(tuple(keys))
         for key in reversed(keys):
             if key in self._lru:
                 self._lru.move_to_end(key)
@@ -290,6 +293,17 @@ class NativeTieredLookup:
 
     def load_source(self, key: int) -> str:
         return self._source.get(key, "primary")
+
+    def tier_touches(self) -> list[tuple[int, ...]]:
+        return list(self._touched)
+
+    def has_pending_work(self) -> bool:
+        return bool(self._queued or self._done)
+
+    def shutdown(self) -> tuple[str, ...]:
+        released = ("secondary",) if self.secondary != "none" else ()
+        self.primary = None                         # the primary's memory goes last
+        return (*released, "primary")
 
     def _queue_job(self, kind: str, keys: tuple[int, ...], slots: tuple[int, ...]) -> None:
         self._queued[self._next_job] = (kind, keys, slots)

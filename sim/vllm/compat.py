@@ -499,6 +499,9 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
             tiering.JobResult, "__dataclass_fields__", {}):
         missing["partial_job_result"] = (f"partial_job_result: vLLM {found}'s tier reports a "
                                          "job's success whole (successful_keys from 0.28.0)")
+    if tiering is not None and not hasattr(manager, "has_pending_work"):
+        missing["has_pending_work"] = (f"has_pending_work: vLLM {found}'s tiering manager "
+                                       "cannot say (from 0.24.0)")
     if tiering is not None and not hasattr(manager, "get_load_source"):
         missing["load_source"] = (f"load_source: vLLM {found}'s tiering manager keeps no "
                                   "load source (get_load_source from 0.32.0)")

@@ -39,14 +39,15 @@ CHUNK_BYTES = mmap.PAGESIZE
 class _Region:
     """What ``CPUPrimaryTierOffloadingManager`` needs of a ``SharedOffloadRegion``."""
 
-    def __init__(self, num_chunks: int):
+    def __init__(self, num_chunks: int, released: list[str] | None = None):
         self.mm, self.n = mmap.mmap(-1, num_chunks * CHUNK_BYTES), num_chunks
+        self.released = released if released is not None else []
 
     def create_kv_memoryview(self) -> memoryview:
         return memoryview(self.mm).cast("B", (self.n, CHUNK_BYTES))
 
     def cleanup(self) -> None:
-        pass
+        self.released.append("primary")
 
 
 def lookup_api():
@@ -66,8 +67,9 @@ def _manual_tier_class():
         # Not the primary's HOST: a hit this tier supplied must be told from a primary hit.
         cache_hit_source = compat.tier_hit_source()
 
-        def __init__(self, view: memoryview, probe: bool):
+        def __init__(self, view: memoryview, probe: bool, released: list[str]):
             super().__init__(None, view, "manual")
+            self.released, self.touches = released, []
             self.rows, self.probe = np.asarray(view), probe    # (num_chunks, bytes) uint8
             self.copies: dict[object, np.ndarray] = {}
             self.queued: dict[int, object] = {}           # job id -> TransferJob
@@ -111,7 +113,7 @@ def _manual_tier_class():
         get_finished = get_finished_jobs      # vLLM 0.22.x: the poll's name
 
         def touch(self, keys, req_context) -> None:
-            pass
+            self.touches.append(list(keys))
 
         def on_new_request(self, req_context):
             context = getattr(base, "RequestOffloadingContext", None)
@@ -136,7 +138,7 @@ def _manual_tier_class():
             self.probe_queue = []
 
         def shutdown(self) -> None:
-            pass
+            self.released.append("secondary")
 
     return ManualTier
 
@@ -158,11 +160,13 @@ class VllmTieredLookup:
         elif secondary in ("memory", "probe"):
             manager = compat.tiering_manager_module()
             cls = manager.CPUPrimaryTierOffloadingManager
+            self._released: list[str] = []
             self.primary = cls(**{compat.count_kwarg(cls): num_chunks},
-                               mmap_region=_Region(num_chunks), enable_events=True)
+                               mmap_region=_Region(num_chunks, self._released),
+                               enable_events=True)
             view = self.primary.get_kv_memoryview()
             self._chunks = np.asarray(view)               # writable (num_chunks, bytes) uint8
-            self.tier = _manual_tier_class()(view, probe=secondary == "probe")
+            self.tier = _manual_tier_class()(view, secondary == "probe", self._released)
             self.manager = compat.tiering_manager(manager, self.primary, [self.tier])
         else:
             raise HarnessError(f"unknown secondary tier {secondary!r}")
@@ -288,6 +292,26 @@ class VllmTieredLookup:
         self._store_chunk.clear()
         with self._locked():
             self.manager.reset_cache()
+
+    def tier_touches(self) -> list[tuple[int, ...]]:
+        return [] if self.tier is None else [tuple(self._ints[k] for k in keys)
+                                             for keys in self.tier.touches]
+
+    def has_pending_work(self) -> bool:
+        with self._locked():
+            return bool(self.manager.has_pending_work())
+
+    def shutdown(self) -> tuple[str, ...]:
+        """``manager.shutdown()`` (without the lock: it takes it itself); what it released,
+        in order. Our views of the primary's memory go first: the primary releases it."""
+        self._chunks = None
+        if self.tier is None:
+            self.manager.shutdown()
+            return ("primary",)
+        self.tier.rows = None
+        before = len(self._released)
+        self.manager.shutdown()
+        return tuple(self._released[before:])
 
     def load_source(self, key: int) -> str:
         with self._locked():
