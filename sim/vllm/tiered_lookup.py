@@ -148,7 +148,7 @@ class VllmTieredLookup:
     before 0.19.0) or ``TieringOffloadingManager`` (from 0.22.0)."""
 
     def __init__(self, num_chunks: int, secondary: str = "none",
-                 preloaded: Sequence[int] = ()):
+                 preloaded: Sequence[int] = (), polled: bool = False):
         self._base = compat.offload_base()
         self.release = release.release()
         self.num_chunks = num_chunks
@@ -167,6 +167,9 @@ class VllmTieredLookup:
             view = self.primary.get_kv_memoryview()
             self._chunks = np.asarray(view)               # writable (num_chunks, bytes) uint8
             self.tier = _manual_tier_class()(view, secondary == "probe", self._released)
+            # A tier that serves peers asks to be polled between steps too: the manager then
+            # runs its tier-poll thread (vLLM 0.33.0), which takes the manager's lock.
+            self.tier.tolerates_off_thread_polling = polled
             self.manager = compat.tiering_manager(manager, self.primary, [self.tier])
         else:
             raise HarnessError(f"unknown secondary tier {secondary!r}")
@@ -286,7 +289,8 @@ class VllmTieredLookup:
     def complete_job(self, job_id: int, failed: Sequence[int] = ()) -> None:
         if self.tier is None:
             raise HarnessError("the primary tier alone has no secondary jobs")
-        self.tier.complete(job_id, {self._key(k) for k in failed})
+        with self._locked():            # a tier-poll thread may be reading the tier's lists
+            self.tier.complete(job_id, {self._key(k) for k in failed})
 
     def reset_cache(self) -> None:
         self._store_chunk.clear()
