@@ -32,6 +32,9 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from sim.errors import HarnessError
+from sim.files import atomic_write, check_writable
+
 
 class TrivialMachine(RuleBasedStateMachine):
     """The floor: what Hypothesis's stateful engine costs per step with nothing to check."""
@@ -218,8 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hunt-budget", type=int, default=20, help="seconds per hunt")
     parser.add_argument("--out", default="bench", help="bench.md, bench.json, bench.png here")
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)       # checked before the long work starts
+    try:
+        out = check_writable(args.out, "--out")   # checked before the long work starts
+    except HarnessError as error:
+        raise SystemExit(f"error: {error}") from None
     lines = [f"{'machine':34} {'steps/s':>9} {'trivial/this':>13} {'explorer steps/s':>17} "
              f"{'explorer/hyp':>13}"]
     machines = steps_per_second(args.examples)
@@ -247,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(plot(out / "bench.png", machines, scaling))
     text = "\n".join(lines)
     print(text)
-    (out / "bench.md").write_text("```\n" + text + "\n```\n")
-    (out / "bench.json").write_text(json.dumps(
+    atomic_write(out / "bench.md", "```\n" + text + "\n```\n")
+    atomic_write(out / "bench.json", json.dumps(
         {"machines": [{"machine": m[0], "hypothesis_steps_per_s": round(m[1]),
                        "trivial_over_this": round(m[2], 2),
                        "explorer_steps_per_s": round(m[3]) if m[3] else None}

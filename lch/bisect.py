@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lch import venvs
 from lch.history import SUITES, ReleaseRun, markdown, pytest_args, run_release, write_reports
+from sim.files import atomic_write, check_writable
 
 
 def bisect(releases: list[str], search: bool, venv_dir: Path, out_dir: Path,
@@ -74,6 +75,8 @@ def main(args) -> int:
         else venvs.releases_between(args.first, args.last)
     suites = {path: column for path, column in SUITES.items()
               if not args.subsystem or column in args.subsystem}
+    check_writable(Path(args.report).parent, "--report")      # before the first install
+    check_writable(args.reproducer_dir, "--reproducer-dir")
     print(f"bisect over {len(releases)} release(s): {', '.join(releases)}", flush=True)
     runs = bisect(releases, not args.releases and not args.linear, Path(args.venv_dir),
                   Path(args.reproducer_dir), pytest_args(args), suites)
@@ -82,6 +85,6 @@ def main(args) -> int:
     text = markdown(runs) + "\n## Where outcomes change\n\n" + \
         ("\n".join(found) if found else "- no subsystem changes between the runs") + "\n"
     write_reports(runs, Path(args.report).parent, Path(args.report).stem)
-    Path(args.report).write_text(text)
+    atomic_write(args.report, text)
     print(text)
     return 1 if any(r.failed for r in runs) else 0

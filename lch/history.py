@@ -29,6 +29,7 @@ from attrs import asdict, define, field
 
 from lch import venvs
 from sim.errors import HarnessError
+from sim.files import atomic_write, check_writable
 
 # Test module -> the matrix column it reports to. The adapter tests of test_vllm_target.py
 # drive the encoder cache.
@@ -191,10 +192,8 @@ def markdown(runs: list[ReleaseRun]) -> str:
 def write_reports(runs: list[ReleaseRun], report_dir: Path, stem: str = "history-report") -> Path:
     report_dir.mkdir(parents=True, exist_ok=True)
     data = {"releases": [asdict(r) | {"failed": r.failed} for r in runs]}
-    (report_dir / f"{stem}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    path = report_dir / f"{stem}.md"
-    path.write_text(markdown(runs))
-    return path
+    atomic_write(report_dir / f"{stem}.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return atomic_write(report_dir / f"{stem}.md", markdown(runs))
 
 
 def pytest_args(args) -> list[str]:
@@ -206,6 +205,8 @@ def pytest_args(args) -> list[str]:
 def main(args) -> int:
     releases = venvs.parse_releases(args.releases) if args.releases \
         else venvs.releases_between(args.first, args.last)
+    check_writable(args.report_dir, "--report-dir")       # before the first install
+    check_writable(args.reproducer_dir, "--reproducer-dir")
     print(f"history over {len(releases)} release(s): {', '.join(releases)}", flush=True)
     runs = []
     for release in releases:

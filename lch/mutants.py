@@ -37,6 +37,8 @@ from collections import Counter
 from pathlib import Path
 
 from lch import forked, mutate, suites
+from sim.errors import HarnessError
+from sim.files import atomic_write, check_writable
 
 EQUIVALENTS_DIR = suites.ROOT / "fixtures" / "mutants"
 KILLS = ("killed", "timeout", "crash")
@@ -72,6 +74,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     started = time.monotonic()
+    try:             # before vLLM's import and the baseline: minutes a bad --out would waste
+        out = check_writable(args.out, "--out")
+    except HarnessError as error:
+        raise SystemExit(f"error: {error}") from None
     for name, value in (("HYPOTHESIS_PROFILE", "ci"), ("LCH_REQUIRE_TARGETS", "1"),
                         ("VLLM_TARGET_DEVICE", "cpu"), ("OMP_NUM_THREADS", "1")):
         os.environ.setdefault(name, value)
@@ -103,10 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     results = run_campaign(module, cls, chosen, runs, baseline, args, workdir)
     report = build_report(args.spec, release, everything, selected, equivalents, stale, runs,
                           baseline, results, time.monotonic() - started)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"mutants-{cls.__name__}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / f"mutants-{cls.__name__}.md").write_text(render_markdown(report))
+    atomic_write(out / f"mutants-{cls.__name__}.json", json.dumps(report, indent=2) + "\n")
+    atomic_write(out / f"mutants-{cls.__name__}.md", render_markdown(report))
     print(summary(report))
     score = report["suites"]["harness"]["score_percent"]
     return 1 if args.fail_under is not None and score < args.fail_under else 0

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import tempfile
 from pathlib import Path
 
 from lch.hunt import HuntReport, PairReport
+from sim.files import atomic_write, check_writable  # noqa: F401 - the CLI's entry points
 
 
 def to_json(report: HuntReport) -> dict:
@@ -135,30 +135,3 @@ def write_report(report: HuntReport, directory: str | os.PathLike) -> str:
     return markdown
 
 
-def atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)       # mkstemp's 0600 would hide the report from others
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def check_writable(directory: str, option: str) -> None:
-    """Make ``directory`` and prove a file can be written there, before any work; else one
-    line naming the problem and the fix."""
-    from sim.errors import HarnessError
-    try:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=directory, prefix=".lch-write-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as error:
-        raise HarnessError(f"{option} {directory} is not writable ({type(error).__name__}: "
-                           f"{error.strerror or error}); pass {option} with a directory you "
-                           "can write to") from None

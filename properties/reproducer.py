@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 from pathlib import Path
 
 from properties.harness import Failure, HarnessMachine
+from sim.files import atomic_write
 
 DEFAULT_DIR = Path("fixtures/reproducers/found")
 
@@ -76,15 +76,5 @@ def write_reproducer(machine: type[HarnessMachine], failure: Failure, target: st
     path = directory / f"{reproducer_name(machine, failure, target)}.py"
     if path.exists():
         return path
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".py")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)       # mkstemp's 0600: a file others can read
-        with os.fdopen(fd, "w") as handle:
-            handle.write(render(machine, failure, target))
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, render(machine, failure, target))
     return path

@@ -170,12 +170,19 @@ def replay(machine: type[HarnessMachine], target: str, world: object,
 
 def _replayed(machine: type[HarnessMachine], target: str, failure: Failure) -> Failure:
     """The failure replayed once outside Hypothesis, so its trace carries the state checks a
-    reproducer ends with (a run records none, to stay fast)."""
+    reproducer ends with (a run records none, to stay fast).
+
+    The replay checks the invariants after every step, also the closing steps a run makes in
+    its teardown (``end_of_run``), where a run checks none: a program can then fail earlier,
+    on another property. That failure is the one its reproducer shows, so it is the one
+    reported and minimized (minimizing towards the run's property would keep the whole
+    program, as no shorter one reaches it past the earlier check)."""
     actions = [s.action for s in failure.trace.steps]
     error, trace = replay(machine, target, failure.trace.world, actions)
-    if error is None or property_of(error) != failure.property:
+    if error is None or isinstance(error, InvalidAction) \
+            or classify(error).kind != "divergence":
         return failure
-    return Failure(failure.property, str(error).strip(), trace, error)
+    return Failure(property_of(error), str(error).strip(), trace, error)
 
 
 def minimize(machine: type[HarnessMachine], failure: Failure, target: str,

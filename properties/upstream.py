@@ -16,10 +16,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 from pathlib import Path
 
 from properties.harness import Failure, HarnessMachine
+from sim.files import atomic_write
 
 UPSTREAM = ("encoder_cache",)
 
@@ -133,15 +133,5 @@ def write_upstream_reproducer(machine: type[HarnessMachine], failure: Failure,
     folder = Path(directory) / "upstream"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"upstream_{upstream_name(machine, failure)}.py"
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".py")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, text)
     return path
