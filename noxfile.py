@@ -102,7 +102,8 @@ VLLM_SUITES = ["properties/test_encoder_cache.py", "properties/test_ports.py",
                "properties/test_secondary_tier.py", "properties/test_secondary_tier_crash.py",
                "properties/test_backpressure.py", "properties/test_linearizability.py",
                "properties/test_tiered_lookup.py", "properties/test_tiered_lookup_policies.py",
-               "properties/test_tiered_lookup_vllm_scans.py", "properties/test_vllm_target.py",
+               "properties/test_tiered_lookup_vllm_scans.py", "properties/test_tier_poll_thread.py",
+               "properties/test_vllm_target.py",
                "properties/test_upstream_reproducer.py", "fixtures/reproducers"]
 
 

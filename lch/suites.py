@@ -34,6 +34,8 @@ ENCODER_REPRODUCERS = tuple(f"fixtures/reproducers/test_encoder_cache_vllm_{name
 
 POLICY_SUITES = tuple(f"properties/test_tiered_lookup_policies.py::test_tiered_lookup_{p}"
                       for p in ("lru", "arc"))
+TIERING_REPRODUCERS = tuple(f"fixtures/reproducers/test_tiered_lookup_{name}.py" for name in (
+    "seed001", "vllm_offered_key_evicted", "vllm_pending_cut_off", "vllm_tiering_reset"))
 
 CLASSES: dict[str, Subject] = {
     "vllm.v1.core.encoder_cache_manager:EncoderCacheManager": Subject(
@@ -65,6 +67,15 @@ CLASSES: dict[str, Subject] = {
     "vllm.v1.kv_offload.cpu.policies.arc:ARCCachePolicy": Subject(
         harness=(POLICY_SUITES[1],),
         upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
+    "vllm.v1.kv_offload.tiering.manager:TieringOffloadingManager": Subject(
+        harness=("properties/test_tier_poll_thread.py", *TIERING_REPRODUCERS,
+                 "properties/test_backpressure.py::"
+                 "test_cascade_drops_under_pressure", "properties/test_tiered_lookup.py"),
+        # The test files whose subject is the manager itself; the tier tests (fs, obj, p2p)
+        # build one only to carry their tier's events.
+        upstream=("tests/v1/kv_offload/tiering/test_tiering_offloading.py",
+                  "tests/v1/kv_offload/tiering/test_tier_poll_thread.py",
+                  "tests/v1/kv_offload/tiering/test_backpressure.py")),
 }
 
 
@@ -173,7 +184,10 @@ def extract_upstream(sdist: Path, tests: tuple[str, ...], into: Path) -> list[Pa
         for test in tests:
             parts = Path(test).parts
             wanted.add(test)
-            wanted.update(str(Path(*parts[:k], "__init__.py")) for k in range(1, len(parts)))
+            # A package's conftest.py comes too: tests import helpers from it (``--noconftest``
+            # keeps it from loading as a plugin).
+            wanted.update(str(Path(*parts[:k], name)) for k in range(1, len(parts))
+                          for name in ("__init__.py", "conftest.py"))
         members = [m for m in tar.getmembers()
                    if m.isfile() and m.name.partition("/")[2] in wanted]
         missing = set(tests) - {m.name.partition("/")[2] for m in members}

@@ -74,10 +74,12 @@ class TieredLookupModel:
     eviction_policy: str = "lru"             # "arc": ``models/tiered_lookup_arc.py``
     store_threshold: int = 1                 # offers before a store: ``tiered_lookup_admission``
     max_tracker_size: int = 64_000
+    preloaded: tuple[int, ...] = ()     # keys the secondary holds from an earlier run
     chunks: dict[int, Chunk] = field(factory=dict)
     clock: Timeline = field(factory=Timeline)
     submitted: list[Job] = field(factory=list)          # every job; job_id = position
     finished_at: dict[int, int] = field(factory=dict)   # job_id -> when its copy happened
+    failed: dict[int, frozenset[int]] = field(factory=dict)  # job_id -> keys not copied
     promotion_starts: list[tuple[int, int]] = field(factory=list)   # (time, key)
     probes_asked: dict[int, int] = field(factory=dict)  # key -> when; until its answer is used
     events: list[tuple[tuple[int, ...], bool, bool]] = field(factory=list)  # keys, removed, failed
@@ -85,10 +87,14 @@ class TieredLookupModel:
     arc: ArcPolicy | None = None
     admission: StoreAdmission = field(init=False)
     allocations: list[int] = field(factory=list)   # store sizes since the last get_stats
+    tier_sourced: set[int] = field(factory=set)  # keys the request got by promotion
+    touched_in_tier: list[tuple[int, ...]] = field(factory=list)   # touches the tier got
 
     def __attrs_post_init__(self) -> None:
         if self.secondary not in SECONDARY_KINDS:
             raise ValueError(f"secondary must be one of {SECONDARY_KINDS}")
+        if self.preloaded and self.secondary == "none":
+            raise ValueError("preloaded keys need a secondary tier to hold them")
         if self.pending_lookup not in ("HIT_PENDING", "RETRY", "MISS"):
             raise ValueError("pending_lookup must be HIT_PENDING, RETRY or MISS")
         if self.eviction_policy not in EVICTION_POLICIES:
@@ -164,6 +170,27 @@ class TieredLookupModel:
             return RETRY
         return HIT if key in self._tier_keys_before(flushed) else MISS
 
+    def load_source(self, key: int) -> str:
+        """Which tier supplied the request's HIT on the key, for its cache-hit metrics: the
+        secondary when the request's own lookup promoted it from there (a disk hit stays a
+        disk hit after the copy lands in host memory), unless that promotion failed or a
+        reset came since; else the primary."""
+        return "secondary" if key in self.tier_sourced else "primary"
+
+    def tier_touches(self) -> list[tuple[int, ...]]:
+        return list(self.touched_in_tier)
+
+    def has_pending_work(self) -> bool:
+        """The engine must keep stepping while a secondary job runs or has finished unnoticed
+        (its pins or its promoted chunks wait for a poll)."""
+        seen = self.clock.last("poll")
+        return any(self.finished_at.get(j.job_id, seen + 1) > seen for j in self.submitted)
+
+    def shutdown(self) -> tuple[str, ...]:
+        """What shutting down releases, in order: the secondary tier before the primary's
+        memory, which the tier's transfers read and write."""
+        return ("secondary", "primary") if self.secondary != "none" else ("primary",)
+
     def in_flight(self, key: int) -> bool:
         """Something that will change the key's answer is under way: a write into its
         primary chunk, or an existence probe."""
@@ -183,7 +210,8 @@ class TieredLookupModel:
 
     def _tier_keys_before(self, time: int) -> frozenset[int]:
         return frozenset(k for j in self.submitted if j.kind == "store"
-                         and self.finished_at.get(j.job_id, time) < time for k in j.keys)
+                         and self.finished_at.get(j.job_id, time) < time for k in j.keys
+                         if k not in self.failed.get(j.job_id, ())) | set(self.preloaded)
 
     # -- the primary tier ----------------------------------------------------------------
 
@@ -279,6 +307,8 @@ class TieredLookupModel:
             self.chunks[key].loads -= 1
 
     def touch(self, keys: Sequence[int]) -> None:
+        if self.secondary != "none":
+            self.touched_in_tier.append(tuple(keys))      # "recently used in all tiers"
         # In reverse, so the first key is the most recent: a request's head outlives its tail.
         for key in reversed(keys):
             chunk = self.chunks.get(key)
@@ -331,6 +361,7 @@ class TieredLookupModel:
         if self._primary_prepare_store([key]) is None:
             return MISS                        # no room: recompute rather than wait forever
         self.promotion_starts.append((self.clock.tick(), key))
+        self.tier_sourced.add(key)
         return RETRY if self.promotion_answers_retry else HIT_PENDING
 
     def on_schedule_end(self) -> None:
@@ -342,11 +373,16 @@ class TieredLookupModel:
         # Closes the promotion batch, re-arms the poll and flushes every probe asked so far.
         self.clock.mark("step_end")
 
-    def complete_job(self, job_id: int) -> None:
-        """The job's copy happens now; the manager notices at its next poll."""
+    def complete_job(self, job_id: int, failed: Sequence[int] = ()) -> None:
+        """The job's copy happens now, except for the ``failed`` keys (a tier's I/O error);
+        the manager notices at its next poll."""
         if job_id in self.finished_at or not 0 <= job_id < len(self.submitted):
             raise ValueError(f"complete_job: job {job_id} is not pending")
+        if not set(failed) <= set(self.submitted[job_id].keys):
+            raise ValueError(f"complete_job: job {job_id} carries no key of {list(failed)}")
         self.finished_at[job_id] = self.clock.tick()
+        if failed:
+            self.failed[job_id] = frozenset(failed)
 
     def reset_cache(self) -> None:
         # Every tier drains its jobs and the manager notices them before the primary empties;
@@ -358,6 +394,7 @@ class TieredLookupModel:
         self.access = RequestAccess()          # the running request's accesses are forgotten
         if self.arc is not None:
             self.arc.clear()
+        self.tier_sourced = set()
         self.clock.mark("reset")
 
     def on_reset_flushed(self) -> None:
@@ -368,13 +405,17 @@ class TieredLookupModel:
 
     def _poll(self) -> None:
         """Notice the jobs finished since the last poll, in the order they finished: a
-        store's pins drop (computed), a promotion's chunks become written."""
+        store's pins drop (computed, failed or not), a promotion's chunks become written,
+        those whose copy failed are removed (as a failed store from the GPU is)."""
         since = self.clock.last("poll")
         landed = sorted((t, j) for j, t in self.finished_at.items() if t > since)
         self.clock.mark("poll")
         for _, job_id in landed:
-            if self.submitted[job_id].kind == "promote":
-                self._complete_write(self.submitted[job_id].keys, True)
+            job, failed = self.submitted[job_id], self.failed.get(job_id, frozenset())
+            if job.kind == "promote":
+                self._complete_write([k for k in job.keys if k not in failed], True)
+                self._complete_write([k for k in job.keys if k in failed], False)
+                self.tier_sourced -= failed
 
     # -- the connector's lookups over this manager --------------------------------------
 

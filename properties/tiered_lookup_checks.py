@@ -24,6 +24,8 @@ HAZARDS = (
     "scan: pending block in the run",
     "deferred lookup resolved",
     "reset: promotions held",
+    "store job failed",
+    "promote job failed",
 )
 
 
@@ -41,6 +43,10 @@ PROPERTIES = {
     "chunk-partition": "free chunks + resident chunks == num_chunks",
     "jobs-agree": "the pending jobs are the model's",
     "secondary-agrees": "the secondary tier holds the model's keys",
+    "load-source-agrees": "a HIT's load source is the tier that supplied it to the request",
+    "tier-touched": "every touch reaches the secondary tier too, keys in order",
+    "pending-work-agrees": "has_pending_work() while a secondary job runs or waits unnoticed",
+    "shutdown-releases-all": "shutdown releases the secondary tier, then the primary's memory",
 }
 
 
@@ -100,7 +106,8 @@ class TieredLookupChecks:
 
     @invariant()
     def state_agrees(self):
-        if not hasattr(self, "model"):
+        # After shutdown nothing is left to read: the primary's memory is released.
+        if not hasattr(self, "model") or getattr(self, "closed", False):
             return
         m, t = self.model, self.mgr
         for key in self.keys:
@@ -119,12 +126,21 @@ class TieredLookupChecks:
                    f"{m.num_chunks} chunks")
         self.check("jobs-agree", t.pending_jobs() == m.pending_jobs(),
                    lambda: f"pending jobs {t.pending_jobs()}, expected {m.pending_jobs()}")
+        self.check("tier-touched", t.tier_touches() == m.tier_touches(),
+                   lambda: f"the secondary tier was touched with {t.tier_touches()}, "
+                   f"expected {m.tier_touches()}")
+        if "has_pending_work" not in self.missing_calls:
+            self.check("pending-work-agrees", t.has_pending_work() == m.has_pending_work(),
+                       lambda: f"has_pending_work() is {t.has_pending_work()}, expected "
+                       f"{m.has_pending_work()} (jobs {m.pending_jobs()})")
         self.check("secondary-agrees", t.secondary_keys() == m.secondary_keys(),
                    lambda: f"secondary tier holds {t.secondary_keys()}, expected "
                    f"{m.secondary_keys()}")
         self.check_valid(t)
 
     def state_checks(self) -> list[str]:
+        if getattr(self, "closed", False):
+            return []
         m = self.model
         keys = list(self.keys)
         return [f"assert mgr.num_free_chunks == {m.num_free_chunks}",

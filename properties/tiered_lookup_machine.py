@@ -58,6 +58,8 @@ def end_step(mgr):
         options = "".join(f", {name}={config[name]!r}" for name, default in (
             ("eviction_policy", "lru"), ("store_threshold", 1), ("max_tracker_size", 64_000))
             if config.get(name, default) != default).replace("'", '"')
+        if config.get("preloaded"):
+            options += f', preloaded={tuple(config["preloaded"])}'
         return (f'mgr = make(target, "tiered_lookup", num_chunks={config["num_chunks"]}, '
                 f'secondary="{config["secondary"]}"{options})')
 
@@ -81,6 +83,7 @@ def end_step(mgr):
         self.loads: list[tuple[int, ...]] = []      # prepared loads not yet completed
         self.deferred: set[int] = set()             # keys whose last answer was a deferral
         self.steps_since_reset = 0
+        self.closed = False
         self.trace.config.update(world.config(), target=self.target_name)
         self.trace.world = world
 
@@ -182,6 +185,33 @@ def end_step(mgr):
     @rule()
     def finish_request(self):
         self.act("finish_request")
+    @precondition(lambda self: hasattr(self, "model") and self.model.jobs)
+    @rule(data=st.data())
+    def complete_job_failed(self, data):
+        """A tier's I/O fails on some of a job's keys (a store copies nothing of them, a
+        promotion leaves their chunks unwritten)."""
+        self._fail_job(data, range(len(self.model.jobs)))
+
+    # A rule of its own for promotions: they are the rarer jobs (a lookup must find the key
+    # in the tier only, and a step end submit it), and the ones whose failure changes the
+    # primary, so a failure among all jobs alone would almost never reach one.
+    @precondition(lambda self: hasattr(self, "model")
+                  and any(job.kind == "promote" for job in self.model.jobs))
+    @rule(data=st.data())
+    def promotion_failed(self, data):
+        self._fail_job(data, [n for n, job in enumerate(self.model.jobs)
+                              if job.kind == "promote"])
+
+    def _fail_job(self, data, positions) -> None:
+        """Complete one of the pending jobs at ``positions`` with some of its keys failed,
+        named by position in the job's keys (all of them where the release's tier can only
+        report a job's success whole)."""
+        position = pick(data, list(positions))
+        size = len(self.model.jobs[position].keys)
+        failed = tuple(range(size))
+        if size > 1 and "partial_job_result" not in self.missing_calls:
+            failed = pick(data, [f for f in _subsets(size) if f])
+        self.act("complete_job", position, failed)
 
     @rule()
     def on_schedule_end(self):
@@ -204,10 +234,21 @@ def end_step(mgr):
         self.act("on_reset_flushed")
 
     def end_of_run(self):
-        """Liveness: complete every store, load and job and end steps; every key that last
-        answered RETRY or HIT_PENDING must then answer HIT or MISS."""
-        if not self.deferred:
-            return
+        """Liveness (every deferred key resolves once all work completes), then the server
+        stops: ``shutdown`` must release the secondary tier, then the primary's memory."""
+        if self.deferred:
+            self._resolve_deferred()
+        if self.model.secondary != "none" and not self.closed:
+            self.act("shutdown")
+
+    def act(self, name: str, *args) -> None:
+        if getattr(self, "closed", False):          # a replayed program past its shutdown
+            raise InvalidAction(f"{name}: the manager is shut down")
+        super().act(name, *args)
+
+    def _resolve_deferred(self):
+        """Complete every store, load and job and end steps; every key that last answered
+        RETRY or HIT_PENDING must then answer HIT or MISS."""
         for keys in list(self.batches):
             self.act("complete_store", keys, False)
         for keys in list(self.loads):
@@ -291,6 +332,12 @@ def end_step(mgr):
         actual = self.mgr.lookup(key)
         self.record_step(f"mgr.lookup({key})", repr(expect), _lookup_effect(expect))
         self._check_answer(key, expect, actual, live[0], "lookup")
+        # The connector asks a HIT's source for its cache-hit metrics (a disk hit promoted to
+        # host memory must still count as a disk hit).
+        if expect is LookupResult.HIT and self.model.secondary != "none" \
+                and "load_source" not in self.missing_calls:
+            self.call("load-source-agrees", "load_source", key,
+                      shown=f"mgr.load_source({key})", effect="the tier that supplied the hit")
 
     def do_maximal_prefix_lookup(self, keys: tuple[int, ...]):
         self._step()
@@ -312,13 +359,20 @@ def end_step(mgr):
                          f"{initial_window})", repr(expect), f"{len(expect.lookups)} lookups")
         self._check_scan("sliding_window_lookup", expect, actual, live)
 
-    def do_complete_job(self, position: int):
+    def do_complete_job(self, position: int, failed: tuple[int, ...] = ()):
         if position >= len(self.model.jobs):
             raise InvalidAction("complete_job: fewer pending jobs")
         self._step()
-        job_id = self.model.jobs[position].job_id
-        self.apply("complete_job", job_id, shown=f"mgr.complete_job({job_id})",
-                   effect="copied; noticed at next poll")
+        job = self.model.jobs[position]
+        lost = tuple(job.keys[i] for i in failed if i < len(job.keys))
+        if not lost:
+            self.apply("complete_job", job.job_id, shown=f"mgr.complete_job({job.job_id})",
+                       effect="copied; noticed at next poll")
+            return
+        self.apply("complete_job", job.job_id, lost,
+                   shown=f"mgr.complete_job({job.job_id}, {list(lost)})",
+                   effect=f"copy of {list(lost)} failed; noticed at next poll")
+        self.hazard(f"{job.kind} job failed")
 
     def do_finish_request(self):
         self._step()
@@ -345,6 +399,11 @@ def end_step(mgr):
         self.loads.clear()
         self.apply("reset_cache", shown="mgr.reset_cache()",
                    effect="jobs drained, primary emptied, promotions held")
+
+    def do_shutdown(self):
+        self.closed = True
+        self.call("shutdown-releases-all", "shutdown", shown="mgr.shutdown()",
+                  effect="the secondary tier, then the primary's memory")
 
     def do_on_reset_flushed(self):
         self._step()
@@ -378,6 +437,10 @@ def end_step(mgr):
     def _readable_slices(self) -> list[tuple[int, ...]]:
         return [s for s in self._slices()
                 if all(self.model.read_chunk(k) is not None for k in s)]
+
+
+def _subsets(size: int) -> list[tuple[int, ...]]:
+    return [tuple(i for i in range(size) if mask >> i & 1) for mask in range(1 << size)]
 
 
 def _store_effect(out) -> str:

@@ -20,9 +20,12 @@ def simpler_worlds(world: TieredWorld, actions: list[tuple]):
     secondary tier (its jobs complete); shorter key lists."""
     if world.num_chunks > 1:
         yield evolve(world, num_chunks=world.num_chunks - 1), actions
+    for i in range(len(world.preloaded)):
+        yield evolve(world, preloaded=world.preloaded[:i] + world.preloaded[i + 1:]), actions
     simpler = {"probe": "memory", "memory": "none"}.get(world.secondary)
     if simpler:
-        yield evolve(world, secondary=simpler), actions
+        yield evolve(world, secondary=simpler,
+                     preloaded=world.preloaded if simpler != "none" else ()), actions
     if world.eviction_policy != "lru":
         yield evolve(world, eviction_policy="lru"), actions
     if world.store_threshold > 1:
@@ -33,6 +36,8 @@ def simpler_worlds(world: TieredWorld, actions: list[tuple]):
     smaller = evolve(world, num_chunks=world.num_chunks - 1) if world.num_chunks > 1 \
         else None
     for j, (name, *args) in enumerate(actions):
+        if name == "complete_job" and len(args) > 1:      # a failed copy: succeed instead
+            yield world, [*actions[:j], (name, args[0]), *actions[j + 1:]]
         if name == "reset_cache":
             yield world, [*actions[:j], ("complete_job", 0), *actions[j + 1:]]
         if name not in pairs:

@@ -41,7 +41,8 @@ PENDING = -1
 class NativeTieredLookup:
     def __init__(self, num_chunks: int, secondary: str = "none", chunk_words: int = 4,
                  bugs: frozenset[str] = frozenset(), eviction_policy: str = "lru",
-                 store_threshold: int = 1, max_tracker_size: int = 64_000):
+                 store_threshold: int = 1, max_tracker_size: int = 64_000,
+                 preloaded: tuple[int, ...] = ()):
         self.num_chunks = num_chunks
         self.store_threshold = store_threshold
         self.max_tracker_size = max_tracker_size
@@ -63,6 +64,7 @@ class NativeTieredLookup:
         self._queued: dict[int, tuple[str, tuple[int, ...], tuple[int, ...]]] = {}
         self._done: list[int] = []                  # finished job ids, not yet polled
         self._done_jobs: dict[int, tuple[str, tuple[int, ...], tuple[int, ...]]] = {}
+        self._failed: dict[int, frozenset[int]] = {}    # finished job id -> keys not copied
         self._next_job = 0
         self._to_promote: list[int] = []
         self._probe_queue: list[int] = []
@@ -71,6 +73,12 @@ class NativeTieredLookup:
         self._held = False
         self._events: list[OffloadEvent] = []
         self._metadata_only: set[int] = set()       # indexes of failed-store removals
+        self._source: dict[int, str] = {}           # key -> the tier that supplied it
+        self._touched: list[tuple[int, ...]] = []   # touches the secondary tier was told of
+        if preloaded and secondary == "none":
+            raise ValueError("preloaded keys need a secondary tier to hold them")
+        for key in preloaded:                       # copies an earlier run left in the tier
+            self._tier[key] = self._payload(key)
         self._arc = NativeArc(num_chunks, bugs) if eviction_policy == "arc" else None
         self._new_request()
 
@@ -277,6 +285,8 @@ class NativeTieredLookup:
         return out
 
     def touch(self, keys: Sequence[int]) -> None:
+        if self.secondary != "none":
+            self._touched.append(tuple(keys))
         for key in reversed(keys):
             if key in self._lru:
                 self._lru.move_to_end(key)
@@ -315,6 +325,7 @@ class NativeTieredLookup:
                 return LookupResult.RETRY
             return LookupResult.MISS
         self._to_promote.append(key)
+        self._source[key] = "secondary"
         return LookupResult.HIT_PENDING
 
     def _lookup_tier(self, key: int) -> LookupResult:
@@ -340,9 +351,13 @@ class NativeTieredLookup:
             self._probe_answer[key] = key in self._tier
         self._probe_queue = []
 
-    def complete_job(self, job_id: int) -> None:
+    def complete_job(self, job_id: int, failed: Sequence[int] = ()) -> None:
+        """The tier copies the job's keys, except ``failed`` (an I/O error on those)."""
         kind, keys, slots = self._queued.pop(job_id)
+        self._failed[job_id] = frozenset(failed)
         for key, slot in zip(keys, slots, strict=True):
+            if key in failed:
+                continue
             if kind == "store":
                 self._tier[key] = self.primary[slot].clone()
             else:
@@ -355,6 +370,7 @@ class NativeTieredLookup:
             self.complete_job(job_id)
         self._poll()
         self._to_promote = []
+        self._source.clear()
         self._ref.clear()
         self._slot.clear()
         self._lru.clear()
@@ -370,6 +386,20 @@ class NativeTieredLookup:
     def on_reset_flushed(self) -> None:
         self._held = False
 
+    def load_source(self, key: int) -> str:
+        return self._source.get(key, "primary")
+
+    def tier_touches(self) -> list[tuple[int, ...]]:
+        return list(self._touched)
+
+    def has_pending_work(self) -> bool:
+        return bool(self._queued or self._done)
+
+    def shutdown(self) -> tuple[str, ...]:
+        released = ("secondary",) if self.secondary != "none" else ()
+        self.primary = None                         # the primary's memory goes last
+        return (*released, "primary")
+
     def _queue_job(self, kind: str, keys: tuple[int, ...], slots: tuple[int, ...]) -> None:
         self._queued[self._next_job] = (kind, keys, slots)
         self._next_job += 1
@@ -378,15 +408,23 @@ class NativeTieredLookup:
         self._polled = True
         for job_id in self._done:
             kind, keys, _ = self._done_jobs.pop(job_id)
-            landed = []
+            failed = self._failed.pop(job_id)
+            landed, lost = [], []
             for key in keys:
                 if kind == "store":
                     self._unpin(key)
                 elif self._ref.get(key) == PENDING:
-                    self._mark_written(key)
-                    landed.append(key)
+                    (lost if key in failed else landed).append(key)
+            for key in landed:
+                self._mark_written(key)
+            for key in lost:
+                self._drop(key)         # the promotion failed: its chunk is freed again
+                self._source.pop(key, None)
             if landed:
                 self._events.append(OffloadEvent(tuple(landed), removed=False))
+            if lost:
+                self._metadata_only.add(len(self._events))
+                self._events.append(OffloadEvent(tuple(lost), removed=True))
         self._done = []
 
     # -- the connector's lookups -------------------------------------------------------------

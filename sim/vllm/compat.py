@@ -485,6 +485,31 @@ def window_scan(scans: Any, stub: Any, keys: list, window: int, ctx: Any,
     return scans._sliding_window_lookup(stub, keys, window, ctx)
 
 
+def job_result(tiering: Any, job_id: int, copied: list, num_keys: int) -> Any:
+    """A tier's ``JobResult`` for a job that copied ``copied`` of its ``num_keys`` keys.
+
+    # vLLM >=0.28.0: ``successful_keys`` names what a failed job still copied.
+    # vLLM 0.22.0-0.26.x: success or not, for the whole job (``missing_offload_calls`` says
+    #   "partial_job_result", and the machine fails a job whole).
+    """
+    if len(copied) == num_keys:
+        return tiering.JobResult(job_id=job_id, success=True)
+    if copied:
+        return tiering.JobResult(job_id=job_id, success=False, successful_keys=copied)
+    return tiering.JobResult(job_id=job_id, success=False)
+
+
+def tier_hit_source() -> Any:
+    """The cache-hit source the harness's secondary tier reports: DISK.
+
+    # vLLM >=0.32.0: ``vllm.v1.metrics.cache_hit_source`` (``get_load_source``).
+    # vLLM <0.32.0: none (``missing_offload_calls`` says "load_source").
+    """
+    if not release.has_module("vllm.v1.metrics.cache_hit_source"):
+        return None
+    return release.import_module("vllm.v1.metrics.cache_hit_source").CacheHitSource.DISK
+
+
 def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
     """Calls the machine may make that this release lacks: name -> reason.
 
@@ -513,6 +538,18 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
         missing["finish_request"] = (f"finish_request: vLLM {found}'s request-scoped cache "
                                      f"accesses are not mapped (the harness drives them from "
                                      f"{ARC_FROM})")
+    tiering = release.import_module("vllm.v1.kv_offload.tiering.base") if hasattr(
+        manager, "secondary_tiers") else None
+    if tiering is not None and "successful_keys" not in getattr(
+            tiering.JobResult, "__dataclass_fields__", {}):
+        missing["partial_job_result"] = (f"partial_job_result: vLLM {found}'s tier reports a "
+                                         "job's success whole (successful_keys from 0.28.0)")
+    if tiering is not None and not hasattr(manager, "has_pending_work"):
+        missing["has_pending_work"] = (f"has_pending_work: vLLM {found}'s tiering manager "
+                                       "cannot say (from 0.24.0)")
+    if tiering is not None and not hasattr(manager, "get_load_source"):
+        missing["load_source"] = (f"load_source: vLLM {found}'s tiering manager keeps no "
+                                  "load source (get_load_source from 0.32.0)")
     if not hasattr(manager, "reset_cache"):
         missing["reset_cache"] = (f"reset_cache: vLLM {found}'s {type(manager).__name__} "
                                   "has no reset_cache")

@@ -42,14 +42,15 @@ CHUNK_BYTES = mmap.PAGESIZE
 class _Region:
     """What ``CPUPrimaryTierOffloadingManager`` needs of a ``SharedOffloadRegion``."""
 
-    def __init__(self, num_chunks: int):
+    def __init__(self, num_chunks: int, released: list[str] | None = None):
         self.mm, self.n = mmap.mmap(-1, num_chunks * CHUNK_BYTES), num_chunks
+        self.released = released if released is not None else []
 
     def create_kv_memoryview(self) -> memoryview:
         return memoryview(self.mm).cast("B", (self.n, CHUNK_BYTES))
 
     def cleanup(self) -> None:
-        pass
+        self.released.append("primary")
 
 
 def lookup_api():
@@ -66,9 +67,12 @@ def _manual_tier_class():
     class ManualTier(tiering.SecondaryTierManager):
         medium = getattr(base, "Medium", None) and base.Medium.CPU
         tolerates_off_thread_polling = False
+        # Not the primary's HOST: a hit this tier supplied must be told from a primary hit.
+        cache_hit_source = compat.tier_hit_source()
 
-        def __init__(self, view: memoryview, probe: bool):
+        def __init__(self, view: memoryview, probe: bool, released: list[str]):
             super().__init__(None, view, "manual")
+            self.released, self.touches = released, []
             self.rows, self.probe = np.asarray(view), probe    # (num_chunks, bytes) uint8
             self.copies: dict[object, np.ndarray] = {}
             self.queued: dict[int, object] = {}           # job id -> TransferJob
@@ -91,14 +95,19 @@ def _manual_tier_class():
         def submit_load(self, job_metadata) -> None:
             self.queued[job_metadata.job_id] = job_metadata
 
-        def complete(self, job_id: int) -> None:
+        def complete(self, job_id: int, failed=()) -> None:
+            """Copy the job's keys, except those in ``failed`` (an I/O error on them)."""
             job = self.queued.pop(job_id)
+            copied = []
             for key, chunk_id in zip(job.keys, compat.job_chunk_ids(job), strict=True):
+                if key in failed:
+                    continue
+                copied.append(key)
                 if job.is_promotion:
                     self.rows[int(chunk_id)] = self.copies[key]
                 else:
                     self.copies[key] = self.rows[int(chunk_id)].copy()
-            self.finished.append(tiering.JobResult(job_id=job_id, success=True))
+            self.finished.append(compat.job_result(tiering, job_id, copied, len(job.keys)))
 
         def get_finished_jobs(self):
             done, self.finished = self.finished, []
@@ -107,7 +116,7 @@ def _manual_tier_class():
         get_finished = get_finished_jobs      # vLLM 0.22.x: the poll's name
 
         def touch(self, keys, req_context) -> None:
-            pass
+            self.touches.append(list(keys))
 
         def on_new_request(self, req_context):
             context = getattr(base, "RequestOffloadingContext", None)
@@ -132,7 +141,7 @@ def _manual_tier_class():
             self.probe_queue = []
 
         def shutdown(self) -> None:
-            pass
+            self.released.append("secondary")
 
     return ManualTier
 
@@ -142,7 +151,8 @@ class VllmTieredLookup:
     before 0.19.0) or ``TieringOffloadingManager`` (from 0.22.0)."""
 
     def __init__(self, num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
-                 store_threshold: int = 1, max_tracker_size: int = 64_000):
+                 store_threshold: int = 1, max_tracker_size: int = 64_000,
+                 preloaded: Sequence[int] = (), polled: bool = False):
         self._base = compat.offload_base()
         self.release = release.release()
         self.num_chunks = num_chunks
@@ -159,14 +169,21 @@ class VllmTieredLookup:
         elif secondary in ("memory", "probe"):
             manager = compat.tiering_manager_module()
             cls = manager.CPUPrimaryTierOffloadingManager
+            self._released: list[str] = []
             self.primary = cls(**{compat.count_kwarg(cls): num_chunks},
-                               mmap_region=_Region(num_chunks), enable_events=True)
+                               mmap_region=_Region(num_chunks, self._released),
+                               enable_events=True)
             view = self.primary.get_kv_memoryview()
             self._chunks = np.asarray(view)               # writable (num_chunks, bytes) uint8
-            self.tier = _manual_tier_class()(view, probe=secondary == "probe")
+            self.tier = _manual_tier_class()(view, secondary == "probe", self._released)
+            # A tier that serves peers asks to be polled between steps too: the manager then
+            # runs its tier-poll thread (vLLM 0.33.0), which takes the manager's lock.
+            self.tier.tolerates_off_thread_polling = polled
             self.manager = compat.tiering_manager(manager, self.primary, [self.tier])
         else:
             raise HarnessError(f"unknown secondary tier {secondary!r}")
+        if preloaded and self.tier is None:
+            raise HarnessError("preloaded keys need a secondary tier to hold them")
         self._scans = compat.connector_scans()
         self.missing_calls = compat.missing_offload_calls(self.manager, self._scans)
         self.model_options = compat.lookup_semantics(self.release)
@@ -175,6 +192,10 @@ class VllmTieredLookup:
         self._keys: dict[int, object] = {}
         self._ints: dict[object, int] = {}
         self._store_chunk: dict[int, int] = {}      # pending key -> chunk id being written
+        for i in preloaded:                         # copies an earlier run left in the tier
+            row = np.zeros(CHUNK_BYTES, dtype=np.uint8)
+            row[:8 * CHUNK_WORDS] = np.frombuffer(_bytes(_payload(i)), dtype=np.uint8)
+            self.tier.copies[self._key(i)] = row
 
     def _start_request(self) -> None:
         self._ctx = compat.request_context(self._base, f"r{self._requests}")
@@ -300,15 +321,42 @@ class VllmTieredLookup:
         with self._locked():
             compat.end_step(self.manager, self._base)
 
-    def complete_job(self, job_id: int) -> None:
+    def complete_job(self, job_id: int, failed: Sequence[int] = ()) -> None:
         if self.tier is None:
             raise HarnessError("the primary tier alone has no secondary jobs")
-        self.tier.complete(job_id)
+        with self._locked():            # a tier-poll thread may be reading the tier's lists
+            self.tier.complete(job_id, {self._key(k) for k in failed})
 
     def reset_cache(self) -> None:
         self._store_chunk.clear()
         with self._locked():
             self.manager.reset_cache()
+
+    def tier_touches(self) -> list[tuple[int, ...]]:
+        return [] if self.tier is None else [tuple(self._ints[k] for k in keys)
+                                             for keys in self.tier.touches]
+
+    def has_pending_work(self) -> bool:
+        with self._locked():
+            return bool(self.manager.has_pending_work())
+
+    def shutdown(self) -> tuple[str, ...]:
+        """``manager.shutdown()`` (without the lock: it takes it itself); what it released,
+        in order. Our views of the primary's memory go first: the primary releases it."""
+        self._chunks = None
+        if self.tier is None:
+            self.manager.shutdown()
+            return ("primary",)
+        self.tier.rows = None
+        before = len(self._released)
+        self.manager.shutdown()
+        return tuple(self._released[before:])
+
+    def load_source(self, key: int) -> str:
+        with self._locked():
+            source = self.manager.get_load_source(self._key(key), self._ctx)
+        return "secondary" if self.tier is not None and source == self.tier.cache_hit_source \
+            else "primary"
 
     def on_reset_flushed(self) -> None:
         if not hasattr(self.manager, "on_reset_flushed"):
@@ -366,7 +414,7 @@ def _scan(result: int | None, made: list[tuple[int, LookupResult]]) -> Scan:
 
 
 def make_tiered_lookup(num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
-                       store_threshold: int = 1,
-                       max_tracker_size: int = 64_000) -> VllmTieredLookup:
+                       store_threshold: int = 1, max_tracker_size: int = 64_000,
+                       preloaded: Sequence[int] = ()) -> VllmTieredLookup:
     return VllmTieredLookup(num_chunks, secondary, eviction_policy, store_threshold,
-                            max_tracker_size)
+                            max_tracker_size, preloaded)
