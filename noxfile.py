@@ -97,6 +97,9 @@ def lint(session: nox.Session) -> None:
 VLLM_RELEASE = "0.33.0"
 # The suites with a vllm factory in sim/targets.py, plus the adapter's own tests and the
 # curated reproducers (each names the targets it runs on).
+# Not here: properties/test_encoder_decoder_cache.py, whose machine diverges on every release
+# with the class (encdec-unheld-release, unfixed in 0.33.0); the strict-xfail reproducers
+# under fixtures/reproducers pin that bug, and ``history`` runs the machine per release.
 VLLM_SUITES = ["properties/test_encoder_cache.py", "properties/test_ports.py",
                "properties/test_scheduler_pass.py", "properties/test_scheduler_pass_model.py",
                "properties/test_secondary_tier.py", "properties/test_secondary_tier_crash.py",

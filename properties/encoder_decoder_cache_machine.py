@@ -263,8 +263,9 @@ class EncoderDecoderCacheMachine(HarnessMachine):
         for req in self.requests:
             actual = self.cache.get_cached_input_ids(req)
             expect = self.model.get_cached_input_ids(req)
-            self.check("cached-inputs-agree", actual == expect,
-                       lambda: f"{req.request_id} {sorted(actual)} != {sorted(expect)}")
+            if actual != expect:
+                self.fail("cached-inputs-agree",
+                          f"{req.request_id} {sorted(actual)} != {sorted(expect)}")
 
     # -- helpers ------------------------------------------------------------------------------
 

@@ -15,8 +15,8 @@ from attrs import frozen
 from sim.errors import AdapterError, HarnessError
 from sim.native.bugs import BUG_SWITCHES, bug_subsystems
 
-SUBSYSTEMS = ("encoder_cache", "encoder_decoder_cache", "scheduler_pass", "tiered_lookup", "offload_engine",
-              "secondary_tier")
+SUBSYSTEMS = ("encoder_cache", "encoder_decoder_cache", "scheduler_pass", "tiered_lookup",
+              "offload_engine", "secondary_tier")
 BASE_TARGETS = ("model", "native", "vllm")
 
 
