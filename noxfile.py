@@ -97,7 +97,12 @@ def lint(session: nox.Session) -> None:
 VLLM_RELEASE = "0.33.0"
 # The suites with a vllm factory in sim/targets.py, plus the adapter's own tests and the
 # curated reproducers (each names the targets it runs on).
-VLLM_SUITES = ["properties/test_encoder_cache.py", "properties/test_ports.py",
+# Of properties/test_encoder_decoder_cache.py only the frees-once machine: the other one
+# diverges on every release with the class (encdec-unheld-release, unfixed in 0.33.0), which
+# a strict-xfail reproducer under fixtures/reproducers pins; ``history`` runs both.
+VLLM_SUITES = ["properties/test_encoder_cache.py",
+               "properties/test_encoder_decoder_cache.py::"
+               "test_encoder_decoder_cache_machine_frees_once", "properties/test_ports.py",
                "properties/test_scheduler_pass.py", "properties/test_scheduler_pass_model.py",
                "properties/test_secondary_tier.py", "properties/test_secondary_tier_crash.py",
                "properties/test_backpressure.py", "properties/test_linearizability.py",

@@ -42,11 +42,13 @@ from sim.files import atomic_write, check_writable
 SUITES = {
     "properties/test_encoder_cache.py": "encoder_cache",
     "properties/test_vllm_target.py": "encoder_cache",
+    "properties/test_encoder_decoder_cache.py": "encoder_decoder_cache",
     "properties/test_scheduler_pass.py": "scheduler_pass",
     "properties/test_tiered_lookup.py": "tiered_lookup",
     "properties/test_tiered_lookup_vllm_scans.py": "connector_scans",
 }
-COLUMNS = ("encoder_cache", "scheduler_pass", "tiered_lookup", "connector_scans")
+COLUMNS = ("encoder_cache", "encoder_decoder_cache", "scheduler_pass", "tiered_lookup",
+           "connector_scans")
 HUNTED = ("encoder_cache", "scheduler_pass", "tiered_lookup")   # columns that are subsystems
 RANK = {"divergence": 3, "unavailable": 2, "pass": 1, "absent": 0}
 

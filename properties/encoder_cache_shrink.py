@@ -7,6 +7,8 @@ the same way with a smaller or calmer program; the minimizer keeps the ones that
 
 from __future__ import annotations
 
+from attrs import evolve
+
 from models.encoder_cache_values import MmItem, ReqView
 from properties.encoder_cache_worlds import EncoderCacheWorld as W
 
@@ -17,7 +19,13 @@ INPUT_ACTIONS = ("check_and_update_cache", "can_allocate", "free_encoder_input")
 def simpler_worlds(world, actions: list[tuple]):
     """Smaller worlds and calmer draws that may fail the same way (for the minimizer):
     merge or drop requests, drop unused items, shrink the cache or an item, lower the
-    drawn slack, rename hashes in order of appearance, free a whole request for one input."""
+    drawn slack, rename hashes in order of appearance, free a whole request for one input.
+    The manager stays the world's."""
+    for simpler, acts in _simpler_worlds(world, actions):
+        yield evolve(simpler, manager=world.manager), acts
+
+
+def _simpler_worlds(world, actions: list[tuple]):
     cache_size, requests = world.cache_size, world.requests
     for k in range(len(requests)):
         for j in (j for j in range(len(requests)) if j != k):   # k's steps done by j

@@ -9,6 +9,8 @@ from properties.harness import HarnessMachine
 
 MACHINES: dict[str, str] = {
     "encoder_cache": "properties.encoder_cache_machine:EncoderCacheMachine",
+    "encoder_decoder_cache":
+        "properties.encoder_decoder_cache_machine:EncoderDecoderCacheMachine",
     "offload_engine": "properties.offload_engine_machine:OffloadEngineMachine",
     "scheduler_pass": "properties.scheduler_pass_machine:SchedulerPassMachine",
     "secondary_tier": "properties.secondary_tier_machine:SecondaryTierMachine",

@@ -15,6 +15,7 @@ from sim.ports import PORTS
 
 SMALL_CONFIGS = {
     "encoder_cache": dict(cache_size=4),
+    "encoder_decoder_cache": dict(cache_size=4),
     "scheduler_pass": dict(cache_size=4, token_budget=4, encoder_compute_budget=4),
     "tiered_lookup": dict(num_chunks=2, secondary="memory"),
     "offload_engine": dict(block_size=2, num_slots=1, num_layers=1, num_cpu_blocks=2),

@@ -37,6 +37,25 @@ class EncoderCachePort(Protocol):
     def tracked_request_ids(self) -> set[str]: ...
 
 
+class EncoderDecoderCachePort(Protocol):
+    """vLLM 0.33.0 ``EncoderDecoderCacheManager`` (same file): the encoder cache's API as
+    encoder-decoder models use it, for scheduling only. It keeps no freeable count and no
+    per-hash sizes (its base class's ``__init__`` never runs), so those are not in the port."""
+
+    cache_size: int
+    num_free_slots: int
+
+    def check_and_update_cache(self, request: ReqView, input_id: int) -> bool: ...
+    def can_allocate(self, request: ReqView, input_id: int, encoder_compute_budget: int,
+                     num_embeds_to_schedule: int) -> bool: ...
+    def allocate(self, request: ReqView, input_id: int) -> None: ...
+    def free_encoder_input(self, request: ReqView, input_id: int) -> None: ...
+    def free(self, request: ReqView) -> None: ...
+    def get_freed_mm_hashes(self) -> list[str]: ...
+    def get_cached_input_ids(self, request: ReqView) -> set[int]: ...
+    def reset(self) -> None: ...
+
+
 class SchedulerPassPort(Protocol):
     """One engine step on the encoder path: vLLM 0.33.0 ``Scheduler.schedule()`` /
     ``update_from_output`` and the worker's part (``GPUModelRunner``'s encoder cache)."""
@@ -125,6 +144,7 @@ class SecondaryTierPort(Protocol):
 
 PORTS: dict[str, type] = {
     "encoder_cache": EncoderCachePort,
+    "encoder_decoder_cache": EncoderDecoderCachePort,
     "scheduler_pass": SchedulerPassPort,
     "tiered_lookup": TieredLookupPort,
     "offload_engine": OffloadEnginePort,

@@ -16,8 +16,8 @@ from attrs import frozen
 from sim.errors import AdapterError, HarnessError
 from sim.native.bugs import BUG_SWITCHES, bug_subsystems
 
-SUBSYSTEMS = ("encoder_cache", "scheduler_pass", "tiered_lookup", "offload_engine",
-              "secondary_tier")
+SUBSYSTEMS = ("encoder_cache", "encoder_decoder_cache", "scheduler_pass", "tiered_lookup",
+              "offload_engine", "secondary_tier")
 BASE_TARGETS = ("model", "native", "vllm")
 
 
@@ -80,6 +80,21 @@ def _model_encoder_cache(target: Target, cache_size: int) -> Any:
 def _vllm_encoder_cache(target: Target, cache_size: int) -> Any:
     from sim.vllm.encoder_cache import make_encoder_cache
     return make_encoder_cache(cache_size)
+
+
+def _native_encoder_decoder_cache(target: Target, cache_size: int) -> Any:
+    from sim.native.encoder_decoder_cache import NativeEncoderDecoderCache
+    return NativeEncoderDecoderCache(cache_size, bugs=target.bugs)
+
+
+def _model_encoder_decoder_cache(target: Target, cache_size: int) -> Any:
+    from models.encoder_decoder_cache import EncoderDecoderCacheModel
+    return EncoderDecoderCacheModel(cache_size)
+
+
+def _vllm_encoder_decoder_cache(target: Target, cache_size: int) -> Any:
+    from sim.vllm.encoder_decoder_cache import make_encoder_decoder_cache
+    return make_encoder_decoder_cache(cache_size)
 
 
 def _offload_sizes(block_size: int, num_slots: int, num_layers: int,
@@ -217,6 +232,9 @@ _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
     ("model", "encoder_cache"): _model_encoder_cache,
     ("native", "encoder_cache"): _native_encoder_cache,
     ("vllm", "encoder_cache"): _vllm_encoder_cache,
+    ("model", "encoder_decoder_cache"): _model_encoder_decoder_cache,
+    ("native", "encoder_decoder_cache"): _native_encoder_decoder_cache,
+    ("vllm", "encoder_decoder_cache"): _vllm_encoder_decoder_cache,
     ("model", "offload_engine"): _model_offload_engine,
     ("native", "offload_engine"): _native_offload_engine,
     ("model", "scheduler_pass"): _model_scheduler_pass,

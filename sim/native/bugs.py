@@ -10,6 +10,8 @@ from __future__ import annotations
 BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "enc-stale-freed": ("encoder_cache", "scheduler_pass"),
     "enc-repeat-item": ("encoder_cache", "scheduler_pass"),
+    "encdec-freed-same-pass": "encoder_decoder_cache",
+    "encdec-unheld-release": "encoder_decoder_cache",
     "sched-read-ahead-ungated": "scheduler_pass",
     "offload-id-reuse": "offload_engine",
     "offload-partial-block": "offload_engine",

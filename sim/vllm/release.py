@@ -236,19 +236,23 @@ def skip_before(since: str, reason: str):
     return pytest.mark.skipif(older, reason=f"absent: vLLM {found} predates {since}: {reason}")
 
 
-def xfail_before(fixed_in: str, reason: str, since: str | None = None):
+def xfail_before(fixed_in: str | None, reason: str, since: str | None = None):
     """A strict xfail for the ``vllm`` target on releases before ``fixed_in``, for curated
     reproducers of divergences that upstream fixed (``pytest.param("vllm", marks=...)``):
     an affected release stays green, and a reproducer that starts passing there turns red.
+    ``fixed_in=None``: not fixed in any release checked, so every release from ``since`` on
+    is affected (the release that fixes it turns the reproducer red: then name it here).
     With ``since`` (the first release that has the class, or the bug), older releases skip:
     they have nothing to run the reproducer on."""
     import pytest
 
     found = installed_release()
     version = parse_release(found) if found is not None else None
-    affected = version is not None and version < parse_release(fixed_in) and (
+    affected = version is not None and (
+        fixed_in is None or version < parse_release(fixed_in)) and (
         since is None or version >= parse_release(since))
-    mark = pytest.mark.xfail(affected, strict=True, reason=f"vLLM {found} < {fixed_in}: {reason}")
+    bound = "unfixed" if fixed_in is None else f"< {fixed_in}"
+    mark = pytest.mark.xfail(affected, strict=True, reason=f"vLLM {found} {bound}: {reason}")
     if since is None:
         return mark
     absent = version is not None and version < parse_release(since)
