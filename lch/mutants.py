@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault(name, value)
     module, cls, release = load_class(args.spec, args.release)
     source = Path(module.__file__).read_text()
-    everything = mutate.mutants(source, cls.__name__)
+    subj = suites.subject(args.spec, args.suite, args.upstream_test)
+    everything = [m for m in mutate.mutants(source, cls.__name__)
+                  if not subj.methods or m.method in subj.methods]
     equivalents, stale = load_equivalents(release, cls.__name__, everything)
     if args.list:
         for m in everything:
@@ -93,14 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     selected = [m for m in everything
                 if not args.only or any(o == m.id or o in m.diff for o in args.only)]
     chosen = [m for m in selected if args.check_equivalents or m.diff not in equivalents]
-    subj = suites.subject(args.spec, args.suite, args.upstream_test)
     workdir = Path(tempfile.mkdtemp(prefix=f"lch-mutants-{cls.__name__}-"))
     os.environ["LCH_REPRODUCER_DIR"] = str(workdir / "reproducers")
     runs = {"harness": (suites.harness_args(subj), suites.ROOT)}
     if args.compare_upstream:
         sdist = suites.sdist_path(release, args.sdist, Path(args.sdist_dir))
         root = workdir / "upstream"
-        files = suites.extract_upstream(sdist, subj.upstream, root)
+        files = suites.extract_upstream(sdist, subj.upstream, root, subj.support)
         runs["upstream"] = (suites.upstream_args(root, files), root)
     warm(subj)
     print(f"{args.spec} (vLLM {release}): {len(everything)} mutants, {len(chosen)} to run, "

@@ -27,6 +27,11 @@ class Subject:
     upstream: tuple[str, ...]             # test files inside the sdist (``tests/...``)
     deselect: tuple[str, ...] = ()        # harness tests that do not reach the class
     warm: tuple[str, ...] = ()            # "module:function" run once in the parent
+    # The methods mutated (empty: all of the class's). A class too big to be one subject
+    # (the Scheduler: 2,000 mutants) is mutated on the path the suites are about.
+    methods: tuple[str, ...] = ()
+    # Files of the sdist the upstream tests import but that are not run (``tests/...``).
+    support: tuple[str, ...] = ()
 
 
 ENCODER_REPRODUCERS = tuple(f"fixtures/reproducers/test_encoder_cache_vllm_{name}.py"
@@ -76,6 +81,24 @@ CLASSES: dict[str, Subject] = {
         upstream=("tests/v1/kv_offload/tiering/test_tiering_offloading.py",
                   "tests/v1/kv_offload/tiering/test_tier_poll_thread.py",
                   "tests/v1/kv_offload/tiering/test_backpressure.py")),
+    # The Scheduler's encoder-input path: choosing a pass's encoder inputs (and the
+    # disable_chunked_mm_input roll-back, the duplicate and embed-count checks in it),
+    # allocating them, freeing an input once its tokens are computed, and the encoder-cache
+    # reset. Left out: _get_encoder_input_updates (only with the V2 model runner, which the
+    # offline Scheduler does not use), _make_scheduled_encoder_input_stats (logging only),
+    # and schedule() / _preempt_request / _free_request, mostly KV and queue bookkeeping
+    # whose encoder part is one call to the manager's free().
+    "vllm.v1.core.sched.scheduler:Scheduler": Subject(
+        harness=("fixtures/reproducers/test_scheduler_pass_vllm_unchunked_item.py",
+                 "properties/test_scheduler_pass_model.py",
+                 "properties/test_scheduler_pass.py"),
+        upstream=("tests/v1/core/test_scheduler.py",),
+        support=("tests/v1/core/utils.py", "tests/v1/core/test_prefix_caching.py",
+                 "tests/v1/kv_connector/unit/utils.py"),
+        warm=("sim.vllm.scheduler_pass:_vllm_config",),
+        methods=("_try_schedule_encoder_inputs", "_allocate_encoder_inputs",
+                 "_reject_on_encoder_cache_embed_mismatch", "_free_encoder_inputs",
+                 "_free_encoder_input", "reset_encoder_cache")),
 }
 
 
@@ -86,7 +109,9 @@ def subject(spec: str, harness: list[str], upstream: list[str]) -> Subject:
         return Subject(harness=tuple(harness) or (known.harness if known else ()),
                        upstream=tuple(upstream) or (known.upstream if known else ()),
                        deselect=known.deselect if known and not harness else (),
-                       warm=known.warm if known else ())
+                       warm=known.warm if known else (),
+                       methods=known.methods if known else (),
+                       support=known.support if known and not upstream else ())
     if spec not in CLASSES:
         raise SystemExit(f"no suites registered for {spec}; known: {', '.join(CLASSES)}. "
                          "Name the tests with --suite PATH (and --upstream-test tests/...)")
@@ -176,12 +201,14 @@ def sdist_path(release: str, sdist: str | None, sdist_dir: Path) -> Path:
     return path
 
 
-def extract_upstream(sdist: Path, tests: tuple[str, ...], into: Path) -> list[Path]:
-    """The named test files (and the ``__init__.py`` files of their packages) out of the
-    sdist into ``into``; returns the test files' paths there."""
+def extract_upstream(sdist: Path, tests: tuple[str, ...], into: Path,
+                     support: tuple[str, ...] = ()) -> list[Path]:
+    """The named test files, the ``support`` files they import (and the ``__init__.py``
+    files of their packages) out of the sdist into ``into``; returns the test files' paths
+    there."""
     with tarfile.open(sdist) as tar:
         wanted = set()
-        for test in tests:
+        for test in (*tests, *support):
             parts = Path(test).parts
             wanted.add(test)
             # A package's conftest.py comes too: tests import helpers from it (``--noconftest``
@@ -190,7 +217,7 @@ def extract_upstream(sdist: Path, tests: tuple[str, ...], into: Path) -> list[Pa
                           for name in ("__init__.py", "conftest.py"))
         members = [m for m in tar.getmembers()
                    if m.isfile() and m.name.partition("/")[2] in wanted]
-        missing = set(tests) - {m.name.partition("/")[2] for m in members}
+        missing = {*tests, *support} - {m.name.partition("/")[2] for m in members}
         if missing:
             raise SystemExit(f"{sdist.name} has no {', '.join(sorted(missing))}: name the "
                              "release's test files with --upstream-test tests/...")
