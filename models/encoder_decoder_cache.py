@@ -77,8 +77,9 @@ class EncoderDecoderCacheModel:
         self.reserved.pop((request.request_id, input_id), None)
 
     def free(self, request: ReqView) -> None:
-        for input_id in range(len(request.items)):
-            self.free_encoder_input(request, input_id)
+        # Everything the request holds goes; what it does not hold stays as it is.
+        self.reserved = {held: size for held, size in self.reserved.items()
+                         if held[0] != request.request_id}
 
     def get_freed_mm_hashes(self) -> list[str]:
         freed = self.allocated_last_pass

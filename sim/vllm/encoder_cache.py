@@ -48,16 +48,16 @@ def request_type(items_attribute: str, embeds_method: str) -> type:
     })
 
 
-class VllmEncoderCache:
-    """``EncoderCachePort`` over a real ``vllm.v1.core.encoder_cache_manager`` manager."""
+class VllmCacheManager:
+    """The calls every encoder-side manager answers (``EncoderCacheManager`` and its
+    subclass ``EncoderDecoderCacheManager``), forwarded with duck requests; ``manager_cls``
+    picks the class."""
 
-    def __init__(self, cache_size: int):
-        module = release.import_module("vllm.v1.core.encoder_cache_manager")
+    def __init__(self, cache_size: int, manager_cls: Any):
         request_cls = release.import_module("vllm.v1.request").Request
         self.release = release.release()
-        self._manager_cls = module.EncoderCacheManager
-        self.manager = self._manager_cls(cache_size=cache_size)
-        self._request_cls = request_type(compat.items_attribute(self._manager_cls),
+        self.manager = manager_cls(cache_size=cache_size)
+        self._request_cls = request_type(compat.items_attribute(manager_cls),
                                          compat.embeds_method(request_cls))
         self._requests: dict[ReqView, Any] = {}
 
@@ -69,10 +69,6 @@ class VllmEncoderCache:
     @property
     def num_free_slots(self) -> int:
         return self.manager.num_free_slots
-
-    @property
-    def num_freeable_slots(self) -> int:
-        return self.manager.num_freeable_slots
 
     def request(self, view: ReqView) -> Any:
         """The duck request for ``view`` (built once; ``ReqView`` is frozen and hashable)."""
@@ -107,13 +103,25 @@ class VllmEncoderCache:
         # A copy: 0.33.0 returns its internal set, which the next call would change under us.
         return set(self.manager.get_cached_input_ids(self.request(request)))
 
+    def reset(self) -> None:
+        self.manager = compat.reset(self.manager)
+
+
+class VllmEncoderCache(VllmCacheManager):
+    """``EncoderCachePort`` over a real ``vllm.v1.core.encoder_cache_manager`` manager."""
+
+    def __init__(self, cache_size: int):
+        module = release.import_module("vllm.v1.core.encoder_cache_manager")
+        super().__init__(cache_size, module.EncoderCacheManager)
+
+    @property
+    def num_freeable_slots(self) -> int:
+        return self.manager.num_freeable_slots
+
     def get_cached_num_encoder_embeds(self, request: ReqView, input_id: int) -> int | None:
         return compat.cached_num_embeds(self.manager, self.request(request),
                                         request.mm_hash(input_id), input_id,
                                         request.num_embeds(input_id))
-
-    def reset(self) -> None:
-        self.manager = compat.reset(self.manager)
 
     def tracked_request_ids(self) -> set[str]:
         return compat.tracked_request_ids(self.manager)
