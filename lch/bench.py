@@ -87,7 +87,7 @@ def time_to_find(seeds: int, mode: str = "hypothesis") -> list[dict]:
     """Per catalogued bug over ``seeds`` seeds, in ``mode`` (hypothesis or explore)."""
     from fixtures.known_bugs import CATALOGUE
     from properties.explore import explore
-    from properties.machines import MACHINES, machine_for
+    from properties.machines import MACHINES, catalogue_machine
     from properties.run import minimize, run_machine
 
     rows = []
@@ -98,7 +98,7 @@ def time_to_find(seeds: int, mode: str = "hypothesis") -> list[dict]:
     for bug, subsystem, bound, label in cases:
         if subsystem not in MACHINES:
             continue
-        machine, target = machine_for(subsystem), f"native:{bug.id}"
+        machine, target = catalogue_machine(bug, subsystem), f"native:{bug.id}"
         found_s, shrink_s, examples, calls = [], [], [], []
         profile = settings(settings.get_profile("ci"), derandomize=False, database=None,
                            max_examples=2000, phases=[Phase.generate])
@@ -128,14 +128,14 @@ def shrinking(seeds: int) -> list[dict]:
     """Per catalogued bug (home subsystem), over ``seeds`` seeds: seconds and calls of the
     domain minimizer alone, Hypothesis's shrinker alone, and the two chained."""
     from fixtures.known_bugs import CATALOGUE
-    from properties.machines import machine_for
+    from properties.machines import catalogue_machine
     from properties.run import minimize, run_machine
 
     rows = []
     profile = settings(settings.get_profile("ci"), derandomize=False, database=None,
                        max_examples=2000, phases=[Phase.generate, Phase.shrink])
     for bug in CATALOGUE:
-        machine, target = machine_for(bug.subsystem), f"native:{bug.id}"
+        machine, target = catalogue_machine(bug, bug.subsystem), f"native:{bug.id}"
         paths: dict[str, tuple[list, list]] = {p: ([], []) for p in
                                                ("minimizer", "hypothesis", "both")}
         for seed in range(seeds):

@@ -26,3 +26,12 @@ def machine_for(subsystem: str) -> type[HarnessMachine]:
 def import_all_machines() -> None:
     for subsystem in MACHINES:
         machine_for(subsystem)
+
+
+def catalogue_machine(bug, subsystem: str) -> type[HarnessMachine]:
+    """The machine the known-bug catalogue runs ``bug`` on in ``subsystem``: the entry's own
+    (``KnownBug.machine``) in its home subsystem, else the subsystem's."""
+    if bug.machine and subsystem == bug.subsystem:
+        module, _, name = bug.machine.partition(":")
+        return getattr(importlib.import_module(module), name)
+    return machine_for(subsystem)

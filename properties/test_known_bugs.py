@@ -13,7 +13,7 @@ import pytest
 from hypothesis import Phase, settings
 
 from fixtures.known_bugs import CATALOGUE
-from properties.machines import MACHINES, machine_for
+from properties.machines import MACHINES, catalogue_machine, machine_for
 from properties.reproducer import write_reproducer
 from properties.run import run_machine
 from sim.native.bugs import BUG_SWITCHES, bug_subsystems
@@ -43,7 +43,7 @@ def test_catalogue_matches_the_native_switches():
                          ids=CASE_IDS)
 def test_known_bug_is_caught_and_shrunk(bug, subsystem, prop, max_calls, max_examples,
                                         tmp_path):
-    machine = machine_for(subsystem)
+    machine = catalogue_machine(bug, subsystem)
     result = run_machine(machine, f"native:{bug.id}", catalogue_settings(max_examples))
     assert result.failure is not None, f"{bug.id} not found in {max_examples} examples"
     assert result.failure.property == prop, result.failure.message
