@@ -25,12 +25,16 @@ BASES = ["model", "native", "vllm"]
 
 
 def port_members(port: type) -> dict[str, inspect.Signature | None]:
-    """Member name -> the method's signature (None: a plain attribute)."""
-    members: dict[str, inspect.Signature | None] = dict.fromkeys(
-        getattr(port, "__annotations__", {}))
-    for name, value in vars(port).items():
-        if not name.startswith("_") and callable(value):
-            members[name] = inspect.signature(value)
+    """Member name -> the method's signature (None: a plain attribute), the port's own and
+    those of the ports it extends."""
+    members: dict[str, inspect.Signature | None] = {}
+    for base in reversed(port.__mro__):
+        if base is object or base.__module__ == "typing":
+            continue
+        members.update(dict.fromkeys(vars(base).get("__annotations__", {})))
+        for name, value in vars(base).items():
+            if not name.startswith("_") and callable(value):
+                members[name] = inspect.signature(value)
     return members
 
 

@@ -15,12 +15,14 @@ from models.secondary_tier_values import JobDone
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 
 
-class EncoderCachePort(Protocol):
-    """vLLM 0.33.0 ``EncoderCacheManager`` (``vllm/v1/core/encoder_cache_manager.py``)."""
+class EncoderDecoderCachePort(Protocol):
+    """vLLM 0.33.0 ``EncoderDecoderCacheManager`` (``vllm/v1/core/encoder_cache_manager.py``):
+    the encoder cache's API as encoder-decoder models use it, for scheduling only. It keeps no
+    freeable count and no per-hash sizes (its base class's ``__init__`` never runs), so those
+    are not in the port; ``EncoderCachePort`` adds them."""
 
     cache_size: int
     num_free_slots: int
-    num_freeable_slots: int
 
     def check_and_update_cache(self, request: ReqView, input_id: int) -> bool: ...
     def can_allocate(self, request: ReqView, input_id: int, encoder_compute_budget: int,
@@ -30,30 +32,19 @@ class EncoderCachePort(Protocol):
     def free(self, request: ReqView) -> None: ...
     def get_freed_mm_hashes(self) -> list[str]: ...
     def get_cached_input_ids(self, request: ReqView) -> set[int]: ...
-    def get_cached_num_encoder_embeds(self, request: ReqView, input_id: int) -> int | None: ...
     def reset(self) -> None: ...
+
+
+class EncoderCachePort(EncoderDecoderCachePort, Protocol):
+    """vLLM 0.33.0 ``EncoderCacheManager`` (same file): the calls above, plus what a cache
+    shared across requests keeps."""
+
+    num_freeable_slots: int
+
+    def get_cached_num_encoder_embeds(self, request: ReqView, input_id: int) -> int | None: ...
     # Harness introspection, not vLLM API: the request ids the cache keeps any state for
     # (the vLLM adapter reads it from private fields: no public call shows it).
     def tracked_request_ids(self) -> set[str]: ...
-
-
-class EncoderDecoderCachePort(Protocol):
-    """vLLM 0.33.0 ``EncoderDecoderCacheManager`` (same file): the encoder cache's API as
-    encoder-decoder models use it, for scheduling only. It keeps no freeable count and no
-    per-hash sizes (its base class's ``__init__`` never runs), so those are not in the port."""
-
-    cache_size: int
-    num_free_slots: int
-
-    def check_and_update_cache(self, request: ReqView, input_id: int) -> bool: ...
-    def can_allocate(self, request: ReqView, input_id: int, encoder_compute_budget: int,
-                     num_embeds_to_schedule: int) -> bool: ...
-    def allocate(self, request: ReqView, input_id: int) -> None: ...
-    def free_encoder_input(self, request: ReqView, input_id: int) -> None: ...
-    def free(self, request: ReqView) -> None: ...
-    def get_freed_mm_hashes(self) -> list[str]: ...
-    def get_cached_input_ids(self, request: ReqView) -> set[int]: ...
-    def reset(self) -> None: ...
 
 
 class SchedulerPassPort(Protocol):
