@@ -60,7 +60,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", action="append", default=[],
                    help="run only mutants whose id or diff contains this (repeatable)")
     p.add_argument("--timeout", type=float, help="CPU seconds per mutant and suite "
-                   "(default: 3x the unmutated run's + 20)")
+                   "(default: 3x the unmutated run's + 20); each test also stops "
+                   "at 3x its own unmutated CPU + 5")
     p.add_argument("--out", default=".", help="where mutants-<Class>.md/.json go")
     p.add_argument("--check-equivalents", action="store_true",
                    help="run the argued-equivalent mutants too: a kill refutes the argument "
@@ -162,14 +163,14 @@ def warm(subj: suites.Subject) -> None:
     gc.freeze()
 
 
-def _job(module, cls, mutant, run):
+def _job(module, cls, mutant, run, budgets=None):
     pytest_args, cwd = run
 
     def job() -> dict:
         if mutant is not None:
             mutate.apply(mutant, module, cls)
         suites.disable_minimizing()
-        return suites.run_pytest(pytest_args, cwd)
+        return suites.run_pytest(pytest_args, cwd, budgets)
     return job
 
 
@@ -184,7 +185,8 @@ def run_baseline(module, cls, runs: dict, args, workdir: Path) -> dict[str, floa
             raise SystemExit(f"the {name} suite fails without any mutant "
                              f"({task.result.get('test')}: {task.result.get('message')}); "
                              f"log: {workdir / task.key}.log")
-        seconds[name] = {"wall": task.seconds, "cpu": task.cpu_seconds}
+        seconds[name] = {"wall": task.seconds, "cpu": task.cpu_seconds,
+                         "test_cpu": task.result.get("test_cpu", {})}
         print(f"unmutated {name} suite: passes in {task.seconds:.1f} s "
               f"({task.cpu_seconds:.1f} s CPU)", flush=True)
     return seconds
@@ -193,7 +195,10 @@ def run_baseline(module, cls, runs: dict, args, workdir: Path) -> dict[str, floa
 def run_campaign(module, cls, chosen, runs, baseline, args, workdir) -> dict:
     # CPU seconds (lch.forked): three unmutated runs' worth is a hang, not a slow machine
     limit = {name: args.timeout or 3 * baseline[name]["cpu"] + 20 for name in runs}
-    tasks = [forked.Task(f"{m.id}-{name}", _job(module, cls, m, run), timeout_s=limit[name])
+    # and each test stops at three times its own unmutated CPU (``suites._TestClock``)
+    tasks = [forked.Task(f"{m.id}-{name}",
+                         _job(module, cls, m, run, baseline[name]["test_cpu"]),
+                         timeout_s=limit[name])
              for m in chosen for name, run in runs.items()]
     total, done = len(tasks), []
 
@@ -207,7 +212,8 @@ def run_campaign(module, cls, chosen, runs, baseline, args, workdir) -> dict:
     results: dict[str, dict] = {m.id: {} for m in chosen}
     for task in forked.run_all(tasks, args.jobs, workdir, on_done=progress):
         mutant_id, _, name = task.key.partition("-")
-        results[mutant_id][name] = {**task.result, "seconds": round(task.seconds, 2),
+        result = {k: v for k, v in task.result.items() if k != "test_cpu"}
+        results[mutant_id][name] = {**result, "seconds": round(task.seconds, 2),
                                     "cpu_seconds": round(task.cpu_seconds, 2)}
     return results
 

@@ -9,12 +9,18 @@ upstream unit tests of that class in the release's sdist. A suite runs in-proces
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 from attrs import frozen
+from pytest import hookimpl
+
+from lch.forked import WALL_FACTOR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,26 +144,103 @@ class _FirstFailure:
             self.passed += 1
 
 
-def run_pytest(args: list[str], cwd: Path) -> dict:
-    """``pytest.main(args)`` here; ``outcome``: survived (all passed), killed (a test failed)
-    or error (pytest could not run the tests: a broken suite is no kill)."""
+class OverBudget(BaseException):
+    """A test ran past its CPU budget. A BaseException, not an Exception: Hypothesis would
+    take an Exception for a failing example and shrink it, re-running the loop it is in."""
+
+
+class _TestClock:
+    """A pytest plugin that measures each test's CPU time (the unmutated run) and, given
+    budgets, stops a test that runs past its own.
+
+    Why per test and not only the child's limit (``lch.forked``): a mutant that makes a
+    poll loop spin burns the whole suite's budget (three unmutated runs, minutes for the
+    tiering manager's suites) in the first test it reaches; stopped at three times that
+    test's own CPU, it costs seconds. A test that hangs without burning CPU (a poll thread
+    that never reports, waited for in a loop) stops at ``WALL_FACTOR`` times that budget in
+    wall time, as the child does (``lch.forked``). The child's limits stay the backstop.
+
+    Why a watchdog thread and not ``ITIMER_PROF``: the kernel delivers a process timer's
+    signal to whichever thread is running, usually the spinning one, and the main thread
+    blocked in a wait never sees it; the watchdog reads the process's CPU (every thread's)
+    and signals the main thread itself, which interrupts the wait."""
+
+    MARGIN_S = 5.0
+    POLL_S = 0.05
+
+    def __init__(self, budgets: dict[str, float] | None) -> None:
+        self.budgets = budgets or {}
+        self.cpu: dict[str, float] = {}
+        self.over: str | None = None
+        self.armed: tuple[str, float] | None = None    # while a budgeted test runs
+        self.installed = False
+
+    def budget(self, nodeid: str) -> float | None:
+        base = self.budgets.get(nodeid)
+        return None if base is None else 3 * base + self.MARGIN_S
+
+    def _stop(self, _signum, _frame) -> None:
+        # Installed once and never removed: a watchdog's signal that lands just after its
+        # test ended finds nothing armed and is ignored (the default action would kill).
+        nodeid, budget = self.armed or (None, 0.0)
+        if nodeid is not None:
+            self.armed, self.over = None, nodeid
+            raise OverBudget(f"{nodeid} ran past {budget:.0f} s of CPU (3x its unmutated "
+                             f"run + 5 s) or {WALL_FACTOR * budget:.0f} s of wall time")
+
+    @hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        budget = self.budget(item.nodeid)
+        started, wall_started = time.process_time(), time.monotonic()
+        finished = threading.Event()
+        if budget is not None:
+            if not self.installed:
+                signal.signal(signal.SIGUSR1, self._stop)
+                self.installed = True
+            self.armed = (item.nodeid, budget)
+
+            def watch(main: int) -> None:
+                while not finished.wait(self.POLL_S):
+                    if (time.process_time() - started > budget
+                            or time.monotonic() - wall_started > WALL_FACTOR * budget):
+                        signal.pthread_kill(main, signal.SIGUSR1)
+                        return
+            threading.Thread(target=watch, args=(threading.main_thread().ident,),
+                             daemon=True).start()
+        try:
+            return (yield)
+        finally:
+            finished.set()
+            if budget is not None:
+                self.armed = None
+            self.cpu[item.nodeid] = time.process_time() - started
+
+
+def run_pytest(args: list[str], cwd: Path, budgets: dict[str, float] | None = None) -> dict:
+    """``pytest.main(args)`` here; ``outcome``: survived (all passed), killed (a test failed),
+    timeout (a test ran past its CPU budget: ``budgets`` holds each test's unmutated CPU
+    seconds) or error (pytest could not run the tests: a broken suite is no kill).
+    ``test_cpu``: each test's CPU seconds."""
     import pytest
     os.chdir(cwd)
     # Per child, pytest's start-up would cost more than the tests: no plugin scan (anyio's
     # alone takes 1.4 s), no assertion rewriting (a kill needs no rich diff).
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    plugin = _FirstFailure()
+    plugin, clock = _FirstFailure(), _TestClock(budgets)
     code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "_hypothesis_pytestplugin",
-                        "--assert=plain", *args], plugins=[plugin])
+                        "--assert=plain", *args], plugins=[plugin, clock])
     test, message = plugin.failed[0] if plugin.failed else ("", "")
     if code == 0:
         outcome = "survived"
+    elif clock.over is not None:
+        outcome, test = "timeout", clock.over
     elif code == 1 and plugin.failed:
         outcome = "killed"
     else:
         outcome = "error"
         message = message or f"pytest exit code {int(code)}"
-    return {"outcome": outcome, "test": test, "message": message, "passed": plugin.passed}
+    return {"outcome": outcome, "test": test, "message": message, "passed": plugin.passed,
+            "test_cpu": clock.cpu}
 
 
 def harness_args(subj: Subject) -> list[str]:

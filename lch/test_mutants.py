@@ -130,3 +130,77 @@ def test_every_equivalent_mutant_is_argued(path):
         assert set(entry) == {"mutant", "why"}, entry
         assert " L" in entry["mutant"] and "  ->  " in entry["mutant"], entry["mutant"]
         assert entry["why"].strip().endswith("."), entry["why"]
+
+
+SPINNING_SUITE = '''
+import threading
+import time
+
+
+def test_quick():
+    sum(range(10_000))
+
+
+def test_poll_thread():
+    # A poll loop that never sleeps, as a mutant can make one: it spins in a daemon thread
+    # while the test waits on its result.
+    done = threading.Event()
+
+    def poll():
+        while not done.is_set():
+            pass
+
+    threading.Thread(target=poll, daemon=True).start()
+    done.wait(60)
+'''
+
+
+def test_a_test_past_its_own_cpu_budget_is_stopped_in_seconds(tmp_path):
+    """The unmutated run measures each test's CPU; a mutant's run stops the test that spins
+    at three times its own (+ 5 s), not at the whole suite's limit (``suites._TestClock``)."""
+    from lch import suites
+    (tmp_path / "test_spin.py").write_text(SPINNING_SUITE)
+    args = ["-p", "no:xdist", "test_spin.py"]
+    measured = forked.Task("measure", lambda: suites.run_pytest(
+        ["--deselect", "test_spin.py::test_poll_thread", *args], tmp_path), timeout_s=60)
+    [measured] = forked.run_all([measured], jobs=1, workdir=tmp_path / "runs")
+    assert measured.result["outcome"] == "survived", measured.result
+    test_cpu = measured.result["test_cpu"]
+    assert set(test_cpu) == {"test_spin.py::test_quick"}
+    budgets = {**test_cpu, "test_spin.py::test_poll_thread": 0.1}   # its "unmutated" CPU
+
+    def run() -> dict:
+        suites._TestClock.MARGIN_S = 0.5     # in the child only: 3 x 0.1 + 0.5 s of CPU
+        return suites.run_pytest(args, tmp_path, budgets)
+    [spun] = forked.run_all([forked.Task("spin", run, timeout_s=300)], jobs=1,
+                            workdir=tmp_path / "runs")
+    assert spun.result["outcome"] == "timeout", spun.result
+    assert spun.result["test"] == "test_spin.py::test_poll_thread"
+    assert spun.cpu_seconds < 10        # its own budget, not the child's 300 s
+
+
+HANGING_SUITE = '''
+import threading
+
+
+def test_waits_for_a_poll_that_never_comes():
+    # A mutant that stops a poll thread: the test waits in a loop, burning no CPU.
+    never = threading.Event()
+    while not never.wait(0.01):
+        pass
+'''
+
+
+def test_a_test_that_hangs_without_cpu_is_stopped_at_its_wall_budget(tmp_path):
+    from lch import forked, suites
+    (tmp_path / "test_hang.py").write_text(HANGING_SUITE)
+    budgets = {"test_hang.py::test_waits_for_a_poll_that_never_comes": 0.0}
+
+    def run() -> dict:
+        suites._TestClock.MARGIN_S = 0.2     # in the child only: a 0.2 s CPU budget, 2 s wall
+        return suites.run_pytest(["-p", "no:xdist", "test_hang.py"], tmp_path, budgets)
+    [hung] = forked.run_all([forked.Task("hang", run, timeout_s=300)], jobs=1,
+                            workdir=tmp_path / "runs")
+    assert hung.result["outcome"] == "timeout", hung.result
+    assert "wall time" in hung.result["message"]
+    assert hung.seconds < 0.2 * forked.WALL_FACTOR + 10   # not the child's 10 x 300 s
