@@ -106,3 +106,26 @@ def test_preempted_request_restarts_and_reencodes_after_a_reset(target):
     step = sched.step()
     assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
     assert step.gathered == (Gathered("r0", "a", 0, 2),)
+
+
+@pytest.mark.parametrize("target", WITH_VLLM)
+def test_reset_inside_an_items_gap_encodes_it_again_at_its_next_embed(target):
+    """Scenario (issue 8): img ``a`` spans 6 tokens, embeds at 0-1 and 4-5 (a gap at 2-3).
+    - pass 1 schedules [0, 2): ``a`` is encoded (4 embeds), rows 0:2 gathered; r0 holds it;
+    - a reset (weights updated) drops ``a`` and r0's hold;
+    - pass 2 schedules [2, 4): only the gap, so ``a`` is not encoded (room was there);
+    - pass 3 schedules [4, 6): ``a`` is encoded again and its rows 2:4 gathered."""
+    sched = build(target, cache_size=6, token_budget=2, encoder_compute_budget=6)
+    a = PlacedItem("a", 0, 6, is_embed=(True, True, False, False, True, True))
+    sched.add_request(SchedRequest("r0", 6, 1, (a,)))
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
+    assert step.gathered == (Gathered("r0", "a", 0, 2),)
+    sched.reset_encoder_cache()
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 2}, {}, ())
+    assert step.gathered == ()
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
+    assert step.gathered == (Gathered("r0", "a", 2, 4),)
+    assert step.finished == ("r0",)
