@@ -129,13 +129,11 @@ class VllmSchedulerPass:
         self._requests.pop(request_id, None)
 
     def preempt_request(self, request_id: str) -> None:
-        request = self.scheduler.requests[request_id]
-        self.scheduler.running.remove(request)
-        self.scheduler._preempt_request(request, 0.0)
+        compat.preempt(self.scheduler, self.scheduler.requests[request_id])
 
     def reset_encoder_cache(self) -> None:
-        self.scheduler.reset_encoder_cache()
-        self.worker.encoder_cache.clear()
+        compat.reset_encoder_cache(self.scheduler)
+        self.worker.encoder_cache.clear()          # the model runner's part of the reset
 
     def schedule(self) -> SchedulerOutputView:
         before = {rid: r.num_computed_tokens for rid, r in self.scheduler.requests.items()}
