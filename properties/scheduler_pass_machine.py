@@ -79,9 +79,11 @@ class SchedulerPassMachine(HarnessMachine):
     def setup(self, world: SchedWorld):
         if self.target_name.startswith("vllm") and world.read_ahead:
             world = evolve(world, read_ahead=0)     # vLLM runs no drafter here
+        self.sched = targets.make(self.target_name, "scheduler_pass", **world.config())
+        if not getattr(self.sched, "can_preempt", True):
+            world = evolve(world, preempts=False)   # a release that preempts only inline
         self.world = world
         self.model = SchedulerPassModel(**world.config())
-        self.sched = targets.make(self.target_name, "scheduler_pass", **world.config())
         self.open: list[str] = []                 # request ids in arrival order
         self.next_id = 0
         self.history: dict[str, SchedRequest] = {}

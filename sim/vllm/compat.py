@@ -95,6 +95,11 @@ def reset_encoder_cache(scheduler: Any) -> None:
     scheduler.encoder_cache_manager = reset(scheduler.encoder_cache_manager)
 
 
+def can_preempt(scheduler: Any) -> bool:
+    """Whether ``preempt`` can drive this release (see there)."""
+    return hasattr(scheduler, "_preempt_request")
+
+
 def preempt(scheduler: Any, request: Any) -> None:
     """Preempt a running request between passes, as ``schedule()`` does to the last running
     request when it runs out of KV blocks: pop it from ``running``, then
@@ -103,7 +108,8 @@ def preempt(scheduler: Any, request: Any) -> None:
 
     # vLLM 0.14.0 and 0.33.0: ``_preempt_request(request, timestamp)`` (0.33.0 adds an
     #   optional ``drop_stale_output``).
-    # Releases without it preempt inline in ``schedule()``: the rule cannot be driven there.
+    # Releases without it preempt inline in ``schedule()``: the rule cannot be driven there
+    #   (the machine draws no preemption where ``can_preempt`` is False).
     """
     method = getattr(scheduler, "_preempt_request", None)
     if method is None:

@@ -128,6 +128,10 @@ class VllmSchedulerPass:
         self.scheduler.finish_requests(request_id, status)
         self._requests.pop(request_id, None)
 
+    @property
+    def can_preempt(self) -> bool:
+        return compat.can_preempt(self.scheduler)
+
     def preempt_request(self, request_id: str) -> None:
         compat.preempt(self.scheduler, self.scheduler.requests[request_id])
 
