@@ -102,9 +102,9 @@ def can_preempt(scheduler: Any) -> bool:
 
 def preempt(scheduler: Any, request: Any) -> None:
     """Preempt a running request between passes, as ``schedule()`` does to the last running
-    request when it runs out of KV blocks: pop it from ``running``, then
-    ``_preempt_request`` (frees its KV blocks and encoder inputs, computed tokens to 0, head
-    of the waiting queue).
+    request when it runs out of KV blocks, and ``reset_prefix_cache`` to every running one
+    between steps: pop it from ``running``, then ``_preempt_request`` (frees its KV blocks
+    and encoder inputs, computed tokens to 0, head of the waiting queue).
 
     # vLLM 0.14.0 and 0.33.0: ``_preempt_request(request, timestamp)`` (0.33.0 adds an
     #   optional ``drop_stale_output``).
@@ -117,6 +117,11 @@ def preempt(scheduler: Any, request: Any) -> None:
                                 "Scheduler._preempt_request; run worlds without preemption")
     scheduler.running.remove(request)
     method(request, 0.0)
+    # Preempted between passes, it may be resumed by the very next one: act as if it was not
+    # scheduled in the prior step, as vLLM 0.33.0's ``reset_prefix_cache(
+    # reset_running_requests=True)`` does after preempting between steps (0.14.0 asserts
+    # that a resumed request was not scheduled in the previous step).
+    getattr(scheduler, "prev_step_scheduled_req_ids", set()).discard(request.request_id)
 
 
 def cached_num_embeds(manager: Any, request: Any, mm_hash: str, input_id: int,
