@@ -43,8 +43,9 @@ scheduler never makes the worker miss.
 
 How the model computes it: candidate ranges are tried longest first (the wanted end and the
 item offsets below it: between two offsets the items, hence the outcome, do not change); a
-range is judged as a whole set (footprint against ``cache_size``, encoding against the
-compute budget) placed on a scratch copy of the cache model; the first that qualifies is
+range's items are placed on a scratch copy of the cache model in prompt order (held when
+resident, allocated when an embed of theirs is in the range, else only given room) and its
+encoding is judged against the compute budget as a whole; the first range that qualifies is
 kept (its copy becomes the cache). The pass's facts are then checked (budgets, every item
 read is resident, no hash encoded twice).
 """
