@@ -3,8 +3,14 @@ sections 2 and 4), first come first served, and of the update that follows the s
 
 Scope: which tokens and encoder inputs a pass schedules, what it tells the worker to delete,
 what the worker then gathers, and how computed tokens, encoder inputs and requests move on
-after the step. Not in scope: KV blocks, preemption, priorities, sampling (every request
-samples one token when its computed tokens reach its known tokens).
+after the step, a preemption (the request starts again from token 0 at the head of the
+waiting queue, its inputs freed) and a reset of the encoder cache between passes. Not in
+scope: KV blocks (a preemption is a rule, not a consequence of KV pressure), priorities,
+sampling (every request samples one token when its computed tokens reach its known tokens).
+
+Items may carry an ``is_embed`` mask: the cache and the compute budget count embeds, the
+worker gathers the embeds at the scheduled positions, and an item whose embeds all lie
+outside the scheduled range is not encoded that pass (see ``_place`` for what it still costs).
 
 The policy, stated as what each request is granted. Requests are served running first (in
 the order they were first scheduled), then waiting ones (in arrival order), as vLLM's V1
@@ -37,8 +43,9 @@ scheduler never makes the worker miss.
 
 How the model computes it: candidate ranges are tried longest first (the wanted end and the
 item offsets below it: between two offsets the items, hence the outcome, do not change); a
-range is judged as a whole set (footprint against ``cache_size``, encoding against the
-compute budget) placed on a scratch copy of the cache model; the first that qualifies is
+range's items are placed on a scratch copy of the cache model in prompt order (held when
+resident, allocated when an embed of theirs is in the range, else only given room) and its
+encoding is judged against the compute budget as a whole; the first range that qualifies is
 kept (its copy becomes the cache). The pass's facts are then checked (budgets, every item
 read is resident, no hash encoded twice).
 """
@@ -59,7 +66,8 @@ class RequestState:
     request: SchedRequest
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
-    started_at: int | None = None       # the pass that first scheduled it (None: waiting)
+    started_at: int | None = None       # its rank among starts (None: waiting)
+    queued_at: int = 0                  # its rank in the waiting queue (lower: nearer the head)
 
     @property
     def num_tokens(self) -> int:
@@ -77,6 +85,7 @@ class PassNotes:
     read_ahead_cut: bool = False                   # the read-ahead stopped before an item
     blocked: bool = False                          # a request got no token from its items
     read_ahead_read: bool = False                  # the drafter read an item past its range
+    probed: bool = False           # an item with no embed in its window was judged, not encoded
 
 
 @frozen(eq=False)
@@ -87,6 +96,7 @@ class Placement:
     held: tuple[int, ...]          # input ids of every item in the range, in order
     encoded: tuple[int, ...]       # those that were not resident: the encoder runs them
     compute: int                   # their embeds
+    probed: tuple[int, ...] = ()   # not resident, no embed in the range: judged, not encoded
 
 
 @frozen(eq=False)
@@ -115,6 +125,9 @@ class SchedulerPassModel:
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     notes: PassNotes = field(factory=PassNotes)
     passes: int = 0
+    starts: int = 0                # requests started (or restarted after a preemption) so far
+    arrivals: int = 0
+    preemptions: int = 0
 
     def __attrs_post_init__(self) -> None:
         self.cache = EncoderCacheModel(self.cache_size)
@@ -124,18 +137,45 @@ class SchedulerPassModel:
     def add_request(self, request: SchedRequest) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"request {request.request_id!r} is already open")
-        self.requests[request.request_id] = RequestState(request)
+        self.arrivals += 1
+        self.requests[request.request_id] = RequestState(request, queued_at=self.arrivals)
 
     def finish_request(self, request_id: str) -> None:
         """Abort (or finish) a request between passes: its encoder inputs are freed."""
         state = self.requests.pop(request_id)
         self.cache.free(state.request)
 
+    def preempt_request(self, request_id: str) -> None:
+        """A running request is preempted (KV pressure, between passes): its encoder inputs
+        are freed, it forgets every computed token and goes back to the head of the waiting
+        queue (vLLM 0.33.0 ``Scheduler._preempt_request``). Its sampled tokens stay: a later
+        pass recomputes the prompt and them, re-encoding each item not still resident."""
+        state = self.requests[request_id]
+        if state.started_at is None:
+            raise ValueError(f"request {request_id!r} is waiting: only a running one is preempted")
+        self.cache.free(state.request)
+        self.preemptions += 1
+        state.num_computed_tokens, state.started_at = 0, None
+        state.queued_at = -self.preemptions        # ahead of every arrival and earlier preempt
+
+    def reset_encoder_cache(self) -> None:
+        """Between passes (weights updated): every entry and every request's hold is dropped;
+        the worker drops its tensors. Running requests re-encode what they still need."""
+        self.cache.reset()
+
     def get_num_unfinished_requests(self) -> int:
         return len(self.requests)
 
     def resident_mm_hashes(self) -> set[str]:
         return set(self.cache.entries)
+
+    def worker_mm_hashes(self) -> set[str]:
+        """The worker holds exactly the resident entries' outputs."""
+        return self.resident_mm_hashes()
+
+    def manager_slots(self) -> tuple[int, int]:
+        """(free, freeable) embeds of the encoder cache: what is held shows here first."""
+        return self.cache.num_free_slots, self.cache.num_freeable_slots
 
     def schedule(self) -> SchedulerOutputView:
         self.passes += 1
@@ -151,7 +191,9 @@ class SchedulerPassModel:
             grants.append(grant)
             if grant.tokens:                 # a skipped request's trials are dropped
                 self.cache = grant.placement.cache
-                state.started_at = state.started_at or self.passes
+                if state.started_at is None:
+                    self.starts += 1
+                    state.started_at = self.starts
         granted = [g for g in grants if g.tokens]
         self._check_pass(granted)
         self.notes = self._notes(grants)
@@ -163,17 +205,18 @@ class SchedulerPassModel:
 
     def gathered(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
         """What the worker gathers for ``output`` (call before ``update_from_output``): each
-        item's rows that fall in the scheduled range plus the granted read-ahead."""
+        item's embeddings (rows of its encoder output) at the positions of the scheduled range
+        plus the granted read-ahead; an item with no embed there is not read at all."""
         rows = []
         for rid, k in output.num_scheduled_tokens.items():
             state = self.requests[rid]
             first, scheduled_end = state.num_computed_tokens, state.num_computed_tokens + k
             read_end = scheduled_end + output.num_read_ahead_tokens.get(rid, 0)
             for item in state.request.items:
-                lo, hi = max(item.offset, first), min(item.end, read_end)
+                lo, hi = item.embeds_before(first), item.embeds_before(read_end)
                 if lo < hi:
-                    rows.append(Gathered(rid, item.mm_hash, lo - item.offset, hi - item.offset))
-                    self.notes.read_ahead_read |= hi > scheduled_end
+                    rows.append(Gathered(rid, item.mm_hash, lo, hi))
+                    self.notes.read_ahead_read |= hi > item.embeds_before(scheduled_end)
         return tuple(rows)
 
     execute_model = gathered      # the worker's part of a step, as the model predicts it
@@ -237,29 +280,35 @@ class SchedulerPassModel:
         """Place the items overlapping ``[c, end)`` on a scratch copy of the cache, or None
         when the whole set cannot be resident at once or its encoding exceeds the budget.
 
-        Room is a property of the set: freeable entries can always be evicted and held ones
-        never, so the set fits exactly when the held entries and its own hashes, each counted
-        once, fit the cache. Which hashes must be encoded depends on what the evictions for
-        its earlier items took, so that part is read off the placement."""
-        ids = _overlapping(request, c, end)
-        held = {h: e.num_embeds for h, e in self.cache.entries.items() if self.cache.holders(h)}
-        footprint = held | {request.mm_hash(i): request.num_embeds(i) for i in ids}
-        if sum(footprint.values()) > self.cache_size:
-            return None
-        scratch, encoded = copy.deepcopy(self.cache), []
-        for i in ids:
+        An item resident when reached is held; one with an embed in ``[c, end)`` is encoded
+        (allocated on the scratch: it takes room from the next ones). One that is neither
+        (its embeds all lie outside the range: only leading, trailing or gap positions are
+        scheduled) is not encoded, yet vLLM 0.33.0 still asks the cache for room for its
+        embeds and the budget for their compute (``can_allocate`` comes before the embed
+        test in ``_try_schedule_encoder_inputs``) and evicts for it: the model judges it
+        where it stands, against what the range placed before it. The compute budget is
+        charged in embeds, for the encoded set as a whole."""
+        scratch, encoded, probed = copy.deepcopy(self.cache), [], []
+        for i in _overlapping(request, c, end):
             if scratch.check_and_update_cache(request, i):
                 continue
-            # Compute is judged on the whole set below; room is known to suffice (footprint),
-            # so this can_allocate only evicts. A refusal here would be a model bug.
-            assert scratch.can_allocate(request, i, request.num_embeds(i), 0), \
-                f"model: footprint fits but can_allocate refused {request.mm_hash(i)}"
-            scratch.allocate(request, i)
-            encoded.append(i)
+            embeds = request.num_embeds(i)
+            needed = _embeds_in(request.items[i], c, end) > 0
+            spent = sum(request.num_embeds(j) for j in encoded)
+            # can_allocate here only tests room (and evicts): compute is judged below.
+            if (not needed and embeds > compute_left - spent) \
+                    or not scratch.can_allocate(request, i, embeds, 0):
+                return None
+            if needed:
+                scratch.allocate(request, i)
+                encoded.append(i)
+            else:
+                probed.append(i)
         compute = sum(request.num_embeds(i) for i in encoded)
         if compute > compute_left:
             return None
-        return Placement(scratch, tuple(ids), tuple(encoded), compute)
+        return Placement(scratch, tuple(_overlapping(request, c, end)), tuple(encoded), compute,
+                         tuple(probed))
 
     # -- facts about the pass ------------------------------------------------------------------
 
@@ -272,7 +321,9 @@ class SchedulerPassModel:
         assert len(encoded) == len(set(encoded)), f"model: {encoded} encodes a hash twice"
         assert self.cache.num_free_slots >= 0, "model: resident embeds exceed the cache"
         for g in granted:
-            read = _overlapping(g.request, g.computed, g.computed + g.tokens + g.read_ahead)
+            read_end = g.computed + g.tokens + g.read_ahead
+            read = [i for i in _overlapping(g.request, g.computed, read_end)
+                    if _embeds_in(g.request.items[i], g.computed, read_end)]
             held = self.cache.get_cached_input_ids(g.request)
             assert set(read) <= held and all(self.cache.is_resident(g.request.mm_hash(i))
                                              for i in read), f"model: {g} reads a missing item"
@@ -294,7 +345,8 @@ class SchedulerPassModel:
             cut=any(g.refused_for_room and g.tokens < g.wanted for g in granted),
             read_ahead_cut=any(g.tokens == g.wanted and g.read_ahead < self.read_ahead
                                for g in granted),
-            blocked=len(granted) < len(grants))
+            blocked=len(granted) < len(grants),
+            probed=any(g.placement.probed for g in granted))
 
     def _advance(self, state: RequestState, k: int) -> None:
         state.num_computed_tokens += k
@@ -307,10 +359,10 @@ class SchedulerPassModel:
             state.num_output_tokens += 1       # the step completed the known tokens: sample
 
     def _in_order(self) -> list[RequestState]:
-        """Running requests by the pass that started them, then waiting ones; arrival order
-        within each (``sorted`` is stable and ``requests`` is in arrival order)."""
+        """Running requests in the order they started, then waiting ones by their place in
+        the queue (arrival order, a preempted request at the head)."""
         return sorted(self.requests.values(),
-                      key=lambda s: (s.started_at is None, s.started_at or 0))
+                      key=lambda s: (s.started_at is None, s.started_at or s.queued_at))
 
 
 def _overlapping(request: SchedRequest, lo: int, hi: int) -> list[int]:
@@ -319,3 +371,7 @@ def _overlapping(request: SchedRequest, lo: int, hi: int) -> list[int]:
     return [i for i, x in enumerate(request.items)
             if x.offset < request.prompt_len and max(x.offset, lo) < min(x.end, hi)]
 
+
+def _embeds_in(item, lo: int, hi: int) -> int:
+    """How many of ``item``'s embeds sit at token positions in ``[lo, hi)``."""
+    return item.embeds_before(hi) - item.embeds_before(lo)

@@ -10,21 +10,50 @@ from attrs import field, frozen
 from models.encoder_cache_values import MmItem
 
 
+def _mask(value) -> tuple[bool, ...] | None:
+    return None if value is None else tuple(bool(x) for x in value)
+
+
+def _frozen_dict(value: dict) -> dict:
+    return dict(value)
+
+
 @frozen
 class PlacedItem:
     """A multimodal item placed in the prompt: its placeholder covers token positions
-    ``[offset, offset + length)`` and yields ``length`` encoder embeddings."""
+    ``[offset, offset + length)``. ``is_embed`` (vLLM's ``PlaceholderRange.is_embed``) says
+    which of those positions take an encoder embedding; None means all of them. The encoder
+    yields one embedding per True position, so an item's cost in the encoder budget and the
+    cache is ``num_embeds``, which can be smaller than its token span (e.g. a video's
+    timestamp or separator tokens inside its placeholder)."""
 
     mm_hash: str
     offset: int
     length: int
+    is_embed: tuple[bool, ...] | None = field(default=None, converter=_mask)
+
+    def __attrs_post_init__(self) -> None:
+        if self.is_embed is not None and (len(self.is_embed) != self.length
+                                          or not any(self.is_embed)):
+            raise ValueError(f"{self.mm_hash}: is_embed must have {self.length} entries, at "
+                             f"least one True (pass None when every position is an embed)")
 
     @property
     def end(self) -> int:
         return self.offset + self.length
 
+    @property
+    def num_embeds(self) -> int:
+        return self.length if self.is_embed is None else sum(self.is_embed)
+
+    def embeds_before(self, position: int) -> int:
+        """Embeddings of this item at token positions below ``position`` (absolute): the
+        index, in the encoder's output, of the first embed at or after ``position``."""
+        span = min(max(position - self.offset, 0), self.length)
+        return span if self.is_embed is None else sum(self.is_embed[:span])
+
     def mm_item(self) -> MmItem:
-        return MmItem(self.mm_hash, self.length)
+        return MmItem(self.mm_hash, self.num_embeds)
 
 
 @frozen
@@ -41,14 +70,12 @@ class SchedRequest:
         return self.items[input_id].mm_hash
 
     def num_embeds(self, input_id: int) -> int:
-        return self.items[input_id].length
+        return self.items[input_id].num_embeds
 
     def renamed(self, request_id: str) -> SchedRequest:
         return SchedRequest(request_id, self.prompt_len, self.max_tokens, self.items)
 
 
-def _frozen_dict(value: dict) -> dict:
-    return dict(value)
 
 
 @frozen(hash=False)

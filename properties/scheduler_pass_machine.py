@@ -5,7 +5,11 @@ Rules: ``add_request`` (a template of the world, given a fresh id ``r<n>``; temp
 small pool of hashes, so items are shared across requests and repeated inside one), ``step``
 (one engine step: the pass, the worker deleting the freed hashes, encoding the scheduled
 inputs and gathering every scheduled range plus the drafter's read-ahead, then the update
-from the output) and ``finish_request`` (an abort between passes). After every step: the
+from the output), ``finish_request`` (an abort between passes), ``preempt_request`` (a
+running request loses its computed tokens and its encoder inputs and waits at the head of the
+queue, as under KV pressure) and ``reset_encoder_cache`` (weights updated while requests run:
+the manager and the worker forget every encoder output). Items may carry an ``is_embed``
+mask (fewer embeds than placeholder tokens). After every step: the
 worker did not miss, the pass kept its budgets and named no resident hash as freed, the
 gathered rows are the encoder's output, the output equals the model's FCFS prediction, and
 the worker's tensors are exactly the manager's resident entries. A run ends by stepping until
@@ -37,6 +41,11 @@ HAZARDS = (
     "request blocked for a pass",
     "pass frees hashes",
     "aborted while holding an input",
+    "item with no embed in its window",
+    "masked item encoded",
+    "preempted while holding an input",
+    "preempted request rescheduled",
+    "encoder cache reset while requests hold inputs",
 )
 
 
@@ -48,6 +57,7 @@ PROPERTIES = {
     "gathered-equals-encoded": "gathered rows are the encoder's output for the item",
     "worker-agrees-with-manager": "the worker's tensors are exactly the resident entries",
     "liveness": "with the cache fitting the largest item, every request finishes",
+    "slots-agree": "the manager's free and freeable embeds equal the model's after each call",
 }
 
 
@@ -69,12 +79,15 @@ class SchedulerPassMachine(HarnessMachine):
     def setup(self, world: SchedWorld):
         if self.target_name.startswith("vllm") and world.read_ahead:
             world = evolve(world, read_ahead=0)     # vLLM runs no drafter here
+        self.sched = targets.make(self.target_name, "scheduler_pass", **world.config())
+        if not getattr(self.sched, "can_preempt", True):
+            world = evolve(world, preempts=False)   # a release that preempts only inline
         self.world = world
         self.model = SchedulerPassModel(**world.config())
-        self.sched = targets.make(self.target_name, "scheduler_pass", **world.config())
         self.open: list[str] = []                 # request ids in arrival order
         self.next_id = 0
         self.history: dict[str, SchedRequest] = {}
+        self.preempted: set[str] = set()          # preempted and not yet scheduled again
         self.trace.config.update(world.config(), target=self.target_name)
         self.trace.world = world
 
@@ -98,6 +111,18 @@ class SchedulerPassMachine(HarnessMachine):
     def finish_request(self, data):
         rid = pick(data, self.open)
         self.act("finish_request", int(rid[1:]))
+
+    @precondition(lambda self: getattr(self, "open", None) and self.world.preempts
+                  and self._running())
+    @rule(data=st.data())
+    def preempt_request(self, data):
+        rid = pick(data, self._running())
+        self.act("preempt_request", int(rid[1:]))
+
+    @precondition(lambda self: getattr(self, "open", None) and self.world.resets)
+    @rule()
+    def reset_encoder_cache(self):
+        self.act("reset_encoder_cache")
 
     def end_of_run(self):
         # Liveness: every open request finishes within the passes its tokens need (each pass
@@ -138,6 +163,34 @@ class SchedulerPassMachine(HarnessMachine):
         self.sched.finish_request(rid)
         self.record_step(f"sched.finish_request({rid!r})", None,
                          f"{rid} aborted: its encoder inputs are freed")
+        self._check_slots()
+
+    def do_preempt_request(self, n: int):
+        rid = f"r{n}"
+        if rid not in self._running():
+            raise InvalidAction("preempt_request: no such running request")
+        state = self.model.requests[rid]
+        if self.model.cache.get_cached_input_ids(state.request):
+            self.hazard("preempted while holding an input")
+        self.preempted.add(rid)
+        self.model.preempt_request(rid)
+        self.sched.preempt_request(rid)
+        self.record_step(f"sched.preempt_request({rid!r})", None,
+                         f"{rid} preempted: inputs freed, computed 0, head of the waiting queue")
+        self._check_slots()
+
+    def do_reset_encoder_cache(self):
+        if any(self.model.cache.recorded.values()):
+            self.hazard("encoder cache reset while requests hold inputs")
+        self.model.reset_encoder_cache()
+        self.sched.reset_encoder_cache()
+        self.record_step("sched.reset_encoder_cache()", None,
+                         "every encoder output forgotten, by the manager and the worker")
+        self._check_slots()
+        self._check_worker()
+
+    def _running(self) -> list[str]:
+        return [rid for rid in self.open if self.model.requests[rid].started_at is not None]
 
     def do_step(self):
         output = self.model.schedule()
@@ -175,19 +228,34 @@ class SchedulerPassMachine(HarnessMachine):
         self.check("worker-agrees-with-manager", resident == self.model.resident_mm_hashes(),
                    lambda: f"manager resident {sorted(resident)} != "
                    f"{sorted(self.model.resident_mm_hashes())}")
+        self._check_worker()
+        self._check_slots()
+        self.check_valid(self.sched)
+
+    def _check_worker(self) -> None:
+        resident = self.sched.resident_mm_hashes()
         worker = getattr(self.sched, "worker_mm_hashes", None)
         if worker is not None:
             self.check("worker-agrees-with-manager", worker() == resident,
                        lambda: f"worker tensors {sorted(worker())} != resident entries "
                        f"{sorted(resident)} (leak or lost tensor)")
-        self.check_valid(self.sched)
+
+    def _check_slots(self) -> None:
+        # What is held (not just resident) shows only here: a request that keeps an input it
+        # should have let go of leaves the entry resident either way.
+        slots = getattr(self.sched, "manager_slots", None)
+        if slots is not None:
+            self.check("slots-agree", slots() == self.model.manager_slots(),
+                       lambda: f"(free, freeable) embeds {slots()} != "
+                       f"{self.model.manager_slots()}: an input held or freed out of turn")
 
     def _check_budgets(self, out) -> None:
         world = self.world
         self.check("budgets-hold", out.total_num_scheduled_tokens <= world.token_budget,
                    lambda: f"{out.total_num_scheduled_tokens} tokens > {world.token_budget}")
-        sizes = {it.mm_hash: it.length for t in world.templates for it in t.items}
-        compute = sum(self.history[rid].items[i].length
+        # Budgets count embeds: a masked item costs its True positions, not its span.
+        sizes = {it.mm_hash: it.num_embeds for t in world.templates for it in t.items}
+        compute = sum(self.history[rid].items[i].num_embeds
                       for rid, ids in out.scheduled_encoder_inputs.items() for i in ids)
         self.check("budgets-hold", compute <= world.encoder_compute_budget,
                    lambda: f"encoder compute {compute} > {world.encoder_compute_budget}")
@@ -210,6 +278,8 @@ class SchedulerPassMachine(HarnessMachine):
         resident = sorted(self.model.resident_mm_hashes())     # sorted: a stable file
         shown = "{" + ", ".join(map(repr, resident)) + "}" if resident else "set()"
         return [f"assert sched.resident_mm_hashes() == {shown}",
+                f"assert sched.worker_mm_hashes() == {shown}",
+                f"assert sched.manager_slots() == {self.model.manager_slots()}",
                 f"assert sched.get_num_unfinished_requests() == {len(self.model.requests)}"]
 
     # -- helpers -----------------------------------------------------------------------------
@@ -222,9 +292,16 @@ class SchedulerPassMachine(HarnessMachine):
                            (notes.read_ahead_read, "read-ahead past the scheduled range"),
                            (notes.read_ahead_cut, "read-ahead cut before an item"),
                            (notes.blocked, "request blocked for a pass"),
-                           (expect.output.free_encoder_mm_hashes, "pass frees hashes")):
+                           (expect.output.free_encoder_mm_hashes, "pass frees hashes"),
+                           (notes.probed, "item with no embed in its window")):
             if flag:
                 self.hazard(name)
+        if any(self.history[rid].items[i].is_embed is not None
+               for rid, ids in expect.output.scheduled_encoder_inputs.items() for i in ids):
+            self.hazard("masked item encoded")
+        if self.preempted & set(expect.output.num_scheduled_tokens):
+            self.hazard("preempted request rescheduled")
+        self.preempted -= set(expect.output.num_scheduled_tokens)
 
     @classmethod
     def simpler_worlds(cls, world: SchedWorld, actions):
@@ -232,7 +309,9 @@ class SchedulerPassMachine(HarnessMachine):
 
 
 def _describe(request: SchedRequest) -> str:
-    items = ", ".join(f"{it.mm_hash}@[{it.offset},{it.end})" for it in request.items)
+    items = ", ".join(f"{it.mm_hash}@[{it.offset},{it.end})"
+                      + (f" {it.num_embeds} embeds" if it.is_embed is not None else "")
+                      for it in request.items)
     return f"{request.request_id}: {request.prompt_len} prompt tokens, max " \
            f"{request.max_tokens} new" + (f"; {items}" if items else "")
 

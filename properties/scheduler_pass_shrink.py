@@ -1,7 +1,8 @@
 """Simpler worlds for the scheduler-pass minimizer (``properties/run.py:minimize``).
 
 Actions are the machine's ``(name, *args)`` steps: ``("add_request", template, id)``,
-``("step",)``, ``("finish_request", id)``. Each candidate may fail the same way with a calmer
+``("step",)``, ``("finish_request", id)``, ``("preempt_request", id)``,
+``("reset_encoder_cache",)``. Each candidate may fail the same way with a calmer
 configuration, smaller templates or fewer requests; the minimizer keeps those that do.
 """
 
@@ -17,16 +18,25 @@ def simpler_worlds(world: SchedWorld, actions: list[tuple]):
     """Calmer configurations and smaller templates that may fail the same way."""
     largest = world.largest_item
     for name, low in (("cache_size", largest), ("encoder_compute_budget", largest),
-                      ("token_budget", largest if world.disable_chunked_mm_input else 1),
+                      ("token_budget",
+                       world.longest_item if world.disable_chunked_mm_input else 1),
                       ("read_ahead", 0)):
         if getattr(world, name) > low:
             yield evolve(world, **{name: low}), actions
             yield evolve(world, **{name: getattr(world, name) - 1}), actions
     if world.disable_chunked_mm_input:
         yield evolve(world, disable_chunked_mm_input=False), actions
+    for name, verb in (("preempts", "preempt_request"), ("resets", "reset_encoder_cache")):
+        if getattr(world, name):
+            yield evolve(world, **{name: False}), [a for a in actions if a[0] != verb]
     # A larger token budget is a smaller program: prefills take fewer passes.
     yield evolve(world, token_budget=2 * world.token_budget), actions
     for mm_hash in sorted({it.mm_hash for t in world.templates for it in t.items}):
+        unmasked = tuple(evolve(t, items=tuple(evolve(it, is_embed=None)
+                                               if it.mm_hash == mm_hash else it
+                                               for it in t.items)) for t in world.templates)
+        if unmasked != world.templates:
+            yield evolve(world, templates=unmasked), actions
         shorter = tuple(_shortened(t, mm_hash) for t in world.templates)
         if shorter != world.templates:
             yield evolve(world, templates=shorter), actions
@@ -65,11 +75,12 @@ def _fewer_requests(actions):
     added = [a for a in actions if a[0] == "add_request"]
     for _, t, n in added:
         if ("finish_request", n) in actions:
-            yield [a for a in actions if a not in (("add_request", t, n), ("finish_request", n))]
+            yield [a for a in actions if a not in (("add_request", t, n), ("finish_request", n),
+                                                   ("preempt_request", n))]
     ids = {a[2]: k for k, a in enumerate(added)}
     if any(n != k for n, k in ids.items()):
         yield [(a[0], a[1], ids[a[2]]) if a[0] == "add_request"
-               else ("finish_request", ids.get(a[1], a[1])) if a[0] == "finish_request"
+               else (a[0], ids.get(a[1], a[1])) if a[0] in ("finish_request", "preempt_request")
                else a for a in actions]
 
 
@@ -77,7 +88,11 @@ def _shortened(t: SchedRequest, mm_hash: str) -> SchedRequest:
     """``t`` with every ``mm_hash`` item one embed shorter (later items move up one)."""
     items, shift = [], 0
     for it in t.items:
-        cut = it.mm_hash == mm_hash and it.length > 1
-        items.append(evolve(it, offset=it.offset - shift, length=it.length - cut))
+        mask = it.is_embed
+        # One position fewer; a mask drops its last position unless that leaves no embed.
+        cut = it.mm_hash == mm_hash and it.length > 1 and (mask is None or any(mask[:-1]))
+        mask = mask[:-1] if cut and mask is not None else mask
+        items.append(evolve(it, offset=it.offset - shift, length=it.length - cut,
+                            is_embed=None if mask is not None and all(mask) else mask))
         shift += cut
     return evolve(t, items=tuple(items), prompt_len=max(1, t.prompt_len - shift))

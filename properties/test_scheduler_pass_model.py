@@ -68,3 +68,64 @@ def test_read_ahead_is_cut_before_an_item_that_cannot_be_encoded(target):
     assert step.output.num_scheduled_tokens == {"r0": 3}
     assert step.output.num_read_ahead_tokens == {"r0": 1}
     assert step.gathered == (Gathered("r0", "a", 0, 2),)
+
+
+@pytest.mark.parametrize("target", WITH_VLLM)
+def test_masked_item_is_encoded_when_its_first_embed_is_scheduled(target):
+    """Scenario (issue 8): img ``a`` spans 6 placeholder tokens, only the last 3 are embeds.
+    - pass 1 schedules [0, 3): only non-embed positions, so ``a`` is not encoded yet;
+    - pass 2 schedules [3, 6): ``a`` is encoded (3 embeds, the whole compute budget) and rows
+      0:3 gathered; ``b`` (2 embeds at [6, 8)) waits, no budget left;
+    - pass 3 schedules [6, 8) and encodes ``b``; ``a`` was freed when [3, 6) was computed."""
+    sched = build(target, cache_size=5, token_budget=3, encoder_compute_budget=3)
+    a = PlacedItem("a", 0, 6, is_embed=(False, False, False, True, True, True))
+    sched.add_request(SchedRequest("r0", 8, 1, (a, PlacedItem("b", 6, 2))))
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 3}, {}, ())
+    assert step.gathered == ()
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 3}, {"r0": (0,)}, ())
+    assert step.gathered == (Gathered("r0", "a", 0, 3),)
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (1,)}, ())
+    assert step.gathered == (Gathered("r0", "b", 0, 2),)
+    assert step.finished == ("r0",)
+
+
+@pytest.mark.parametrize("target", WITH_VLLM)
+def test_preempted_request_restarts_and_reencodes_after_a_reset(target):
+    """Scenario (issue 8): r0 encodes ``a`` and is preempted mid-prefill (its input freed:
+    ``a`` turns freeable); a reset drops ``a``; r0 restarts from token 0 and encodes it again."""
+    sched = build(target, cache_size=4, token_budget=2, encoder_compute_budget=4)
+    sched.add_request(SchedRequest("r0", 6, 1, (PlacedItem("a", 0, 4),)))
+    assert sched.step().output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
+    sched.preempt_request("r0")
+    assert sched.manager_slots() == (0, 4)          # a resident, held by nobody
+    sched.reset_encoder_cache()
+    assert sched.resident_mm_hashes() == set() == sched.worker_mm_hashes()
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
+    assert step.gathered == (Gathered("r0", "a", 0, 2),)
+
+
+@pytest.mark.parametrize("target", WITH_VLLM)
+def test_reset_inside_an_items_gap_encodes_it_again_at_its_next_embed(target):
+    """Scenario (issue 8): img ``a`` spans 6 tokens, embeds at 0-1 and 4-5 (a gap at 2-3).
+    - pass 1 schedules [0, 2): ``a`` is encoded (4 embeds), rows 0:2 gathered; r0 holds it;
+    - a reset (weights updated) drops ``a`` and r0's hold;
+    - pass 2 schedules [2, 4): only the gap, so ``a`` is not encoded (room was there);
+    - pass 3 schedules [4, 6): ``a`` is encoded again and its rows 2:4 gathered."""
+    sched = build(target, cache_size=6, token_budget=2, encoder_compute_budget=6)
+    a = PlacedItem("a", 0, 6, is_embed=(True, True, False, False, True, True))
+    sched.add_request(SchedRequest("r0", 6, 1, (a,)))
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
+    assert step.gathered == (Gathered("r0", "a", 0, 2),)
+    sched.reset_encoder_cache()
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 2}, {}, ())
+    assert step.gathered == ()
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
+    assert step.gathered == (Gathered("r0", "a", 2, 4),)
+    assert step.finished == ("r0",)

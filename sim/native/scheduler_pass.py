@@ -14,6 +14,16 @@ resident); see ``models/scheduler_pass.py`` for the policy both follow. Bug swit
 ``sched-read-ahead-ungated``: the worker's drafter reads its whole lookahead whatever the
 output allows, so it reads an item the pass could not encode (the part of vLLM issue #38551
 that the fix in seed 000 left open): "Encoder cache miss".
+
+Items with an ``is_embed`` mask: the scheduler charges the encoder budget in embeds and skips
+an input with no embed inside the window; the worker maps token positions to rows of the
+encoder output through the mask's prefix sums. Bug switches: ``sched-budget-in-tokens`` (the
+pass charges the compute budget, and the embeds it has pending, by token span: masked items
+starve the budget), ``sched-encode-embedless`` (an input whose window holds no embed is
+encoded anyway, a pass early), ``sched-preempt-keeps-inputs`` (a preempted request keeps its
+encoder inputs held: the entries cannot be evicted while it waits) and
+``sched-reset-worker-kept`` (a reset of the encoder cache leaves the worker's tensors: stale
+outputs of the old weights stay on the device).
 """
 
 from __future__ import annotations
@@ -28,12 +38,27 @@ __all__ = ["EncoderCacheMiss", "NativeSchedulerPass"]
 
 
 class _Running:
-    __slots__ = ("req", "computed", "generated")
+    __slots__ = ("req", "computed", "generated", "embeds_upto")
 
     def __init__(self, req: SchedRequest):
         self.req = req
         self.computed = 0
         self.generated = 0
+        # Per input: embeds_upto[i][t] = embeds among the item's first t positions (the
+        # mask's prefix sums, as vLLM's PlaceholderRange.embeds_cumsum keeps them).
+        self.embeds_upto = []
+        for item in req.items:
+            mask = item.is_embed or (True,) * item.length
+            sums = [0]
+            for flag in mask:
+                sums.append(sums[-1] + int(flag))
+            self.embeds_upto.append(sums)
+
+    def embed_rows(self, input_id: int, lo: int, hi: int) -> tuple[int, int]:
+        """Rows of input ``input_id``'s encoder output at token positions ``[lo, hi)``."""
+        item, sums = self.req.items[input_id], self.embeds_upto[input_id]
+        clamp = lambda t: min(max(t - item.offset, 0), item.length)  # noqa: E731
+        return sums[clamp(lo)], sums[clamp(hi)]
 
     def remaining(self) -> int:
         return self.req.prompt_len + self.generated - self.computed
@@ -66,6 +91,26 @@ class NativeSchedulerPass:
         entry = self._find(request_id)
         (self.running if entry in self.running else self.waiting).remove(entry)
         self.encoder_cache_manager.free(entry.req)
+
+    def preempt_request(self, request_id: str) -> None:
+        """Preempt a running request: free its encoder inputs, forget its computed tokens,
+        put it at the head of the waiting queue (what vLLM does to the last running request
+        when a pass runs out of KV blocks)."""
+        entry = self._find(request_id)
+        if entry not in self.running:
+            raise ValueError(f"request {request_id!r} is not running")
+        self.running.remove(entry)
+        if "sched-preempt-keeps-inputs" not in self.bugs:
+            self.encoder_cache_manager.free(entry.req)
+        entry.computed = 0
+        self.waiting.insert(0, entry)
+
+    def reset_encoder_cache(self) -> None:
+        """Weights were updated: the manager forgets every entry and hold, and the worker
+        drops every encoder output (they are stale)."""
+        self.encoder_cache_manager.reset()
+        if "sched-reset-worker-kept" not in self.bugs:
+            self.worker.encoder_cache.clear()
 
     def schedule(self) -> SchedulerOutputView:
         token_budget = self.max_num_batched_tokens
@@ -137,17 +182,18 @@ class NativeSchedulerPass:
             drafter_stop = stop
             if "sched-read-ahead-ungated" in self.bugs and rid in output.num_read_ahead_tokens:
                 drafter_stop = start + n + self.num_lookahead_tokens   # BUG: ignores the cut
-            for item in entry.req.items:
+            for input_id, item in enumerate(entry.req.items):
                 if item.end <= start or item.offset >= drafter_stop:
                     continue
-                lo = max(start, item.offset) - item.offset
-                hi = min(drafter_stop, item.end) - item.offset
+                lo, hi = entry.embed_rows(input_id, start, drafter_stop)
+                if lo == hi:
+                    continue                   # only non-embed positions: nothing to read
                 if item.mm_hash not in self.worker.encoder_cache:
                     raise EncoderCacheMiss(f"Encoder cache miss for {item.mm_hash} "
                                            f"(request {rid}, rows {lo}:{hi})")
-                if item.offset >= stop:
+                lo, hi = entry.embed_rows(input_id, start, stop)
+                if lo == hi:
                     continue                   # read by the drafter only: not gathered
-                hi = min(stop, item.end) - item.offset
                 tensors.append(self.worker.gather(item.mm_item(), lo, hi))
                 gathered.append(Gathered(rid, item.mm_hash, lo, hi))
         self.last_gathered_tensors = tensors
@@ -165,6 +211,10 @@ class NativeSchedulerPass:
 
     def get_num_unfinished_requests(self) -> int:
         return len(self.running) + len(self.waiting)
+
+    def manager_slots(self) -> tuple[int, int]:
+        manager = self.encoder_cache_manager
+        return manager.num_free_slots, manager.num_freeable_slots
 
     def worker_mm_hashes(self) -> set[str]:
         return self.worker.resident_hashes()
@@ -191,6 +241,7 @@ class NativeSchedulerPass:
         seen: set[str] = set()
         pending = 0
         manager = self.encoder_cache_manager
+        window_end = start + new_tokens + reads    # the embeds test's window (fixed per pass)
         for input_id, item in enumerate(req.items):
             scheduled_end = start + new_tokens
             if item.offset >= min(scheduled_end + reads, req.prompt_len):
@@ -215,8 +266,12 @@ class NativeSchedulerPass:
                 else:
                     new_tokens, reads = 0, 0
                 break
+            lo, hi = entry.embed_rows(input_id, start, window_end)
+            if lo == hi and "sched-encode-embedless" not in self.bugs:
+                continue                       # no embed in the window: encode it later
             inputs.append(input_id)
             seen.add(item.mm_hash)
-            pending += item.length
-            budget -= item.length
+            cost = item.length if "sched-budget-in-tokens" in self.bugs else item.num_embeds
+            pending += cost
+            budget -= cost
         return new_tokens, reads, inputs, duplicates, budget

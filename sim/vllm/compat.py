@@ -81,6 +81,49 @@ def reset(manager: Any) -> Any:
     return type(manager)(cache_size=manager.cache_size)
 
 
+def reset_encoder_cache(scheduler: Any) -> None:
+    """The scheduler's part of an engine-level encoder-cache reset (weights updated).
+
+    # vLLM 0.33.0 (absent in 0.14.0): ``Scheduler.reset_encoder_cache()`` resets its manager.
+    # vLLM 0.10.2-0.14.x: no such method; the manager is reset or replaced (``reset``), the
+    #   state the later method produces.
+    """
+    method = getattr(scheduler, "reset_encoder_cache", None)
+    if method is not None:
+        method()
+        return
+    scheduler.encoder_cache_manager = reset(scheduler.encoder_cache_manager)
+
+
+def can_preempt(scheduler: Any) -> bool:
+    """Whether ``preempt`` can drive this release (see there)."""
+    return hasattr(scheduler, "_preempt_request")
+
+
+def preempt(scheduler: Any, request: Any) -> None:
+    """Preempt a running request between passes, as ``schedule()`` does to the last running
+    request when it runs out of KV blocks, and ``reset_prefix_cache`` to every running one
+    between steps: pop it from ``running``, then ``_preempt_request`` (frees its KV blocks
+    and encoder inputs, computed tokens to 0, head of the waiting queue).
+
+    # vLLM 0.14.0 and 0.33.0: ``_preempt_request(request, timestamp)`` (0.33.0 adds an
+    #   optional ``drop_stale_output``).
+    # Releases without it preempt inline in ``schedule()``: the rule cannot be driven there
+    #   (the machine draws no preemption where ``can_preempt`` is False).
+    """
+    method = getattr(scheduler, "_preempt_request", None)
+    if method is None:
+        raise CapabilityMissing(f"preemption: vLLM {release.release()} has no "
+                                "Scheduler._preempt_request; run worlds without preemption")
+    scheduler.running.remove(request)
+    method(request, 0.0)
+    # Preempted between passes, it may be resumed by the very next one: act as if it was not
+    # scheduled in the prior step, as vLLM 0.33.0's ``reset_prefix_cache(
+    # reset_running_requests=True)`` does after preempting between steps (0.14.0 asserts
+    # that a resumed request was not scheduled in the previous step).
+    getattr(scheduler, "prev_step_scheduled_req_ids", set()).discard(request.request_id)
+
+
 def cached_num_embeds(manager: Any, request: Any, mm_hash: str, input_id: int,
                       num_embeds: int) -> int | None:
     """``get_cached_num_encoder_embeds(request, i)``: the size stored for a resident item.

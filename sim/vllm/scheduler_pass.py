@@ -14,6 +14,15 @@ Requests are real ``vllm.v1.request.Request`` objects with one ``MultiModalFeatu
 item. After ``schedule()`` a fake model runner output samples token 7 for every request that
 is not in the middle of its prefill, as a real runner would. vLLM runs no drafter here: a
 world's read-ahead is not supported (the machine draws read_ahead 0 for this target).
+An item's ``is_embed`` mask goes to ``PlaceholderRange.is_embed`` as a torch bool tensor; the
+worker maps scheduled positions to rows of the encoder output through the range's own
+``get_embeds_indices_in_range``, as vLLM's GPU model runner does.
+
+``preempt_request`` does what ``schedule()`` does to the last running request when it runs
+out of KV blocks (pop it from ``running``, then ``_preempt_request``); the harness gives this
+scheduler a KV pool too large for that to happen on its own, so the rule calls the same two
+steps between passes. ``reset_encoder_cache`` is the engine's: the scheduler's
+(``Scheduler.reset_encoder_cache``) and the model runner's (it drops its encoder outputs).
 """
 
 from __future__ import annotations
@@ -119,6 +128,17 @@ class VllmSchedulerPass:
         self.scheduler.finish_requests(request_id, status)
         self._requests.pop(request_id, None)
 
+    @property
+    def can_preempt(self) -> bool:
+        return compat.can_preempt(self.scheduler)
+
+    def preempt_request(self, request_id: str) -> None:
+        compat.preempt(self.scheduler, self.scheduler.requests[request_id])
+
+    def reset_encoder_cache(self) -> None:
+        compat.reset_encoder_cache(self.scheduler)
+        self.worker.encoder_cache.clear()          # the model runner's part of the reset
+
     def schedule(self) -> SchedulerOutputView:
         before = {rid: r.num_computed_tokens for rid, r in self.scheduler.requests.items()}
         self._last = self.scheduler.schedule()
@@ -140,10 +160,14 @@ class VllmSchedulerPass:
         for rid, n in output.num_scheduled_tokens.items():
             start = self._computed_before[rid]
             stop = start + n
-            for item in self._requests[rid].items:
+            features = self.scheduler.requests[rid].mm_features or ()
+            for item, feature in zip(self._requests[rid].items, features, strict=True):
                 if item.end <= start or item.offset >= stop:
                     continue
-                lo, hi = max(start, item.offset) - item.offset, min(stop, item.end) - item.offset
+                lo, hi = feature.mm_position.get_embeds_indices_in_range(
+                    max(start, item.offset) - item.offset, min(stop, item.end) - item.offset)
+                if lo == hi:
+                    continue                   # only non-embed positions are scheduled
                 if item.mm_hash not in self.worker.encoder_cache:
                     raise EncoderCacheMiss(f"Encoder cache miss for {item.mm_hash} "
                                            f"(request {rid}, rows {lo}:{hi})")
@@ -171,6 +195,10 @@ class VllmSchedulerPass:
     def resident_mm_hashes(self) -> set[str]:
         return set(self.scheduler.encoder_cache_manager.cached)
 
+    def manager_slots(self) -> tuple[int, int]:
+        manager = self.scheduler.encoder_cache_manager
+        return manager.num_free_slots, manager.num_freeable_slots
+
     def worker_mm_hashes(self) -> set[str]:
         return self.worker.resident_hashes()
 
@@ -180,10 +208,14 @@ class VllmSchedulerPass:
     # -- translation ---------------------------------------------------------------------
 
     def _vllm_request(self, request: SchedRequest) -> Any:
+        import torch
         inputs = self._mods.inputs
         features = [inputs.MultiModalFeatureSpec(
             data=None, modality="image", identifier=item.mm_hash,
-            mm_position=inputs.PlaceholderRange(offset=item.offset, length=item.length))
+            mm_position=inputs.PlaceholderRange(
+                offset=item.offset, length=item.length,
+                is_embed=None if item.is_embed is None
+                else torch.tensor(item.is_embed, dtype=torch.bool)))
             for item in request.items]
         params = self._mods.sampling.SamplingParams(max_tokens=request.max_tokens,
                                                     ignore_eos=True)
