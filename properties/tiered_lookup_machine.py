@@ -33,7 +33,7 @@ from properties.tiered_lookup_checks import (
     TieredLookupChecks,
 )
 from properties.tiered_lookup_shrink import simpler_worlds
-from properties.tiered_lookup_worlds import TieredWorld, tiered_worlds
+from properties.tiered_lookup_worlds import TieredWorld, policy_worlds, tiered_worlds
 from sim import targets
 from sim.errors import CapabilityMissing
 
@@ -60,6 +60,8 @@ def end_step(mgr):
             if config.get(name, default) != default).replace("'", '"')
         if config.get("preloaded"):
             options += f', preloaded={tuple(config["preloaded"])}'
+        if config.get("requests"):
+            options += f', requests={tuple(tuple(r) for r in config["requests"])}'
         return (f'mgr = make(target, "tiered_lookup", num_chunks={config["num_chunks"]}, '
                 f'secondary="{config["secondary"]}"{options})')
 
@@ -96,8 +98,9 @@ def end_step(mgr):
     def prepare_store(self, data):
         # Slices with an absent key are weighted 3:1: offering only resident keys stores
         # nothing, and a store that must evict is where the LRU and pinning rules live.
-        fresh = [s for s in self._slices() if any(k not in self.model.chunks for k in s)]
-        self.act("prepare_store", pick(data, fresh * 3 + self._slices()))
+        own = self._own_slices()
+        fresh = [s for s in own if any(k not in self.model.chunks for k in s)]
+        self.act("prepare_store", pick(data, fresh * 3 + own))
 
     # A store that must and can evict, as its own rule: eviction is where the policies (LRU,
     # ARC's T1 / T2 / target) decide, and a random slice rarely finds the primary both full
@@ -128,6 +131,14 @@ def end_step(mgr):
     @rule(data=st.data())
     def complete_store_failed(self, data):
         self.act("complete_store", pick(data, self.batches), True)
+
+    # Over the CPU manager alone the world's requests run at once: the connector's calls for
+    # one request are interleaved with another's, each through its own context.
+    @precondition(lambda self: self._cpu_alone() and len(self.world.requests) > 1)
+    @rule(data=st.data())
+    def use_request(self, data):
+        others = [r for r in range(len(self.world.requests)) if r != self.model.current]
+        self.act("use_request", pick(data, others))
 
     @precondition(lambda self: hasattr(self, "model") and self._readable_slices())
     @rule(data=st.data())
@@ -379,6 +390,12 @@ def end_step(mgr):
                    effect=f"copy of {list(lost)} failed; noticed at next poll")
         self.hazard(f"{job.kind} job failed")
 
+    def do_use_request(self, slot: int):
+        if not 0 <= slot < len(self.world.requests) or self.model.secondary != "none":
+            raise InvalidAction("use_request: no such request slot")
+        self.apply("use_request", slot, shown=f"mgr.use_request({slot})",
+                   effect=f"the calls come from request {slot}: keys {list(self.world.requests[slot])}")
+
     def do_finish_request(self):
         self._step()
         self.apply("finish_request", shown="mgr.finish_request()",
@@ -427,6 +444,14 @@ def end_step(mgr):
     def _cpu_alone(self) -> bool:
         return hasattr(self, "model") and self.model.secondary == "none"
 
+    def _own_slices(self) -> list[tuple[int, ...]]:
+        """The running request's slices (the connector stores and loads a request's own
+        keys) over the CPU manager alone; every request's in the tiering worlds."""
+        if not self._cpu_alone():
+            return self._slices()
+        chain = self.world.requests[self.model.current]
+        return [chain[i:j] for i in range(len(chain)) for j in range(i + 1, len(chain) + 1)]
+
     def _evicting_slices(self) -> list[tuple[int, ...]]:
         if not hasattr(self, "model"):
             return []
@@ -437,10 +462,10 @@ def end_step(mgr):
             need = sum(k not in m.chunks for k in keys) - m.num_free_chunks
             spare = sum(k not in pinned and k not in keys for k in m.chunks)
             return 0 < need <= spare
-        return [s for s in self._slices() if must_and_can_evict(s)]
+        return [s for s in self._own_slices() if must_and_can_evict(s)]
 
     def _readable_slices(self) -> list[tuple[int, ...]]:
-        return [s for s in self._slices()
+        return [s for s in self._own_slices()
                 if all(self.model.read_chunk(k) is not None for k in s)]
 
 
@@ -469,7 +494,7 @@ def policy_machine(policy: str) -> type[TieredLookupMachine]:
     target) show only after several stores, completions, reuses and an evicting store,
     which the mixed worlds give each policy a sixth of the time."""
     class PolicyMachine(TieredLookupMachine):
-        @initialize(world=tiered_worlds(policy=policy))
+        @initialize(world=policy_worlds(policy))
         def setup(self, world: TieredWorld):
             super().setup(world)
 

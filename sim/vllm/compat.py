@@ -224,6 +224,25 @@ def request_context(base: Any, req_id: str) -> Any:
     return cls(req_id=req_id) if "req_id" in params else cls()
 
 
+KEY_POSITIONS_FROM = "0.33.0"
+
+
+def set_key_positions(ctx: Any, positions: dict[Any, int]) -> None:
+    """Record each key's end-token position on the request's context, as the connector does
+    when it learns the request's block hashes (``models/tiered_lookup_access.py``).
+
+    # vLLM >=0.33.0: ``ReqContext.set_offload_key_position(key, end_token)``; LRU ranks a
+    #   running request's chunks by it (tails evicted before heads).
+    # vLLM <0.33.0: not set (the model's ``request_positions=False``); releases before 0.33.0
+    #   that have the method are unread: their LRU is not mapped to positions.
+    """
+    if ctx is None or release.parse_release(release.release()) < \
+            release.parse_release(KEY_POSITIONS_FROM):
+        return
+    for key, end_token in positions.items():
+        ctx.set_offload_key_position(key, end_token)
+
+
 def keyed_call(manager: Any, name: str, keys: list, ctx: Any, **kwargs: Any) -> Any:
     """``manager.<name>(keys[, ctx], **kwargs)``, with the request context where it is taken.
 
@@ -370,6 +389,8 @@ def lookup_semantics(found: str) -> dict[str, Any]:
     - ``store_poll_gated``: ``prepare_store`` polls finished jobs only if nothing polled since
       the step began. # vLLM 0.22.0-0.32.x (the connector called it first thing after
       ``on_schedule_end``; 0.33.0 moved that call to the step's end and polls always).
+    - ``request_positions``: LRU ranks a running request's chunks by their key positions
+      (``set_key_positions``). # vLLM >=0.33.0. Older: no positions are set.
     """
     version = release.parse_release(found)
     options: dict[str, Any] = {}
@@ -383,6 +404,7 @@ def lookup_semantics(found: str) -> dict[str, Any]:
         options["failed_store_events"] = False
         options["reset_holds_promotions"] = False
         options["store_poll_gated"] = True
+        options["request_positions"] = False
     return options
 
 

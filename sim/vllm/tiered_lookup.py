@@ -2,9 +2,11 @@
 connector's real ``_maximal_prefix_lookup`` / ``_sliding_window_lookup``, called unbound on a
 stub ``self`` (``specs/vllm-drive.md`` sections 2 and 3).
 
-- ``secondary="none"``: ``CPUOffloadingManager`` (LRU, or ARC: ``eviction_policy``) alone;
-  ``finish_request`` ends the running request (``on_request_finished``) and starts the next
-  one with a fresh ``ReqContext``, as the connector does per request.
+- ``secondary="none"``: ``CPUOffloadingManager`` (LRU, or ARC: ``eviction_policy``) alone,
+  with one request per slot of ``requests`` running at once, each with its own ``ReqContext``
+  carrying its keys' positions as the connector records them (``compat.set_key_positions``);
+  ``use_request`` picks the request that makes the next calls; ``finish_request`` ends it
+  (``on_request_finished``) and starts the next one in its slot with a fresh context.
 - ``secondary="memory"`` / ``"probe"``: ``TieringOffloadingManager`` over a
   ``CPUPrimaryTierOffloadingManager`` (an anonymous mmap as its region) and one secondary tier
   that the harness plays, the way ``specs/tiered-lookup.md`` section 3 describes a tier: it
@@ -152,7 +154,8 @@ class VllmTieredLookup:
 
     def __init__(self, num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
                  store_threshold: int = 1, max_tracker_size: int = 64_000,
-                 preloaded: Sequence[int] = (), polled: bool = False):
+                 preloaded: Sequence[int] = (), polled: bool = False,
+                 requests: Sequence[Sequence[int]] = ()):
         self._base = compat.offload_base()
         self.release = release.release()
         self.num_chunks = num_chunks
@@ -187,26 +190,34 @@ class VllmTieredLookup:
         self._scans = compat.connector_scans()
         self.missing_calls = compat.missing_offload_calls(self.manager, self._scans)
         self.model_options = compat.lookup_semantics(self.release)
-        self._requests = 0
-        self._start_request()
         self._keys: dict[int, object] = {}
         self._ints: dict[object, int] = {}
+        self._requests = 0
+        self._chains = [tuple(chain) for chain in requests] or [()]
+        self._contexts = [self._start_request(chain) for chain in self._chains]
+        self._slot = 0
+        self._ctx = self._contexts[0]
         self._store_chunk: dict[int, int] = {}      # pending key -> chunk id being written
         for i in preloaded:                         # copies an earlier run left in the tier
             row = np.zeros(CHUNK_BYTES, dtype=np.uint8)
             row[:8 * CHUNK_WORDS] = np.frombuffer(_bytes(_payload(i)), dtype=np.uint8)
             self.tier.copies[self._key(i)] = row
 
-    def _start_request(self) -> None:
-        self._ctx = compat.request_context(self._base, f"r{self._requests}")
+    def _start_request(self, chain: tuple[int, ...]):
+        ctx = compat.request_context(self._base, f"r{self._requests}")
         self._requests += 1
+        compat.set_key_positions(ctx, {self._key(k): 16 * (i + 1) for i, k in enumerate(chain)})
         with self._locked():
-            compat.start_request(self.manager, self._ctx)
+            compat.start_request(self.manager, ctx)
+        return ctx
+
+    def use_request(self, slot: int) -> None:
+        self._slot, self._ctx = slot, self._contexts[slot]
 
     def finish_request(self) -> None:
         with self._locked():
             self.manager.on_request_finished(self._ctx)
-        self._start_request()
+        self._ctx = self._contexts[self._slot] = self._start_request(self._chains[self._slot])
 
     def _locked(self):
         lock = getattr(self.manager, "lock", None)  # vLLM 0.33.0: callers hold it
@@ -415,6 +426,7 @@ def _scan(result: int | None, made: list[tuple[int, LookupResult]]) -> Scan:
 
 def make_tiered_lookup(num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
                        store_threshold: int = 1, max_tracker_size: int = 64_000,
-                       preloaded: Sequence[int] = ()) -> VllmTieredLookup:
+                       preloaded: Sequence[int] = (),
+                       requests: Sequence[Sequence[int]] = ()) -> VllmTieredLookup:
     return VllmTieredLookup(num_chunks, secondary, eviction_policy, store_threshold,
-                            max_tracker_size, preloaded)
+                            max_tracker_size, preloaded, requests=requests)
