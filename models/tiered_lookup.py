@@ -8,7 +8,8 @@ tier, ``reset_cache`` / ``on_reset_flushed``), and the connector's lookups over 
 (``models/connector_scans.py``). Several requests run at once over the CPU manager alone
 (``use_request``), each with its context's key positions; LRU ranks a running request's
 blocks by position (``models/tiered_lookup_access.py``). Not modelled: chunk ids, several
-secondary tiers, back-pressure, the tiering manager's request hooks. Data is "whose bytes a readable chunk holds": its own.
+secondary tiers, back-pressure, the tiering manager's request hooks. Data is "whose bytes a
+readable chunk holds": its own.
 
 The model stores facts: the chunks (written or not, loads, last use), every job submitted and
 when it finished, when each promotion and probe started, and when the manager last polled,

@@ -288,6 +288,7 @@ def end_step(mgr):
 
     def do_prepare_store(self, keys: tuple[int, ...]):
         self._step()
+        before = self._policy_facts(keys)
         expect = self.model.prepare_store(keys)
         # Asked after the model's prepare_store: its poll has run (finished jobs dropped their
         # pins), eviction changed no other chunk's pin, and what it stored was offered.
@@ -307,6 +308,26 @@ def end_step(mgr):
             self.batches.append(expect.keys_to_store)
             if expect.evicted_keys:
                 self.hazard("prepare_store: evicts")
+                self._policy_hazards(before, expect.evicted_keys)
+
+    def _policy_facts(self, keys: tuple[int, ...]) -> dict:
+        """What the policy knew before a store: ghosts offered, the target, ranked chunks."""
+        m = self.model
+        if m.arc is not None:
+            return {"ghost": any(k in m.arc.ghosts and k not in m.chunks for k in keys),
+                    "target": m.arc.target, "t2": bool(m.arc.frequent)}
+        return {"ranked": {k for k, c in m.chunks.items() if c.used_at[1]}}
+
+    def _policy_hazards(self, before: dict, evicted: tuple[int, ...]) -> None:
+        """Policy hazards, declared by the policy machines only (``POLICY_HAZARDS``)."""
+        if "policy: ghost offered" not in self.HAZARDS:
+            return
+        if before.get("ghost"):
+            self.hazard("policy: ghost offered")
+        if self.model.arc is not None and before["t2"] and 0 < before["target"]:
+            self.hazard("policy: eviction under an adapted target")
+        if any(k in before.get("ranked", ()) for k in evicted):
+            self.hazard("policy: a request's positioned block evicted")
 
     def do_complete_store(self, keys: tuple[int, ...], failed: bool):
         if keys not in self.batches:
@@ -394,7 +415,7 @@ def end_step(mgr):
         if not 0 <= slot < len(self.world.requests) or self.model.secondary != "none":
             raise InvalidAction("use_request: no such request slot")
         self.apply("use_request", slot, shown=f"mgr.use_request({slot})",
-                   effect=f"the calls come from request {slot}: keys {list(self.world.requests[slot])}")
+                   effect=f"calls from request {slot}: {list(self.world.requests[slot])}")
 
     def do_finish_request(self):
         self._step()
@@ -488,12 +509,37 @@ def _lookup_effect(answer: LookupResult) -> str:
             LookupResult.MISS: "in no tier (or no room to promote)"}[answer]
 
 
+# What the policy machines' larger worlds exist to reach: a store miss on an ARC ghost (the
+# target adapts), an eviction that a target above zero decides between T1 and T2, and an LRU
+# eviction among chunks a running request ranked by position.
+POLICY_HAZARDS = ("policy: ghost offered", "policy: eviction under an adapted target",
+                  "policy: a request's positioned block evicted")
+
+
 def policy_machine(policy: str) -> type[TieredLookupMachine]:
     """The same machine over the CPU manager alone evicting by ``policy``: its worlds only.
     An eviction policy's rules (LRU recency, ARC's T1 / T2 split, ghost lists and adaptive
     target) show only after several stores, completions, reuses and an evicting store,
     which the mixed worlds give each policy a sixth of the time."""
     class PolicyMachine(TieredLookupMachine):
+        HAZARDS = HAZARDS + POLICY_HAZARDS
+
+        # ARC's ghost lists change its behaviour only when a request offers a ghost again (a
+        # store miss adapts the target): a rule of its own, as the evicting store is, since
+        # a random slice of the running request rarely holds one.
+        @precondition(lambda self: len(getattr(self, "batches", ())) < 2
+                      and self._ghost_slices())
+        @rule(data=st.data())
+        def ghost_store(self, data):
+            self.act("prepare_store", pick(data, self._ghost_slices()))
+
+        def _ghost_slices(self) -> list[tuple[int, ...]]:
+            arc = getattr(getattr(self, "model", None), "arc", None)
+            if arc is None:
+                return []
+            return [s for s in self._own_slices()
+                    if any(k in arc.ghosts and k not in self.model.chunks for k in s)]
+
         @initialize(world=policy_worlds(policy))
         def setup(self, world: TieredWorld):
             super().setup(world)
