@@ -166,6 +166,10 @@ def primary_manager(num_chunks: int, eviction_policy: str = "lru",
     #   the manager over a pluggable backend that hands out block ids.
     """
     if not release.has_module("vllm.v1.kv_offload.cpu.manager"):
+        # ARC and the store filter are not driven on this manager (neither is mapped).
+        if eviction_policy != "lru" or admission.get("store_threshold", 1) > 1:
+            raise CapabilityMissing(f"vLLM {release.release()}'s LRUOffloadingManager: the "
+                                    "harness drives neither ARC nor a store filter on it")
         lru = release.import_module("vllm.v1.kv_offload.lru_manager")
         backends = release.import_module("vllm.v1.kv_offload.backends.cpu")
         return lru.LRUOffloadingManager(backends.CPUBackend(block_size=16, num_blocks=num_chunks),
@@ -588,6 +592,11 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
             tiering.JobResult, "__dataclass_fields__", {}):
         missing["partial_job_result"] = (f"partial_job_result: vLLM {found}'s tier reports a "
                                          "job's success whole (successful_keys from 0.28.0)")
+    # vLLM 0.11.0-0.23.x: the CPU manager alone has no ``has_pending_work`` either (it runs
+    #   no jobs of its own): not asked.
+    if not hasattr(manager, "has_pending_work") and tiering is None:
+        missing["has_pending_work"] = (f"has_pending_work: vLLM {found}'s CPU manager cannot "
+                                       "say (from 0.24.0)")
     if tiering is not None and not hasattr(manager, "has_pending_work"):
         missing["has_pending_work"] = (f"has_pending_work: vLLM {found}'s tiering manager "
                                        "cannot say (from 0.24.0)")
