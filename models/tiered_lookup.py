@@ -78,6 +78,7 @@ class TieredLookupModel:
     store_poll_gated: bool = False
     request_positions: bool = True           # LRU ranks a running request's keys by position
     requests: tuple[tuple[int, ...], ...] = ()   # each request slot's keys (CPU manager alone)
+    enable_events: bool = True               # False: take_events() yields nothing
     eviction_policy: str = "lru"             # "arc": ``models/tiered_lookup_arc.py``
     store_threshold: int = 1                 # offers before a store: ``tiered_lookup_admission``
     max_tracker_size: int = 64_000
@@ -322,6 +323,8 @@ class TieredLookupModel:
         """Events in order, then forgotten; a failed store's removal names only the keys
         still absent now (a retry may have stored one again)."""
         taken, self.events = self.events, []
+        if not self.enable_events:             # built without events: nothing is recorded
+            return []
         named = ((tuple(k for k in keys if not (failed and k in self.chunks)), removed)
                  for keys, removed, failed in taken)
         return [OffloadEvent(keys, removed) for keys, removed in named if keys]

@@ -11,18 +11,11 @@ from __future__ import annotations
 from properties.run import check_machine
 from properties.tiered_lookup_machine import TieredLookupARCMachine, TieredLookupLRUMachine
 
-# A policy's long rules (a request ranked, its blocks evicted tail first; a ghost offered,
-# then an eviction the adapted target decides) need longer programs than the mixed machine's:
-# 100 steps, not the profile's 40 (the ci run takes about 10 s per policy on native).
-POLICY_STEPS = 100
-
 
 # One test per policy (not parametrized): ``lch/suites.py`` names each as a mutant's suite.
 def test_tiered_lookup_lru(target, reproducer_dir):
-    check_machine(TieredLookupLRUMachine, target, reproducer_dir,
-                  stateful_step_count=POLICY_STEPS)
+    check_machine(TieredLookupLRUMachine, target, reproducer_dir)
 
 
 def test_tiered_lookup_arc(target, reproducer_dir):
-    check_machine(TieredLookupARCMachine, target, reproducer_dir,
-                  stateful_step_count=POLICY_STEPS)
+    check_machine(TieredLookupARCMachine, target, reproducer_dir)

@@ -56,7 +56,8 @@ def end_step(mgr):
     @staticmethod
     def reproducer_subject(config: dict) -> str:
         options = "".join(f", {name}={config[name]!r}" for name, default in (
-            ("eviction_policy", "lru"), ("store_threshold", 1), ("max_tracker_size", 64_000))
+            ("eviction_policy", "lru"), ("store_threshold", 1), ("max_tracker_size", 64_000),
+            ("enable_events", True))
             if config.get(name, default) != default).replace("'", '"')
         if config.get("preloaded"):
             options += f', preloaded={tuple(config["preloaded"])}'
@@ -99,8 +100,8 @@ def end_step(mgr):
         # Slices with an absent key are weighted 3:1: offering only resident keys stores
         # nothing, and a store that must evict is where the LRU and pinning rules live.
         own = self._own_slices()
-        fresh = [s for s in own if any(k not in self.model.chunks for k in s)]
-        self.act("prepare_store", pick(data, fresh * 3 + own))
+        fresh = [s for s in own if any(k not in self.model.chunks for k in s[1])]
+        self._act_for("prepare_store", pick(data, fresh * 3 + own))
 
     # A store that must and can evict, as its own rule: eviction is where the policies (LRU,
     # ARC's T1 / T2 / target) decide, and a random slice rarely finds the primary both full
@@ -110,7 +111,7 @@ def end_step(mgr):
                   and self._evicting_slices())
     @rule(data=st.data())
     def evicting_store(self, data):
-        self.act("prepare_store", pick(data, self._evicting_slices()))
+        self._act_for("prepare_store", pick(data, self._evicting_slices()))
 
     # Success and failure are two rules: completing stores is what makes chunks evictable,
     # so it gets the weight of two rules against the many lookup rules.
@@ -132,18 +133,10 @@ def end_step(mgr):
     def complete_store_failed(self, data):
         self.act("complete_store", pick(data, self.batches), True)
 
-    # Over the CPU manager alone the world's requests run at once: the connector's calls for
-    # one request are interleaved with another's, each through its own context.
-    @precondition(lambda self: self._cpu_alone() and len(self.world.requests) > 1)
-    @rule(data=st.data())
-    def use_request(self, data):
-        others = [r for r in range(len(self.world.requests)) if r != self.model.current]
-        self.act("use_request", pick(data, others))
-
     @precondition(lambda self: hasattr(self, "model") and self._readable_slices())
     @rule(data=st.data())
     def prepare_load(self, data):
-        self.act("prepare_load", pick(data, self._readable_slices()))
+        self._act_for("prepare_load", pick(data, self._readable_slices()))
 
     @precondition(lambda self: getattr(self, "loads", None))
     @rule(data=st.data())
@@ -191,10 +184,12 @@ def end_step(mgr):
     # starts: the finished request's accesses reorder the cache (LRU recency, ARC's T1 -> T2).
     # Only over the CPU manager alone: the tiering manager's request hooks are not modelled.
     # Only once the request saw a key: finishing one that saw none changes nothing.
-    @precondition(lambda self: self._cpu_alone() and self.model.access.seen
+    @precondition(lambda self: self._cpu_alone() and self._seeing_requests()
                   and "finish_request" not in self.missing_calls)
-    @rule()
-    def finish_request(self):
+    @rule(data=st.data())
+    def finish_request(self, data):
+        slot = pick(data, self._seeing_requests())
+        self._as_request(slot)
         self.act("finish_request")
     @precondition(lambda self: hasattr(self, "model") and self.model.jobs)
     @rule(data=st.data())
@@ -370,9 +365,8 @@ def end_step(mgr):
         self.record_step(f"mgr.lookup({key})", repr(expect), _lookup_effect(expect))
         self._check_answer(key, expect, actual, live[0], "lookup")
         # The connector asks a HIT's source for its cache-hit metrics (a disk hit promoted to
-        # host memory must still count as a disk hit).
-        if expect is LookupResult.HIT and self.model.secondary != "none" \
-                and "load_source" not in self.missing_calls:
+        # host memory must still count as a disk hit; the CPU manager alone answers HOST).
+        if expect is LookupResult.HIT and "load_source" not in self.missing_calls:
             self.call("load-source-agrees", "load_source", key,
                       shown=f"mgr.load_source({key})", effect="the tier that supplied the hit")
 
@@ -465,13 +459,27 @@ def end_step(mgr):
     def _cpu_alone(self) -> bool:
         return hasattr(self, "model") and self.model.secondary == "none"
 
-    def _own_slices(self) -> list[tuple[int, ...]]:
-        """The running request's slices (the connector stores and loads a request's own
-        keys) over the CPU manager alone; every request's in the tiering worlds."""
+    def _own_slices(self) -> list[tuple[int, tuple[int, ...]]]:
+        """(request slot, slice of its keys): over the CPU manager alone the world's requests
+        run at once and the connector stores and loads each request's own keys, through its
+        context; in the tiering worlds one request makes every call, over every slice."""
         if not self._cpu_alone():
-            return self._slices()
-        chain = self.world.requests[self.model.current]
-        return [chain[i:j] for i in range(len(chain)) for j in range(i + 1, len(chain) + 1)]
+            return [(self.model.current, s) for s in self._slices()]
+        return [(r, chain[i:j]) for r, chain in enumerate(self.world.requests)
+                for i in range(len(chain)) for j in range(i + 1, len(chain) + 1)]
+
+    def _seeing_requests(self) -> list[int]:
+        return [r for r, access in sorted(self.model.running.items()) if access.seen]
+
+    def _as_request(self, slot: int) -> None:
+        """The next call comes from the request in ``slot``: switch contexts if needed."""
+        if slot != self.model.current:
+            self.act("use_request", slot)
+
+    def _act_for(self, name: str, choice: tuple[int, tuple[int, ...]]) -> None:
+        slot, keys = choice
+        self._as_request(slot)
+        self.act(name, keys)
 
     def _evicting_slices(self) -> list[tuple[int, ...]]:
         if not hasattr(self, "model"):
@@ -483,11 +491,11 @@ def end_step(mgr):
             need = sum(k not in m.chunks for k in keys) - m.num_free_chunks
             spare = sum(k not in pinned and k not in keys for k in m.chunks)
             return 0 < need <= spare
-        return [s for s in self._own_slices() if must_and_can_evict(s)]
+        return [s for s in self._own_slices() if must_and_can_evict(s[1])]
 
-    def _readable_slices(self) -> list[tuple[int, ...]]:
+    def _readable_slices(self) -> list[tuple[int, tuple[int, ...]]]:
         return [s for s in self._own_slices()
-                if all(self.model.read_chunk(k) is not None for k in s)]
+                if all(self.model.read_chunk(k) is not None for k in s[1])]
 
 
 def _subsets(size: int) -> list[tuple[int, ...]]:
@@ -523,6 +531,10 @@ def policy_machine(policy: str) -> type[TieredLookupMachine]:
     which the mixed worlds give each policy a sixth of the time."""
     class PolicyMachine(TieredLookupMachine):
         HAZARDS = HAZARDS + POLICY_HAZARDS
+        # A policy's long rules (a request ranked, its blocks evicted tail first; a ghost
+        # offered, then an eviction the adapted target decides) need longer programs than
+        # the ci profile's 40 steps (the ci run takes about 10 s per policy on native).
+        MIN_STATEFUL_STEPS = 100
 
         # ARC's ghost lists change its behaviour only when a request offers a ghost again (a
         # store miss adapts the target): a rule of its own, as the evicting store is, since
@@ -531,14 +543,14 @@ def policy_machine(policy: str) -> type[TieredLookupMachine]:
                       and self._ghost_slices())
         @rule(data=st.data())
         def ghost_store(self, data):
-            self.act("prepare_store", pick(data, self._ghost_slices()))
+            self._act_for("prepare_store", pick(data, self._ghost_slices()))
 
-        def _ghost_slices(self) -> list[tuple[int, ...]]:
+        def _ghost_slices(self) -> list[tuple[int, tuple[int, ...]]]:
             arc = getattr(getattr(self, "model", None), "arc", None)
             if arc is None:
                 return []
             return [s for s in self._own_slices()
-                    if any(k in arc.ghosts and k not in self.model.chunks for k in s)]
+                    if any(k in arc.ghosts and k not in self.model.chunks for k in s[1])]
 
         @initialize(world=policy_worlds(policy))
         def setup(self, world: TieredWorld):

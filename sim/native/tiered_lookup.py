@@ -51,7 +51,7 @@ class NativeTieredLookup:
                  bugs: frozenset[str] = frozenset(), eviction_policy: str = "lru",
                  store_threshold: int = 1, max_tracker_size: int = 64_000,
                  preloaded: tuple[int, ...] = (),
-                 requests: tuple[tuple[int, ...], ...] = ()):
+                 requests: tuple[tuple[int, ...], ...] = (), enable_events: bool = True):
         self.num_chunks = num_chunks
         self.store_threshold = store_threshold
         self.max_tracker_size = max_tracker_size
@@ -90,6 +90,7 @@ class NativeTieredLookup:
             raise ValueError("preloaded keys need a secondary tier to hold them")
         for key in preloaded:                       # copies an earlier run left in the tier
             self._tier[key] = self._payload(key)
+        self._events_on = enable_events
         self._arc = NativeArc(num_chunks, bugs) if eviction_policy == "arc" else None
         self._chains = requests or ((),)
         self._slots = [_Request(chain) for chain in self._chains]
@@ -311,6 +312,8 @@ class NativeTieredLookup:
     def take_events(self) -> list[OffloadEvent]:
         events, failed = self._events, self._metadata_only
         self._events, self._metadata_only = [], set()
+        if not self._events_on:
+            return []
         out = []
         for n, event in enumerate(events):
             if n in failed:

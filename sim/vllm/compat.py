@@ -152,9 +152,11 @@ def count_kwarg(manager_cls: type) -> str:
 ARC_FROM = "0.33.0"
 
 
-def primary_manager(num_chunks: int, eviction_policy: str = "lru",
+def primary_manager(num_chunks: int, eviction_policy: str = "lru", enable_events: bool = True,
                     **admission: int) -> Any:
-    """The CPU offloading manager alone, LRU or ARC, with events on.
+    """The CPU offloading manager alone, LRU or ARC, with events on unless ``enable_events``
+    is False (the connector's default: KV cache events off), then built as the connector
+    builds it, without the argument.
 
     # vLLM >=0.33.0: ``cache_policy="arc"`` is driven (``models/tiered_lookup_arc.py`` states
     #   0.33.0's ARC: request-scoped reuse, ghost adaptation once per request's store miss).
@@ -165,6 +167,7 @@ def primary_manager(num_chunks: int, eviction_policy: str = "lru",
     # vLLM 0.11.0-0.18.x: ``lru_manager.LRUOffloadingManager(CPUBackend(block_size, n))``:
     #   the manager over a pluggable backend that hands out block ids.
     """
+    events = {"enable_events": True} if enable_events else {}
     if not release.has_module("vllm.v1.kv_offload.cpu.manager"):
         # ARC and the store filter are not driven on this manager (neither is mapped).
         if eviction_policy != "lru" or admission.get("store_threshold", 1) > 1:
@@ -173,7 +176,7 @@ def primary_manager(num_chunks: int, eviction_policy: str = "lru",
         lru = release.import_module("vllm.v1.kv_offload.lru_manager")
         backends = release.import_module("vllm.v1.kv_offload.backends.cpu")
         return lru.LRUOffloadingManager(backends.CPUBackend(block_size=16, num_blocks=num_chunks),
-                                        enable_events=True)
+                                        **events)
     cls = release.import_module("vllm.v1.kv_offload.cpu.manager").CPUOffloadingManager
     params = inspect.signature(cls.__init__).parameters
     # ``store_threshold`` / ``max_tracker_size`` (the store filter): passed where filtering
@@ -183,12 +186,12 @@ def primary_manager(num_chunks: int, eviction_policy: str = "lru",
         raise CapabilityMissing(f"store_threshold: vLLM {release.release()}'s "
                                 "CPUOffloadingManager has no store filter")
     if eviction_policy == "lru":
-        return cls(**{count_kwarg(cls): num_chunks}, enable_events=True, **admission)
+        return cls(**{count_kwarg(cls): num_chunks}, **events, **admission)
     if release.parse_release(release.release()) < release.parse_release(ARC_FROM):
         raise CapabilityMissing(f"ARC: the harness drives vLLM's ARC policy from {ARC_FROM}; "
                                 f"vLLM {release.release()}'s request semantics are not mapped")
     return cls(**{count_kwarg(cls): num_chunks}, cache_policy=eviction_policy,
-               enable_events=True, **admission)
+               **events, **admission)
 
 
 def cpu_metric_names() -> dict[str, str]:
@@ -547,6 +550,16 @@ def job_result(tiering: Any, job_id: int, copied: list, num_keys: int) -> Any:
     return tiering.JobResult(job_id=job_id, success=False)
 
 
+def host_hit_source() -> Any:
+    """The cache-hit source of a hit the CPU manager itself supplied: HOST.
+
+    # vLLM >=0.32.0: ``CacheHitSource.HOST``. vLLM <0.32.0: none (no ``get_load_source``).
+    """
+    if not release.has_module("vllm.v1.metrics.cache_hit_source"):
+        return None
+    return release.import_module("vllm.v1.metrics.cache_hit_source").CacheHitSource.HOST
+
+
 def tier_hit_source() -> Any:
     """The cache-hit source the harness's secondary tier reports: DISK.
 
@@ -600,8 +613,8 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
     if tiering is not None and not hasattr(manager, "has_pending_work"):
         missing["has_pending_work"] = (f"has_pending_work: vLLM {found}'s tiering manager "
                                        "cannot say (from 0.24.0)")
-    if tiering is not None and not hasattr(manager, "get_load_source"):
-        missing["load_source"] = (f"load_source: vLLM {found}'s tiering manager keeps no "
+    if not hasattr(manager, "get_load_source"):
+        missing["load_source"] = (f"load_source: vLLM {found}'s offloading manager keeps no "
                                   "load source (get_load_source from 0.32.0)")
     if not hasattr(manager, "reset_cache"):
         missing["reset_cache"] = (f"reset_cache: vLLM {found}'s {type(manager).__name__} "

@@ -155,7 +155,7 @@ class VllmTieredLookup:
     def __init__(self, num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
                  store_threshold: int = 1, max_tracker_size: int = 64_000,
                  preloaded: Sequence[int] = (), polled: bool = False,
-                 requests: Sequence[Sequence[int]] = ()):
+                 requests: Sequence[Sequence[int]] = (), enable_events: bool = True):
         self._base = compat.offload_base()
         self.release = release.release()
         self.num_chunks = num_chunks
@@ -166,7 +166,7 @@ class VllmTieredLookup:
                                "manager alone (secondary=\"none\")")
         if secondary == "none":
             self.manager = self.primary = compat.primary_manager(
-                num_chunks, eviction_policy, store_threshold=store_threshold,
+                num_chunks, eviction_policy, enable_events, store_threshold=store_threshold,
                 max_tracker_size=max_tracker_size)
             self._chunks = np.zeros((num_chunks, CHUNK_BYTES), dtype=np.uint8)
         elif secondary in ("memory", "probe"):
@@ -284,9 +284,11 @@ class VllmTieredLookup:
             if success and chunk_id is not None and self.ref_cnt(i) == -1:
                 self._chunks[chunk_id, :8 * CHUNK_WORDS] = np.frombuffer(
                     _bytes(_payload(i)), dtype=np.uint8)                       # GPU copy
+        # The connector passes ``success`` only for a failed store (the default is success).
+        outcome = {} if success else {"success": False}
         with self._locked():
             compat.keyed_call(self.manager, "complete_store", self._vkeys(keys), self._ctx,
-                              success=success)
+                              **outcome)
 
     def get_stats(self) -> CacheStats:
         """The manager's metrics payload and static facts, as counts of chunks."""
@@ -366,8 +368,11 @@ class VllmTieredLookup:
     def load_source(self, key: int) -> str:
         with self._locked():
             source = self.manager.get_load_source(self._key(key), self._ctx)
-        return "secondary" if self.tier is not None and source == self.tier.cache_hit_source \
-            else "primary"
+        if self.tier is not None and source == self.tier.cache_hit_source:
+            return "secondary"
+        # The connector wraps the answer in ``CacheHitSource``: anything but HOST here is not
+        # a source the CPU manager can have supplied.
+        return "primary" if source == compat.host_hit_source() else f"unknown {source!r}"
 
     def on_reset_flushed(self) -> None:
         if not hasattr(self.manager, "on_reset_flushed"):
@@ -427,6 +432,8 @@ def _scan(result: int | None, made: list[tuple[int, LookupResult]]) -> Scan:
 def make_tiered_lookup(num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
                        store_threshold: int = 1, max_tracker_size: int = 64_000,
                        preloaded: Sequence[int] = (),
-                       requests: Sequence[Sequence[int]] = ()) -> VllmTieredLookup:
+                       requests: Sequence[Sequence[int]] = (),
+                       enable_events: bool = True) -> VllmTieredLookup:
     return VllmTieredLookup(num_chunks, secondary, eviction_policy, store_threshold,
-                            max_tracker_size, preloaded, requests=requests)
+                            max_tracker_size, preloaded, requests=requests,
+                            enable_events=enable_events)
