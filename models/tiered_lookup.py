@@ -5,8 +5,11 @@ pinned; eviction of stored, unpinned chunks, least recent first), one optional s
 as ``TieringOffloadingManager`` drives it (cascaded store jobs, promotions on a secondary hit,
 finished jobs polled at most once per step, an asynchronous existence probe for the "probe"
 tier, ``reset_cache`` / ``on_reset_flushed``), and the connector's lookups over it
-(``models/connector_scans.py``). Not modelled: chunk ids, ARC, request-position recency,
-several secondary tiers, back-pressure. Data is "whose bytes a readable chunk holds": its own.
+(``models/connector_scans.py``). Several requests run at once over the CPU manager alone
+(``use_request``), each with its context's key positions; LRU ranks a running request's
+blocks by position (``models/tiered_lookup_access.py``). Not modelled: chunk ids, several
+secondary tiers, back-pressure, the tiering manager's request hooks. Data is "whose bytes a
+readable chunk holds": its own.
 
 The model stores facts: the chunks (written or not, loads, last use), every job submitted and
 when it finished, when each promotion and probe started, and when the manager last polled,
@@ -27,6 +30,8 @@ wait for ``on_reset_flushed`` after a reset: from 0.33.0) and ``store_poll_gated
 0.33.0 ``prepare_store`` polled only if nothing had polled since the step began: the
 connector called it right after ``on_schedule_end``, which began the step; 0.33.0 moved
 ``on_schedule_end`` to the step's very end and made the poll unconditional).
+``request_positions`` (the connector records key positions and LRU ranks by them: from
+0.33.0; before, positions are not set and every LRU use ranks as a touch).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from collections.abc import Sequence
 
 from attrs import define, field
 
-from models.tiered_lookup_access import RequestAccess
+from models.tiered_lookup_access import RequestAccess, chain_positions
 from models.tiered_lookup_admission import StoreAdmission
 from models.tiered_lookup_arc import ArcPolicy
 from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
@@ -52,7 +57,7 @@ EVICTION_POLICIES = ("lru", "arc")
 @define
 class Chunk:
     written: bool            # False: write pending (a store from the GPU or a promotion)
-    used_at: int             # last store or touch; the least recently used is evicted first
+    used_at: tuple[int, int]  # LRU pair (time, -position): the least is evicted first
     loads: int = 0           # loads to the GPU in flight (prepare_load .. complete_load)
 
 
@@ -71,6 +76,9 @@ class TieredLookupModel:
     failed_store_events: bool = True
     reset_holds_promotions: bool = True
     store_poll_gated: bool = False
+    request_positions: bool = True           # LRU ranks a running request's keys by position
+    requests: tuple[tuple[int, ...], ...] = ()   # each request slot's keys (CPU manager alone)
+    enable_events: bool = True               # False: take_events() yields nothing
     eviction_policy: str = "lru"             # "arc": ``models/tiered_lookup_arc.py``
     store_threshold: int = 1                 # offers before a store: ``tiered_lookup_admission``
     max_tracker_size: int = 64_000
@@ -83,7 +91,8 @@ class TieredLookupModel:
     promotion_starts: list[tuple[int, int]] = field(factory=list)   # (time, key)
     probes_asked: dict[int, int] = field(factory=dict)  # key -> when; until its answer is used
     events: list[tuple[tuple[int, ...], bool, bool]] = field(factory=list)  # keys, removed, failed
-    access: RequestAccess = field(factory=RequestAccess)    # the running request's accesses
+    running: dict[int, RequestAccess] = field(factory=dict)  # slot -> its request's accesses
+    current: int = 0                          # the slot whose request makes the calls
     arc: ArcPolicy | None = None
     admission: StoreAdmission = field(init=False)
     allocations: list[int] = field(factory=list)   # store sizes since the last get_stats
@@ -102,6 +111,29 @@ class TieredLookupModel:
         if self.eviction_policy == "arc":
             self.arc = ArcPolicy(self.num_chunks)
         self.admission = StoreAdmission(self.store_threshold, self.max_tracker_size)
+        if self.requests and self.secondary != "none":
+            raise ValueError("request slots are driven over the CPU manager alone")
+        for slot in range(max(1, len(self.requests))):
+            self.running[slot] = self._new_request(slot)
+
+    def _new_request(self, slot: int) -> RequestAccess:
+        chain = self.requests[slot] if slot < len(self.requests) else ()
+        return RequestAccess(chain_positions(chain) if self.request_positions else {})
+
+    @property
+    def access(self) -> RequestAccess:
+        """The accesses of the request that makes the calls now."""
+        return self.running[self.current]
+
+    def use_request(self, slot: int) -> None:
+        """The calls from now on come from the request in ``slot`` (its own context)."""
+        if slot not in self.running:
+            raise ValueError(f"use_request: no request slot {slot}")
+        self.current = slot
+
+    @property
+    def _lru_ranks(self) -> bool:
+        return self.arc is None and self.request_positions
 
     # -- observables, computed -----------------------------------------------------------
 
@@ -224,7 +256,7 @@ class TieredLookupModel:
                 self.arc.adapt(key, self.clock.tick())
         else:
             self.access.first_store_misses(to_store)
-        self.access.observe((k for k in keys if k in to_store or k in readable), readable)
+        self._observe([k for k in keys if k in to_store or k in readable], readable)
         if to_store:
             self.allocations.append(len(to_store))     # counted even if eviction fails
         need = len(to_store) - self.num_free_chunks
@@ -243,7 +275,10 @@ class TieredLookupModel:
             self.events.append((victims, True, False))
             if self.arc is not None:
                 self.arc.evicted(victims, self.clock.tick)
-        self.chunks.update((k, Chunk(written=False, used_at=self.clock.tick())) for k in to_store)
+        for key in to_store:
+            now = self.clock.tick()
+            pair = self.access.recency(key, now) if self._lru_ranks else (now, 0)
+            self.chunks[key] = Chunk(written=False, used_at=pair)
         self.access.inserted.update(to_store)
         for key in to_store if self.arc is not None else ():
             self.arc.inserted(key)
@@ -288,6 +323,8 @@ class TieredLookupModel:
         """Events in order, then forgotten; a failed store's removal names only the keys
         still absent now (a retry may have stored one again)."""
         taken, self.events = self.events, []
+        if not self.enable_events:             # built without events: nothing is recorded
+            return []
         named = ((tuple(k for k in keys if not (failed and k in self.chunks)), removed)
                  for keys, removed, failed in taken)
         return [OffloadEvent(keys, removed) for keys, removed in named if keys]
@@ -297,7 +334,20 @@ class TieredLookupModel:
             if self.read_chunk(key) is None:
                 raise ValueError(f"prepare_load: key {key} is not stored")
             self.chunks[key].loads += 1
-        self.access.observe(keys, reused=keys)
+        self._observe(keys, reused=keys)
+
+    def _observe(self, keys: Sequence[int], reused: Sequence[int] = ()) -> None:
+        """The running request observes ``keys``: a first observation ranks the request
+        (LRU) and raises a resident key with a position to the request's pair for it."""
+        new = self.access.observe(keys, reused)
+        if not new or not self._lru_ranks:
+            return
+        if self.access.rank is None:
+            self.access.rank = self.clock.tick()
+        for key in new:
+            chunk = self.chunks.get(key)
+            if chunk is not None and key in self.access.positions:
+                chunk.used_at = max(chunk.used_at, self.access.recency(key, 0))
 
     def complete_load(self, keys: Sequence[int]) -> None:
         for key in keys:
@@ -313,16 +363,18 @@ class TieredLookupModel:
         for key in reversed(keys):
             chunk = self.chunks.get(key)
             if chunk is not None:
-                chunk.used_at = self.clock.tick()
+                chunk.used_at = (self.clock.tick(), 0)
             if self.arc is not None:           # a reuse: T1 -> T2; a ghost adapts the target
                 self.arc.touched(key, chunk, self.clock.tick())
 
     def finish_request(self) -> None:
-        """The request finishes: one access per key it saw, its head the most recent; with
-        ARC a key it only inserted keeps its list, a chunk it reused joins T2. The next
-        request starts with no accesses."""
-        done, self.access = self.access, RequestAccess()
-        for key in reversed(done.seen):
+        """The running request finishes: one access per key it saw, its head the most recent
+        (head to tail by position, ``RequestAccess.head_to_tail``); with ARC a key it only
+        inserted keeps its list, a chunk it reused joins T2. The next request in its slot
+        (same keys, a new context) starts with no accesses."""
+        done = self.access
+        self.running[self.current] = self._new_request(self.current)
+        for key in reversed(done.head_to_tail()):      # ARC too commits head to tail
             chunk = self.chunks.get(key)
             if chunk is None:
                 continue
@@ -330,7 +382,7 @@ class TieredLookupModel:
                 if key not in done.reused:
                     continue                   # seen but neither stored nor reused
                 self.arc.reused(key)
-            chunk.used_at = self.clock.tick()
+            chunk.used_at = (self.clock.tick(), 0)
 
     # -- tiering -------------------------------------------------------------------------
 
@@ -391,7 +443,8 @@ class TieredLookupModel:
             self.complete_job(job.job_id)
         self._poll()
         self.chunks = {}
-        self.access = RequestAccess()          # the running request's accesses are forgotten
+        # Running requests' accesses are forgotten: a new cache generation ranks them afresh.
+        self.running = {slot: access.fresh() for slot, access in self.running.items()}
         if self.arc is not None:
             self.arc.clear()
         self.tier_sourced = set()

@@ -37,7 +37,7 @@ from attrs import define, field
 
 class Resident(Protocol):
     written: bool
-    used_at: int
+    used_at: tuple[int, int]
 
 
 @define

@@ -141,6 +141,9 @@ class HarnessMachine(RuleBasedStateMachine):
 
     target_name: str = "native"
     recorder: Recorder = Recorder()
+    # The fewest steps a program of this machine may take, whatever the profile says: a
+    # machine whose properties need long programs (an eviction policy's) raises it.
+    MIN_STATEFUL_STEPS: int = 0
     subsystem: str = ""
     SUBJECT: str = "target"                # the target's attribute, and its reproducer name
     PROPERTIES: dict[str, str] = {}        # property name -> what holds

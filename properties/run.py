@@ -70,7 +70,12 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
     """
     import_all_machines()
     # One error per run: a second, different one would come back as an ExceptionGroup.
-    settings = Settings(settings, report_multiple_bugs=False)
+    settings = Settings(settings, report_multiple_bugs=False, stateful_step_count=max(
+        settings.stateful_step_count, machine.MIN_STATEFUL_STEPS))
+    # A machine rejects the worlds the target's release cannot build (no secondary tiers, no
+    # ARC, no store filter before some release): on an old release most worlds, by design.
+    settings = Settings(settings, suppress_health_check=[
+        *settings.suppress_health_check, hypothesis.HealthCheck.filter_too_much])
     if not hypothesis_shrink:
         settings = Settings(settings, phases=[p for p in settings.phases if p != Phase.shrink])
     recorder = recorder or Recorder()

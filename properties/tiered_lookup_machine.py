@@ -33,7 +33,7 @@ from properties.tiered_lookup_checks import (
     TieredLookupChecks,
 )
 from properties.tiered_lookup_shrink import simpler_worlds
-from properties.tiered_lookup_worlds import TieredWorld, tiered_worlds
+from properties.tiered_lookup_worlds import TieredWorld, policy_worlds, tiered_worlds
 from sim import targets
 from sim.errors import CapabilityMissing
 
@@ -56,10 +56,13 @@ def end_step(mgr):
     @staticmethod
     def reproducer_subject(config: dict) -> str:
         options = "".join(f", {name}={config[name]!r}" for name, default in (
-            ("eviction_policy", "lru"), ("store_threshold", 1), ("max_tracker_size", 64_000))
+            ("eviction_policy", "lru"), ("store_threshold", 1), ("max_tracker_size", 64_000),
+            ("enable_events", True))
             if config.get(name, default) != default).replace("'", '"')
         if config.get("preloaded"):
             options += f', preloaded={tuple(config["preloaded"])}'
+        if config.get("requests"):
+            options += f', requests={tuple(tuple(r) for r in config["requests"])}'
         return (f'mgr = make(target, "tiered_lookup", num_chunks={config["num_chunks"]}, '
                 f'secondary="{config["secondary"]}"{options})')
 
@@ -96,8 +99,9 @@ def end_step(mgr):
     def prepare_store(self, data):
         # Slices with an absent key are weighted 3:1: offering only resident keys stores
         # nothing, and a store that must evict is where the LRU and pinning rules live.
-        fresh = [s for s in self._slices() if any(k not in self.model.chunks for k in s)]
-        self.act("prepare_store", pick(data, fresh * 3 + self._slices()))
+        own = self._own_slices()
+        fresh = [s for s in own if any(k not in self.model.chunks for k in s[1])]
+        self._act_for("prepare_store", pick(data, fresh * 3 + own))
 
     # A store that must and can evict, as its own rule: eviction is where the policies (LRU,
     # ARC's T1 / T2 / target) decide, and a random slice rarely finds the primary both full
@@ -107,7 +111,7 @@ def end_step(mgr):
                   and self._evicting_slices())
     @rule(data=st.data())
     def evicting_store(self, data):
-        self.act("prepare_store", pick(data, self._evicting_slices()))
+        self._act_for("prepare_store", pick(data, self._evicting_slices()))
 
     # Success and failure are two rules: completing stores is what makes chunks evictable,
     # so it gets the weight of two rules against the many lookup rules.
@@ -132,7 +136,7 @@ def end_step(mgr):
     @precondition(lambda self: hasattr(self, "model") and self._readable_slices())
     @rule(data=st.data())
     def prepare_load(self, data):
-        self.act("prepare_load", pick(data, self._readable_slices()))
+        self._act_for("prepare_load", pick(data, self._readable_slices()))
 
     @precondition(lambda self: getattr(self, "loads", None))
     @rule(data=st.data())
@@ -180,10 +184,12 @@ def end_step(mgr):
     # starts: the finished request's accesses reorder the cache (LRU recency, ARC's T1 -> T2).
     # Only over the CPU manager alone: the tiering manager's request hooks are not modelled.
     # Only once the request saw a key: finishing one that saw none changes nothing.
-    @precondition(lambda self: self._cpu_alone() and self.model.access.seen
+    @precondition(lambda self: self._cpu_alone() and self._seeing_requests()
                   and "finish_request" not in self.missing_calls)
-    @rule()
-    def finish_request(self):
+    @rule(data=st.data())
+    def finish_request(self, data):
+        slot = pick(data, self._seeing_requests())
+        self._as_request(slot)
         self.act("finish_request")
     @precondition(lambda self: hasattr(self, "model") and self.model.jobs)
     @rule(data=st.data())
@@ -277,6 +283,7 @@ def end_step(mgr):
 
     def do_prepare_store(self, keys: tuple[int, ...]):
         self._step()
+        before = self._policy_facts(keys)
         expect = self.model.prepare_store(keys)
         # Asked after the model's prepare_store: its poll has run (finished jobs dropped their
         # pins), eviction changed no other chunk's pin, and what it stored was offered.
@@ -296,6 +303,26 @@ def end_step(mgr):
             self.batches.append(expect.keys_to_store)
             if expect.evicted_keys:
                 self.hazard("prepare_store: evicts")
+                self._policy_hazards(before, expect.evicted_keys)
+
+    def _policy_facts(self, keys: tuple[int, ...]) -> dict:
+        """What the policy knew before a store: ghosts offered, the target, ranked chunks."""
+        m = self.model
+        if m.arc is not None:
+            return {"ghost": any(k in m.arc.ghosts and k not in m.chunks for k in keys),
+                    "target": m.arc.target, "t2": bool(m.arc.frequent)}
+        return {"ranked": {k for k, c in m.chunks.items() if c.used_at[1]}}
+
+    def _policy_hazards(self, before: dict, evicted: tuple[int, ...]) -> None:
+        """Policy hazards, declared by the policy machines only (``POLICY_HAZARDS``)."""
+        if "policy: ghost offered" not in self.HAZARDS:
+            return
+        if before.get("ghost"):
+            self.hazard("policy: ghost offered")
+        if self.model.arc is not None and before["t2"] and 0 < before["target"]:
+            self.hazard("policy: eviction under an adapted target")
+        if any(k in before.get("ranked", ()) for k in evicted):
+            self.hazard("policy: a request's positioned block evicted")
 
     def do_complete_store(self, keys: tuple[int, ...], failed: bool):
         if keys not in self.batches:
@@ -338,9 +365,8 @@ def end_step(mgr):
         self.record_step(f"mgr.lookup({key})", repr(expect), _lookup_effect(expect))
         self._check_answer(key, expect, actual, live[0], "lookup")
         # The connector asks a HIT's source for its cache-hit metrics (a disk hit promoted to
-        # host memory must still count as a disk hit).
-        if expect is LookupResult.HIT and self.model.secondary != "none" \
-                and "load_source" not in self.missing_calls:
+        # host memory must still count as a disk hit; the CPU manager alone answers HOST).
+        if expect is LookupResult.HIT and "load_source" not in self.missing_calls:
             self.call("load-source-agrees", "load_source", key,
                       shown=f"mgr.load_source({key})", effect="the tier that supplied the hit")
 
@@ -378,6 +404,12 @@ def end_step(mgr):
                    shown=f"mgr.complete_job({job.job_id}, {list(lost)})",
                    effect=f"copy of {list(lost)} failed; noticed at next poll")
         self.hazard(f"{job.kind} job failed")
+
+    def do_use_request(self, slot: int):
+        if not 0 <= slot < len(self.world.requests) or self.model.secondary != "none":
+            raise InvalidAction("use_request: no such request slot")
+        self.apply("use_request", slot, shown=f"mgr.use_request({slot})",
+                   effect=f"calls from request {slot}: {list(self.world.requests[slot])}")
 
     def do_finish_request(self):
         self._step()
@@ -427,6 +459,28 @@ def end_step(mgr):
     def _cpu_alone(self) -> bool:
         return hasattr(self, "model") and self.model.secondary == "none"
 
+    def _own_slices(self) -> list[tuple[int, tuple[int, ...]]]:
+        """(request slot, slice of its keys): over the CPU manager alone the world's requests
+        run at once and the connector stores and loads each request's own keys, through its
+        context; in the tiering worlds one request makes every call, over every slice."""
+        if not self._cpu_alone():
+            return [(self.model.current, s) for s in self._slices()]
+        return [(r, chain[i:j]) for r, chain in enumerate(self.world.requests)
+                for i in range(len(chain)) for j in range(i + 1, len(chain) + 1)]
+
+    def _seeing_requests(self) -> list[int]:
+        return [r for r, access in sorted(self.model.running.items()) if access.seen]
+
+    def _as_request(self, slot: int) -> None:
+        """The next call comes from the request in ``slot``: switch contexts if needed."""
+        if slot != self.model.current:
+            self.act("use_request", slot)
+
+    def _act_for(self, name: str, choice: tuple[int, tuple[int, ...]]) -> None:
+        slot, keys = choice
+        self._as_request(slot)
+        self.act(name, keys)
+
     def _evicting_slices(self) -> list[tuple[int, ...]]:
         if not hasattr(self, "model"):
             return []
@@ -437,11 +491,11 @@ def end_step(mgr):
             need = sum(k not in m.chunks for k in keys) - m.num_free_chunks
             spare = sum(k not in pinned and k not in keys for k in m.chunks)
             return 0 < need <= spare
-        return [s for s in self._slices() if must_and_can_evict(s)]
+        return [s for s in self._own_slices() if must_and_can_evict(s[1])]
 
-    def _readable_slices(self) -> list[tuple[int, ...]]:
-        return [s for s in self._slices()
-                if all(self.model.read_chunk(k) is not None for k in s)]
+    def _readable_slices(self) -> list[tuple[int, tuple[int, ...]]]:
+        return [s for s in self._own_slices()
+                if all(self.model.read_chunk(k) is not None for k in s[1])]
 
 
 def _subsets(size: int) -> list[tuple[int, ...]]:
@@ -463,13 +517,42 @@ def _lookup_effect(answer: LookupResult) -> str:
             LookupResult.MISS: "in no tier (or no room to promote)"}[answer]
 
 
+# What the policy machines' larger worlds exist to reach: a store miss on an ARC ghost (the
+# target adapts), an eviction that a target above zero decides between T1 and T2, and an LRU
+# eviction among chunks a running request ranked by position.
+POLICY_HAZARDS = ("policy: ghost offered", "policy: eviction under an adapted target",
+                  "policy: a request's positioned block evicted")
+
+
 def policy_machine(policy: str) -> type[TieredLookupMachine]:
     """The same machine over the CPU manager alone evicting by ``policy``: its worlds only.
     An eviction policy's rules (LRU recency, ARC's T1 / T2 split, ghost lists and adaptive
     target) show only after several stores, completions, reuses and an evicting store,
     which the mixed worlds give each policy a sixth of the time."""
     class PolicyMachine(TieredLookupMachine):
-        @initialize(world=tiered_worlds(policy=policy))
+        HAZARDS = HAZARDS + POLICY_HAZARDS
+        # A policy's long rules (a request ranked, its blocks evicted tail first; a ghost
+        # offered, then an eviction the adapted target decides) need longer programs than
+        # the ci profile's 40 steps (the ci run takes about 10 s per policy on native).
+        MIN_STATEFUL_STEPS = 100
+
+        # ARC's ghost lists change its behaviour only when a request offers a ghost again (a
+        # store miss adapts the target): a rule of its own, as the evicting store is, since
+        # a random slice of the running request rarely holds one.
+        @precondition(lambda self: len(getattr(self, "batches", ())) < 2
+                      and self._ghost_slices())
+        @rule(data=st.data())
+        def ghost_store(self, data):
+            self._act_for("prepare_store", pick(data, self._ghost_slices()))
+
+        def _ghost_slices(self) -> list[tuple[int, tuple[int, ...]]]:
+            arc = getattr(getattr(self, "model", None), "arc", None)
+            if arc is None:
+                return []
+            return [s for s in self._own_slices()
+                    if any(k in arc.ghosts and k not in self.model.chunks for k in s[1])]
+
+        @initialize(world=policy_worlds(policy))
         def setup(self, world: TieredWorld):
             super().setup(world)
 

@@ -70,19 +70,48 @@ def simpler_worlds(world: TieredWorld, actions: list[tuple]):
             window = args[1] - 1
             narrower = (name, args[0], window, None if args[2] is None else window + 1)
             yield world, [*actions[:j], narrower, *actions[j + 1:]]
-    renamed = _keys_in_order(actions)
+    yield from _fewer_requests(world, actions)
+    names = _key_names(actions, world.requests)
+    renamed = _keys_in_order(actions, names)
     if renamed != actions:
-        yield world, renamed
+        requests = tuple(tuple(names[k] for k in chain) for chain in world.requests)
+        yield evolve(world, requests=requests), renamed
+
+
+def _fewer_requests(world: TieredWorld, actions: list[tuple]):
+    """The last request slot dropped when no step uses it; a chain's tail key dropped."""
+    slots = len(world.requests)
+    if slots > 2 and all(a != ("use_request", slots - 1) for a in actions):
+        yield evolve(world, requests=world.requests[:-1]), actions
+    for r, chain in enumerate(world.requests):
+        if len(chain) > 1:
+            shorter = (*world.requests[:r], chain[:-1], *world.requests[r + 1:])
+            yield evolve(world, requests=shorter), actions
 
 
 SCANS = ("maximal_prefix_lookup", "sliding_window_lookup")
 KEY_LISTS = ("prepare_store", "complete_store", "prepare_load", "complete_load", "touch", *SCANS)
 
 
-def _keys_in_order(actions: list[tuple]) -> list[tuple]:
+def _key_names(actions: list[tuple], requests: tuple[tuple[int, ...], ...]) -> dict[int, int]:
+    """Keys numbered 0, 1, ... in order of first appearance in the steps, then in the
+    requests' chains (whose positions must follow their keys)."""
+    names: dict[int, int] = {}
+    for name, *args in actions:
+        if name in KEY_LISTS:
+            for k in args[0]:
+                names.setdefault(k, len(names))
+        elif name == "lookup":
+            names.setdefault(args[0], len(names))
+    for chain in requests:
+        for k in chain:
+            names.setdefault(k, len(names))
+    return names
+
+
+def _keys_in_order(actions: list[tuple], names: dict[int, int]) -> list[tuple]:
     """Keys renumbered 0, 1, ... in order of first appearance: a key is an opaque block
     hash, so one bug comes out of the minimizer as one program (and one finding id)."""
-    names: dict[int, int] = {}
     out = []
     for name, *args in actions:
         if name in KEY_LISTS:

@@ -151,24 +151,30 @@ def _model_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none
 
 def _native_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
                           eviction_policy: str = "lru", store_threshold: int = 1,
-                          max_tracker_size: int = 64_000, preloaded: tuple[int, ...] = ()) -> Any:
+                          max_tracker_size: int = 64_000, preloaded: tuple[int, ...] = (),
+                          requests: tuple[tuple[int, ...], ...] = (),
+                          enable_events: bool = True) -> Any:
     from sim.native.tiered_lookup import NativeTieredLookup
     return NativeTieredLookup(*_tiered_config(num_chunks, secondary), bugs=target.bugs,
                               eviction_policy=_eviction_policy(eviction_policy),
                               store_threshold=store_threshold,
                               max_tracker_size=check_size("max_tracker_size", max_tracker_size),
-                              preloaded=preloaded)
+                              preloaded=preloaded, requests=requests,
+                              enable_events=enable_events)
 
 
 def _vllm_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
                         eviction_policy: str = "lru", store_threshold: int = 1,
-                        max_tracker_size: int = 64_000, preloaded: tuple[int, ...] = ()) -> Any:
+                        max_tracker_size: int = 64_000, preloaded: tuple[int, ...] = (),
+                        requests: tuple[tuple[int, ...], ...] = (),
+                        enable_events: bool = True) -> Any:
     from sim.vllm.tiered_lookup import make_tiered_lookup
     return make_tiered_lookup(*_tiered_config(num_chunks, secondary),
                               eviction_policy=_eviction_policy(eviction_policy),
                               store_threshold=store_threshold,
                               max_tracker_size=check_size("max_tracker_size", max_tracker_size),
-                              preloaded=preloaded)
+                              preloaded=preloaded, requests=requests,
+                              enable_events=enable_events)
 
 
 def _eviction_policy(name: str) -> str:

@@ -27,6 +27,8 @@ BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "lookup-pending-as-miss": "tiered_lookup",
     "lookup-promote-when-full": "tiered_lookup",
     "arc-replace-inverted": "tiered_lookup",
+    "arc-ghost-ignored": "tiered_lookup",
+    "lru-tail-after-head": "tiered_lookup",
     "fs-rename-before-write": "secondary_tier",
     "fs-failed-store-visible": "secondary_tier",
     "fs-probe-after-reset": "secondary_tier",

@@ -21,10 +21,18 @@ Bug switches (``native:<bug-id>``):
 With ``eviction_policy="arc"`` the primary evicts by ARC (``tiered_lookup_arc.py``, and its
 switch ``arc-replace-inverted``). A request's accesses reorder the cache when it finishes
 (``finish_request``), as vLLM 0.33.0's ``on_request_finished`` does.
+
+Several requests run at once (``use_request`` picks the one making the calls), each with its
+keys' positions (end tokens) as the connector records them. LRU order is a list kept sorted
+by rank, ``(counter, -position)``: a running request's stores rank by its request rank and
+position, tails first (``models/tiered_lookup_access.py`` states the rules). Switch
+``lru-tail-after-head``: a stored block ranks by ``+position``, so a request's head is
+evicted before its tail.
 """
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -42,7 +50,8 @@ class NativeTieredLookup:
     def __init__(self, num_chunks: int, secondary: str = "none", chunk_words: int = 4,
                  bugs: frozenset[str] = frozenset(), eviction_policy: str = "lru",
                  store_threshold: int = 1, max_tracker_size: int = 64_000,
-                 preloaded: tuple[int, ...] = ()):
+                 preloaded: tuple[int, ...] = (),
+                 requests: tuple[tuple[int, ...], ...] = (), enable_events: bool = True):
         self.num_chunks = num_chunks
         self.store_threshold = store_threshold
         self.max_tracker_size = max_tracker_size
@@ -57,7 +66,9 @@ class NativeTieredLookup:
                                    device=self.device)
         self._ref: dict[int, int] = {}              # key -> ref count (-1: write pending)
         self._slot: dict[int, int] = {}             # key -> chunk id
-        self._lru: OrderedDict[int, None] = OrderedDict()   # resident keys, LRU first
+        self._rank: dict[int, tuple[int, int]] = {}  # resident key -> LRU rank
+        self._order: list[tuple[tuple[int, int], int]] = []   # (rank, key), least first
+        self._counter = 0
         self._free: list[int] = list(range(num_chunks - 1, -1, -1))   # pop() -> 0, 1, ...
         self._num_evictable = 0
         self._tier: dict[int, torch.Tensor] = {}    # the secondary tier's copies
@@ -79,20 +90,42 @@ class NativeTieredLookup:
             raise ValueError("preloaded keys need a secondary tier to hold them")
         for key in preloaded:                       # copies an earlier run left in the tier
             self._tier[key] = self._payload(key)
+        self._events_on = enable_events
         self._arc = NativeArc(num_chunks, bugs) if eviction_policy == "arc" else None
-        self._new_request()
+        self._chains = requests or ((),)
+        self._slots = [_Request(chain) for chain in self._chains]
+        self._req = self._slots[0]
 
-    def _new_request(self) -> None:
-        self._req_seen: list[int] = []              # the running request's keys, first seen
-        self._req_inserted: set[int] = set()
-        self._req_reused: set[int] = set()
-        self._req_missed: set[int] = set()          # its store misses, ARC-adapted once
+    def use_request(self, slot: int) -> None:
+        self._req = self._slots[slot]
 
     def _req_observe(self, keys, reused=()) -> None:
-        for key in keys:
-            if key not in self._req_seen:
-                self._req_seen.append(key)
-        self._req_reused.update(k for k in reused if k not in self._req_inserted)
+        req = self._req
+        new = [k for k in dict.fromkeys(keys) if k not in req.seen]
+        req.seen.extend(new)
+        req.reused.update(k for k in reused if k not in req.inserted)
+        if new and self._arc is None:
+            rank = self._request_rank()
+            for key in new:
+                if key in self._rank and key in req.pos:
+                    self._set_rank(key, max(self._rank[key], (rank, -req.pos[key])))
+
+    def _request_rank(self) -> int:
+        if self._req.rank is None:
+            self._counter += 1
+            self._req.rank = self._counter
+        return self._req.rank
+
+    def _set_rank(self, key: int, rank: tuple[int, int] | None = None) -> None:
+        """Move the resident key to ``rank`` (a fresh touch rank when None)."""
+        if rank is None:
+            self._counter += 1
+            rank = (self._counter, 0)
+        old = self._rank.get(key)
+        if old is not None:
+            self._order.remove((old, key))
+        self._rank[key] = rank
+        insort(self._order, (rank, key))
 
     # -- data plane ------------------------------------------------------------------------
 
@@ -163,8 +196,8 @@ class NativeTieredLookup:
             self._skipped += len(new) - len(admitted)
             new = admitted
         ready = [k for k in keys if self._ref.get(k, PENDING) != PENDING]
-        missed = [k for k in new if k not in self._req_missed]
-        self._req_missed.update(missed)
+        missed = [k for k in new if k not in self._req.missed]
+        self._req.missed.update(missed)
         if self._arc is not None:
             for key in reversed(missed):
                 self._arc.ghost_hit(key)
@@ -182,7 +215,7 @@ class NativeTieredLookup:
                 evicted = self._arc.choose(
                     short, lambda k: self._ref[k] == 0 and k not in offered) or []
             else:
-                for key in self._lru:
+                for _, key in self._order:
                     if len(evicted) == short:
                         break
                     if self._ref[key] == 0 and key not in offered:
@@ -198,16 +231,21 @@ class NativeTieredLookup:
         for key in new:
             self._slot[key] = self._free.pop()
             self._ref[key] = PENDING
-            self._lru[key] = None
+            position = self._req.pos.get(key)
+            if position is None or self._arc is not None:
+                self._set_rank(key)
+            else:
+                sign = 1 if "lru-tail-after-head" in self.bugs else -1
+                self._set_rank(key, (self._request_rank(), sign * position))
             if self._arc is not None:
                 self._arc.insert(key)
-        self._req_inserted.update(new)
+        self._req.inserted.update(new)
         return StoreOutput(tuple(new), tuple(evicted))
 
     def _drop(self, key: int) -> None:
         self._free.append(self._slot.pop(key))
         del self._ref[key]
-        del self._lru[key]
+        self._order.remove((self._rank.pop(key), key))
 
     def _pin(self, key: int) -> None:
         if self._ref[key] == 0:
@@ -274,6 +312,8 @@ class NativeTieredLookup:
     def take_events(self) -> list[OffloadEvent]:
         events, failed = self._events, self._metadata_only
         self._events, self._metadata_only = [], set()
+        if not self._events_on:
+            return []
         out = []
         for n, event in enumerate(events):
             if n in failed:
@@ -288,18 +328,21 @@ class NativeTieredLookup:
         if self.secondary != "none":
             self._touched.append(tuple(keys))
         for key in reversed(keys):
-            if key in self._lru:
-                self._lru.move_to_end(key)
+            if key in self._rank:
+                self._set_rank(key)
             if self._arc is not None:
                 self._arc.touch(key, self._ref.get(key, PENDING) != PENDING)
 
     def finish_request(self) -> None:
-        seen, inserted, reused = self._req_seen, self._req_inserted, self._req_reused
-        self._new_request()
+        done = self._req
+        self._req = self._slots[self._slots.index(done)] = _Request(done.chain)
+        seen, inserted, reused = done.seen, done.inserted, done.reused
+        if all(k in done.pos for k in seen):
+            seen = sorted(seen, key=done.pos.__getitem__)
         for key in reversed(seen):
-            if key not in self._lru:
+            if key not in self._rank:
                 continue
-            self._lru.move_to_end(key)
+            self._set_rank(key)
             if self._arc is None:
                 continue
             if key in reused:
@@ -373,10 +416,14 @@ class NativeTieredLookup:
         self._source.clear()
         self._ref.clear()
         self._slot.clear()
-        self._lru.clear()
+        self._rank.clear()
+        self._order.clear()
+        self._counter = 0
         if self._arc is not None:
             self._arc.clear()
-        self._new_request()
+        current = self._slots.index(self._req)
+        self._slots = [_Request(r.chain) for r in self._slots]   # a new cache generation
+        self._req = self._slots[current]
         self._free = list(range(self.num_chunks - 1, -1, -1))
         self._num_evictable = 0
         self.primary.zero_()
@@ -469,3 +516,17 @@ class NativeTieredLookup:
             streak, pending_in_streak, need = 0, False, window
         return Scan(None if defer or pending_in_streak else streak, tuple(looked),
                     tuple(said))
+
+
+class _Request:
+    """A running request's context: its keys' positions, its LRU rank once observed, and
+    what it saw, inserted, reused and missed."""
+
+    def __init__(self, chain: tuple[int, ...]):
+        self.chain = chain
+        self.pos = {key: 16 * (i + 1) for i, key in enumerate(chain)}
+        self.rank: int | None = None
+        self.seen: list[int] = []
+        self.inserted: set[int] = set()
+        self.reused: set[int] = set()
+        self.missed: set[int] = set()

@@ -5,6 +5,10 @@ it: four ordered dicts (T1, T2 resident; B1, B2 ghosts), least recent first, and
 Bug switch ``native:arc-replace-inverted``: REPLACE's test is inverted, T2 loses a chunk
 while T1 holds at least its target (and T1 while it is under it): a chunk a second request
 reused is evicted before one seen once.
+
+Bug switch ``native:arc-ghost-ignored``: a store miss on a ghost leaves the target where it
+is (the ghost still becomes its list's most recent): ARC never learns that recency (B1) or
+frequency (B2) was evicted too early, and evicts as a fixed split would.
 """
 
 from __future__ import annotations
@@ -24,6 +28,12 @@ class NativeArc:
         self.b2: OrderedDict[int, None] = OrderedDict()
 
     def ghost_hit(self, key: int) -> None:
+        before = self.p
+        self._adapt(key)
+        if "arc-ghost-ignored" in self.bugs:
+            self.p = before
+
+    def _adapt(self, key: int) -> None:
         if key in self.b1:
             self.p = min(self.p + max(1, len(self.b2) / len(self.b1)), self.capacity)
             self.b1.move_to_end(key)

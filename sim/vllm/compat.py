@@ -195,9 +195,11 @@ def count_kwarg(manager_cls: type) -> str:
 ARC_FROM = "0.33.0"
 
 
-def primary_manager(num_chunks: int, eviction_policy: str = "lru",
+def primary_manager(num_chunks: int, eviction_policy: str = "lru", enable_events: bool = True,
                     **admission: int) -> Any:
-    """The CPU offloading manager alone, LRU or ARC, with events on.
+    """The CPU offloading manager alone, LRU or ARC, with events on unless ``enable_events``
+    is False (the connector's default: KV cache events off), then built as the connector
+    builds it, without the argument.
 
     # vLLM >=0.33.0: ``cache_policy="arc"`` is driven (``models/tiered_lookup_arc.py`` states
     #   0.33.0's ARC: request-scoped reuse, ghost adaptation once per request's store miss).
@@ -208,11 +210,16 @@ def primary_manager(num_chunks: int, eviction_policy: str = "lru",
     # vLLM 0.11.0-0.18.x: ``lru_manager.LRUOffloadingManager(CPUBackend(block_size, n))``:
     #   the manager over a pluggable backend that hands out block ids.
     """
+    events = {"enable_events": True} if enable_events else {}
     if not release.has_module("vllm.v1.kv_offload.cpu.manager"):
+        # ARC and the store filter are not driven on this manager (neither is mapped).
+        if eviction_policy != "lru" or admission.get("store_threshold", 1) > 1:
+            raise CapabilityMissing(f"vLLM {release.release()}'s LRUOffloadingManager: the "
+                                    "harness drives neither ARC nor a store filter on it")
         lru = release.import_module("vllm.v1.kv_offload.lru_manager")
         backends = release.import_module("vllm.v1.kv_offload.backends.cpu")
         return lru.LRUOffloadingManager(backends.CPUBackend(block_size=16, num_blocks=num_chunks),
-                                        enable_events=True)
+                                        **events)
     cls = release.import_module("vllm.v1.kv_offload.cpu.manager").CPUOffloadingManager
     params = inspect.signature(cls.__init__).parameters
     # ``store_threshold`` / ``max_tracker_size`` (the store filter): passed where filtering
@@ -222,12 +229,12 @@ def primary_manager(num_chunks: int, eviction_policy: str = "lru",
         raise CapabilityMissing(f"store_threshold: vLLM {release.release()}'s "
                                 "CPUOffloadingManager has no store filter")
     if eviction_policy == "lru":
-        return cls(**{count_kwarg(cls): num_chunks}, enable_events=True, **admission)
+        return cls(**{count_kwarg(cls): num_chunks}, **events, **admission)
     if release.parse_release(release.release()) < release.parse_release(ARC_FROM):
         raise CapabilityMissing(f"ARC: the harness drives vLLM's ARC policy from {ARC_FROM}; "
                                 f"vLLM {release.release()}'s request semantics are not mapped")
     return cls(**{count_kwarg(cls): num_chunks}, cache_policy=eviction_policy,
-               enable_events=True, **admission)
+               **events, **admission)
 
 
 def cpu_metric_names() -> dict[str, str]:
@@ -265,6 +272,25 @@ def request_context(base: Any, req_id: str) -> Any:
         return None
     params = inspect.signature(cls).parameters
     return cls(req_id=req_id) if "req_id" in params else cls()
+
+
+KEY_POSITIONS_FROM = "0.33.0"
+
+
+def set_key_positions(ctx: Any, positions: dict[Any, int]) -> None:
+    """Record each key's end-token position on the request's context, as the connector does
+    when it learns the request's block hashes (``models/tiered_lookup_access.py``).
+
+    # vLLM >=0.33.0: ``ReqContext.set_offload_key_position(key, end_token)``; LRU ranks a
+    #   running request's chunks by it (tails evicted before heads).
+    # vLLM <0.33.0: not set (the model's ``request_positions=False``); releases before 0.33.0
+    #   that have the method are unread: their LRU is not mapped to positions.
+    """
+    if ctx is None or release.parse_release(release.release()) < \
+            release.parse_release(KEY_POSITIONS_FROM):
+        return
+    for key, end_token in positions.items():
+        ctx.set_offload_key_position(key, end_token)
 
 
 def keyed_call(manager: Any, name: str, keys: list, ctx: Any, **kwargs: Any) -> Any:
@@ -413,6 +439,8 @@ def lookup_semantics(found: str) -> dict[str, Any]:
     - ``store_poll_gated``: ``prepare_store`` polls finished jobs only if nothing polled since
       the step began. # vLLM 0.22.0-0.32.x (the connector called it first thing after
       ``on_schedule_end``; 0.33.0 moved that call to the step's end and polls always).
+    - ``request_positions``: LRU ranks a running request's chunks by their key positions
+      (``set_key_positions``). # vLLM >=0.33.0. Older: no positions are set.
     """
     version = release.parse_release(found)
     options: dict[str, Any] = {}
@@ -426,6 +454,7 @@ def lookup_semantics(found: str) -> dict[str, Any]:
         options["failed_store_events"] = False
         options["reset_holds_promotions"] = False
         options["store_poll_gated"] = True
+        options["request_positions"] = False
     return options
 
 
@@ -564,6 +593,16 @@ def job_result(tiering: Any, job_id: int, copied: list, num_keys: int) -> Any:
     return tiering.JobResult(job_id=job_id, success=False)
 
 
+def host_hit_source() -> Any:
+    """The cache-hit source of a hit the CPU manager itself supplied: HOST.
+
+    # vLLM >=0.32.0: ``CacheHitSource.HOST``. vLLM <0.32.0: none (no ``get_load_source``).
+    """
+    if not release.has_module("vllm.v1.metrics.cache_hit_source"):
+        return None
+    return release.import_module("vllm.v1.metrics.cache_hit_source").CacheHitSource.HOST
+
+
 def tier_hit_source() -> Any:
     """The cache-hit source the harness's secondary tier reports: DISK.
 
@@ -609,11 +648,16 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
             tiering.JobResult, "__dataclass_fields__", {}):
         missing["partial_job_result"] = (f"partial_job_result: vLLM {found}'s tier reports a "
                                          "job's success whole (successful_keys from 0.28.0)")
+    # vLLM 0.11.0-0.23.x: the CPU manager alone has no ``has_pending_work`` either (it runs
+    #   no jobs of its own): not asked.
+    if not hasattr(manager, "has_pending_work") and tiering is None:
+        missing["has_pending_work"] = (f"has_pending_work: vLLM {found}'s CPU manager cannot "
+                                       "say (from 0.24.0)")
     if tiering is not None and not hasattr(manager, "has_pending_work"):
         missing["has_pending_work"] = (f"has_pending_work: vLLM {found}'s tiering manager "
                                        "cannot say (from 0.24.0)")
-    if tiering is not None and not hasattr(manager, "get_load_source"):
-        missing["load_source"] = (f"load_source: vLLM {found}'s tiering manager keeps no "
+    if not hasattr(manager, "get_load_source"):
+        missing["load_source"] = (f"load_source: vLLM {found}'s offloading manager keeps no "
                                   "load source (get_load_source from 0.32.0)")
     if not hasattr(manager, "reset_cache"):
         missing["reset_cache"] = (f"reset_cache: vLLM {found}'s {type(manager).__name__} "

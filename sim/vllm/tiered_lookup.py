@@ -2,9 +2,11 @@
 connector's real ``_maximal_prefix_lookup`` / ``_sliding_window_lookup``, called unbound on a
 stub ``self`` (``specs/vllm-drive.md`` sections 2 and 3).
 
-- ``secondary="none"``: ``CPUOffloadingManager`` (LRU, or ARC: ``eviction_policy``) alone;
-  ``finish_request`` ends the running request (``on_request_finished``) and starts the next
-  one with a fresh ``ReqContext``, as the connector does per request.
+- ``secondary="none"``: ``CPUOffloadingManager`` (LRU, or ARC: ``eviction_policy``) alone,
+  with one request per slot of ``requests`` running at once, each with its own ``ReqContext``
+  carrying its keys' positions as the connector records them (``compat.set_key_positions``);
+  ``use_request`` picks the request that makes the next calls; ``finish_request`` ends it
+  (``on_request_finished``) and starts the next one in its slot with a fresh context.
 - ``secondary="memory"`` / ``"probe"``: ``TieringOffloadingManager`` over a
   ``CPUPrimaryTierOffloadingManager`` (an anonymous mmap as its region) and one secondary tier
   that the harness plays, the way ``specs/tiered-lookup.md`` section 3 describes a tier: it
@@ -152,7 +154,8 @@ class VllmTieredLookup:
 
     def __init__(self, num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
                  store_threshold: int = 1, max_tracker_size: int = 64_000,
-                 preloaded: Sequence[int] = (), polled: bool = False):
+                 preloaded: Sequence[int] = (), polled: bool = False,
+                 requests: Sequence[Sequence[int]] = (), enable_events: bool = True):
         self._base = compat.offload_base()
         self.release = release.release()
         self.num_chunks = num_chunks
@@ -163,7 +166,7 @@ class VllmTieredLookup:
                                "manager alone (secondary=\"none\")")
         if secondary == "none":
             self.manager = self.primary = compat.primary_manager(
-                num_chunks, eviction_policy, store_threshold=store_threshold,
+                num_chunks, eviction_policy, enable_events, store_threshold=store_threshold,
                 max_tracker_size=max_tracker_size)
             self._chunks = np.zeros((num_chunks, CHUNK_BYTES), dtype=np.uint8)
         elif secondary in ("memory", "probe"):
@@ -187,26 +190,34 @@ class VllmTieredLookup:
         self._scans = compat.connector_scans()
         self.missing_calls = compat.missing_offload_calls(self.manager, self._scans)
         self.model_options = compat.lookup_semantics(self.release)
-        self._requests = 0
-        self._start_request()
         self._keys: dict[int, object] = {}
         self._ints: dict[object, int] = {}
+        self._requests = 0
+        self._chains = [tuple(chain) for chain in requests] or [()]
+        self._contexts = [self._start_request(chain) for chain in self._chains]
+        self._slot = 0
+        self._ctx = self._contexts[0]
         self._store_chunk: dict[int, int] = {}      # pending key -> chunk id being written
         for i in preloaded:                         # copies an earlier run left in the tier
             row = np.zeros(CHUNK_BYTES, dtype=np.uint8)
             row[:8 * CHUNK_WORDS] = np.frombuffer(_bytes(_payload(i)), dtype=np.uint8)
             self.tier.copies[self._key(i)] = row
 
-    def _start_request(self) -> None:
-        self._ctx = compat.request_context(self._base, f"r{self._requests}")
+    def _start_request(self, chain: tuple[int, ...]):
+        ctx = compat.request_context(self._base, f"r{self._requests}")
         self._requests += 1
+        compat.set_key_positions(ctx, {self._key(k): 16 * (i + 1) for i, k in enumerate(chain)})
         with self._locked():
-            compat.start_request(self.manager, self._ctx)
+            compat.start_request(self.manager, ctx)
+        return ctx
+
+    def use_request(self, slot: int) -> None:
+        self._slot, self._ctx = slot, self._contexts[slot]
 
     def finish_request(self) -> None:
         with self._locked():
             self.manager.on_request_finished(self._ctx)
-        self._start_request()
+        self._ctx = self._contexts[self._slot] = self._start_request(self._chains[self._slot])
 
     def _locked(self):
         lock = getattr(self.manager, "lock", None)  # vLLM 0.33.0: callers hold it
@@ -273,9 +284,11 @@ class VllmTieredLookup:
             if success and chunk_id is not None and self.ref_cnt(i) == -1:
                 self._chunks[chunk_id, :8 * CHUNK_WORDS] = np.frombuffer(
                     _bytes(_payload(i)), dtype=np.uint8)                       # GPU copy
+        # The connector passes ``success`` only for a failed store (the default is success).
+        outcome = {} if success else {"success": False}
         with self._locked():
             compat.keyed_call(self.manager, "complete_store", self._vkeys(keys), self._ctx,
-                              success=success)
+                              **outcome)
 
     def get_stats(self) -> CacheStats:
         """The manager's metrics payload and static facts, as counts of chunks."""
@@ -355,8 +368,11 @@ class VllmTieredLookup:
     def load_source(self, key: int) -> str:
         with self._locked():
             source = self.manager.get_load_source(self._key(key), self._ctx)
-        return "secondary" if self.tier is not None and source == self.tier.cache_hit_source \
-            else "primary"
+        if self.tier is not None and source == self.tier.cache_hit_source:
+            return "secondary"
+        # The connector wraps the answer in ``CacheHitSource``: anything but HOST here is not
+        # a source the CPU manager can have supplied.
+        return "primary" if source == compat.host_hit_source() else f"unknown {source!r}"
 
     def on_reset_flushed(self) -> None:
         if not hasattr(self.manager, "on_reset_flushed"):
@@ -415,6 +431,9 @@ def _scan(result: int | None, made: list[tuple[int, LookupResult]]) -> Scan:
 
 def make_tiered_lookup(num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
                        store_threshold: int = 1, max_tracker_size: int = 64_000,
-                       preloaded: Sequence[int] = ()) -> VllmTieredLookup:
+                       preloaded: Sequence[int] = (),
+                       requests: Sequence[Sequence[int]] = (),
+                       enable_events: bool = True) -> VllmTieredLookup:
     return VllmTieredLookup(num_chunks, secondary, eviction_policy, store_threshold,
-                            max_tracker_size, preloaded)
+                            max_tracker_size, preloaded, requests=requests,
+                            enable_events=enable_events)
