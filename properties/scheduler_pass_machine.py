@@ -19,6 +19,7 @@ every request finished (liveness: the cache and compute budget fit the largest i
 from __future__ import annotations
 
 from attrs import evolve
+from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
@@ -82,6 +83,11 @@ class SchedulerPassMachine(HarnessMachine):
         if self.target_name.startswith("vllm") and world.read_ahead:
             world = evolve(world, read_ahead=0)     # vLLM runs no drafter here
         self.sched = targets.make(self.target_name, "scheduler_pass", **world.config())
+        if world.reuses_identifier and not getattr(self.sched, "refuses_reused_identifier",
+                                                   True):
+            # A release that takes the resident entry as the item's: not the spec's pass.
+            self.recorder.note_missing("no refusal of a reused multimodal identifier")
+            reject()
         if not getattr(self.sched, "can_preempt", True):
             world = evolve(world, preempts=False)   # a release that preempts only inline
         self.world = world

@@ -132,6 +132,10 @@ class VllmSchedulerPass:
     def can_preempt(self) -> bool:
         return compat.can_preempt(self.scheduler)
 
+    @property
+    def refuses_reused_identifier(self) -> bool:
+        return compat.refuses_reused_identifier(self.scheduler)
+
     def preempt_request(self, request_id: str) -> None:
         compat.preempt(self.scheduler, self.scheduler.requests[request_id])
 
