@@ -34,6 +34,20 @@ scheduler orders them, while token budget is left. A request with ``c`` computed
   are encoded too); a shorter one ends right before the item that could not be placed.
 ``get_freed_mm_hashes()`` ends the pass.
 
+An identifier reused for different content (a client-provided multimodal UUID sent with
+another image: the same ``mm_hash``, another embed count) is refused, not encoded: before a
+request is granted, its wanted range is read item by item as far as the pass would get (the
+items before one must all be placeable, and with unchunked input the item must not be cut);
+the first item whose identifier is then resident (from an earlier pass, an earlier request
+of this one, or an earlier item of this range) with another embed count rejects the request.
+It gets no token; what reaching that item did to the cache stays (the earlier items' holds
+and the evictions made room for them; nothing is allocated), and the update after the step
+finishes it with an error, freeing its inputs (vLLM 0.33.0:
+``_reject_on_encoder_cache_embed_mismatch``, then ``update_from_output``). Several rejected
+in one pass are finished in an order vLLM leaves open (a ``set``): the model frees them by
+request id and says which entries turned freeable together (``released_together``), so a
+caller can accept any order among those.
+
 The read-ahead is gated: the output says how far each request's drafter may read, and that
 range only covers items the pass made resident. The seed says the fix for #38551 left the
 drafter able to read an entry evicted in an earlier pass and that the scheduler should gate
@@ -86,6 +100,7 @@ class PassNotes:
     blocked: bool = False                          # a request got no token from its items
     read_ahead_read: bool = False                  # the drafter read an item past its range
     probed: bool = False           # an item with no embed in its window was judged, not encoded
+    rejected: tuple[str, ...] = ()  # refused: an identifier resident with another embed count
 
 
 @frozen(eq=False)
@@ -128,6 +143,8 @@ class SchedulerPassModel:
     starts: int = 0                # requests started (or restarted after a preemption) so far
     arrivals: int = 0
     preemptions: int = 0
+    rejected: list[str] = field(factory=list)   # refused this pass, finished by the update
+    released_together: set[str] = field(factory=set)   # turned freeable in one unordered go
 
     def __attrs_post_init__(self) -> None:
         self.cache = EncoderCacheModel(self.cache_size)
@@ -177,17 +194,38 @@ class SchedulerPassModel:
         """(free, freeable) embeds of the encoder cache: what is held shows here first."""
         return self.cache.num_free_slots, self.cache.num_freeable_slots
 
+    def freeable_order(self) -> list[str]:
+        """Resident entries no request holds, the first to be evicted first."""
+        return self.cache.freeable_order()
+
+    def accept_release_order(self, order: list[str]) -> None:
+        """Take ``order``'s arrangement of the entries in ``released_together`` (several
+        rejected requests finished at once: their order is unspecified). Their places in the
+        queue stay the model's; only who takes which of them changes."""
+        group = [h for h in order if h in self.released_together]
+        if sorted(group) != sorted(self.released_together):
+            raise ValueError(f"{order} does not hold {sorted(self.released_together)}")
+        ticks = sorted(self.cache.entries[h].unreferenced_at for h in group)
+        for mm_hash, tick in zip(group, ticks, strict=True):
+            self.cache.entries[mm_hash].unreferenced_at = tick
+
     def schedule(self) -> SchedulerOutputView:
         self.passes += 1
         grants: list[Grant] = []
+        self.rejected = []
         for state in self._in_order():
             spent = [g for g in grants if g.tokens]
             tokens_left = self.token_budget - sum(g.tokens for g in spent)
             if tokens_left == 0:
                 break
             compute_left = self.encoder_compute_budget - sum(g.placement.compute for g in spent)
-            grant = self._grant(state, min(state.num_tokens - state.num_computed_tokens,
-                                           tokens_left), compute_left)
+            wanted = min(state.num_tokens - state.num_computed_tokens, tokens_left)
+            refused = self._refusal(state, wanted, compute_left)
+            if refused is not None:
+                self.cache = refused
+                self.rejected.append(state.request.request_id)
+                continue
+            grant = self._grant(state, wanted, compute_left)
             grants.append(grant)
             if grant.tokens:                 # a skipped request's trials are dropped
                 self.cache = grant.placement.cache
@@ -197,6 +235,8 @@ class SchedulerPassModel:
         granted = [g for g in grants if g.tokens]
         self._check_pass(granted)
         self.notes = self._notes(grants)
+        self.notes.rejected = tuple(self.rejected)
+        self.notes.blocked |= bool(self.rejected)
         return SchedulerOutputView(
             {g.request.request_id: g.tokens for g in granted},
             {g.request.request_id: g.placement.encoded for g in granted if g.placement.encoded},
@@ -233,6 +273,15 @@ class SchedulerPassModel:
                          >= self.requests[rid].request.max_tokens)
         for rid in finished:
             self.finish_request(rid)
+        # Rejected requests finish with an error; which entries that frees does not depend on
+        # the order, the freeable queue's order among them does (see the module docstring).
+        idle_before = set(self.cache.freeable_order())
+        for rid in sorted(self.rejected):
+            self.finish_request(rid)
+        self.released_together = set(self.cache.freeable_order()) - idle_before \
+            if len(self.rejected) > 1 else set()
+        finished += tuple(sorted(self.rejected))
+        self.rejected = []
         return finished
 
     def step(self) -> StepView:
@@ -240,6 +289,29 @@ class SchedulerPassModel:
         arguments are evaluated left to right), update from it."""
         output = self.schedule()
         return StepView(output, self.gathered(output), self.update_from_output(output))
+
+    # -- a reused identifier -------------------------------------------------------------------
+
+    def _refusal(self, state: RequestState, wanted: int,
+                 compute_left: int) -> EncoderCacheModel | None:
+        """The cache after a rejection of ``state``'s request, or None when it is not rejected.
+
+        Each item of the wanted range is a possible point of refusal; it is reached when the
+        range up to its offset places (the items before it all fit: a failure there cuts the
+        range before the item) and, with unchunked input, the item is not cut. It refuses when
+        its identifier is then resident with another embed count."""
+        request, c = state.request, state.num_computed_tokens
+        for j in _overlapping(request, c, c + wanted):
+            item = request.items[j]
+            if self.disable_chunked_mm_input and c <= item.offset and c + wanted < item.end:
+                return None
+            before = self._place(request, c, max(c, item.offset), compute_left)
+            if before is None:
+                return None
+            cached = before.cache.get_cached_num_encoder_embeds(request, j)
+            if cached is not None and cached != item.num_embeds:
+                return _unallocated(before, request)
+        return None
 
     # -- one request's grant -----------------------------------------------------------------
 
@@ -363,6 +435,21 @@ class SchedulerPassModel:
         the queue (arrival order, a preempted request at the head)."""
         return sorted(self.requests.values(),
                       key=lambda s: (s.started_at is None, s.started_at or s.queued_at))
+
+
+def _unallocated(placement: Placement, request: SchedRequest) -> EncoderCacheModel:
+    """``placement``'s cache without what it allocated: a refused request allocates nothing,
+    yet keeps its holds on resident items and the evictions made while placing."""
+    cache = placement.cache
+    encoded = {request.mm_hash(i) for i in placement.encoded}
+    for mm_hash in encoded:
+        del cache.entries[mm_hash]
+    inputs = cache.recorded.get(request.request_id, {})
+    for input_id in [i for i, h in inputs.items() if h in encoded]:
+        del inputs[input_id]
+    if not inputs:
+        cache.recorded.pop(request.request_id, None)
+    return cache
 
 
 def _overlapping(request: SchedRequest, lo: int, hi: int) -> list[int]:

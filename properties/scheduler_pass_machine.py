@@ -19,6 +19,7 @@ every request finished (liveness: the cache and compute budget fit the largest i
 from __future__ import annotations
 
 from attrs import evolve
+from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
@@ -46,6 +47,8 @@ HAZARDS = (
     "preempted while holding an input",
     "preempted request rescheduled",
     "encoder cache reset while requests hold inputs",
+    "request refused for a reused identifier",
+    "text-only request scheduled beside a multimodal one",
 )
 
 
@@ -80,6 +83,11 @@ class SchedulerPassMachine(HarnessMachine):
         if self.target_name.startswith("vllm") and world.read_ahead:
             world = evolve(world, read_ahead=0)     # vLLM runs no drafter here
         self.sched = targets.make(self.target_name, "scheduler_pass", **world.config())
+        if world.reuses_identifier and not getattr(self.sched, "refuses_reused_identifier",
+                                                   True):
+            # A release that takes the resident entry as the item's: not the spec's pass.
+            self.recorder.note_missing("no refusal of a reused multimodal identifier")
+            reject()
         if not getattr(self.sched, "can_preempt", True):
             world = evolve(world, preempts=False)   # a release that preempts only inline
         self.world = world
@@ -193,6 +201,8 @@ class SchedulerPassMachine(HarnessMachine):
         return [rid for rid in self.open if self.model.requests[rid].started_at is not None]
 
     def do_step(self):
+        self._computed_before = {rid: st.num_computed_tokens
+                                 for rid, st in self.model.requests.items()}
         output = self.model.schedule()
         gathered = self.model.gathered(output)
         expect = StepView(output, gathered, self.model.update_from_output(output))
@@ -216,6 +226,7 @@ class SchedulerPassMachine(HarnessMachine):
         except EncoderCacheMiss as miss:
             self.fail("no-encoder-cache-miss", str(miss))
         actual = StepView(out, gathered, self.sched.update_from_output(out))
+        self._accept_release_order()
         self._check_step(actual, expect)
 
     # -- checks ------------------------------------------------------------------------------
@@ -231,6 +242,20 @@ class SchedulerPassMachine(HarnessMachine):
         self._check_worker()
         self._check_slots()
         self.check_valid(self.sched)
+
+    def _accept_release_order(self) -> None:
+        # Several requests refused in one pass are finished in a set's order (vLLM 0.33.0),
+        # so the order in which their entries join the freeable queue is unspecified: the
+        # same entries must join, in any order, and the model follows the target's.
+        if not self.model.released_together:
+            return
+        order = getattr(self.sched, "freeable_order", None)
+        if order is None:
+            return
+        got, want = order(), self.model.freeable_order()
+        self.check("slots-agree", sorted(got) == sorted(want),
+                   lambda: f"freeable entries {got} != {want} (in any order)")
+        self.model.accept_release_order(got)
 
     def _check_worker(self) -> None:
         resident = self.sched.resident_mm_hashes()
@@ -254,7 +279,9 @@ class SchedulerPassMachine(HarnessMachine):
         self.check("budgets-hold", out.total_num_scheduled_tokens <= world.token_budget,
                    lambda: f"{out.total_num_scheduled_tokens} tokens > {world.token_budget}")
         # Budgets count embeds: a masked item costs its True positions, not its span.
+        # A reused identifier names two counts: the resident one is the model's entry's.
         sizes = {it.mm_hash: it.num_embeds for t in world.templates for it in t.items}
+        sizes.update({h: e.num_embeds for h, e in self.model.cache.entries.items()})
         compute = sum(self.history[rid].items[i].num_embeds
                       for rid, ids in out.scheduled_encoder_inputs.items() for i in ids)
         self.check("budgets-hold", compute <= world.encoder_compute_budget,
@@ -266,10 +293,17 @@ class SchedulerPassMachine(HarnessMachine):
         tensors = getattr(self.sched, "last_gathered_tensors", None)
         if tensors is None:
             return
-        sizes = {it.mm_hash: it.mm_item() for t in self.world.templates for it in t.items}
         device = self.sched.worker.device
+        # Rows come item by item in prompt order from the scheduled range: a request's next
+        # item there with the hash is the one read (a reused identifier names two contents).
+        after: dict[str, int] = {}
         for g, got in zip(actual.gathered, tensors, strict=True):
-            want = encoder_output(sizes[g.mm_hash], device)[g.start:g.end]
+            items = self.history[g.request_id].items
+            start = self._computed_before[g.request_id]
+            k = next(k for k in range(after.get(g.request_id, 0), len(items))
+                     if items[k].mm_hash == g.mm_hash and items[k].end > start)
+            after[g.request_id], item = k + 1, items[k]
+            want = encoder_output(item.mm_item(), device)[g.start:g.end]
             if not got.equal(want):
                 self.fail("gathered-equals-encoded", f"{g.mm_hash} rows {g.start}:{g.end} for "
                           f"{g.request_id} differ from the encoder's output")
@@ -299,6 +333,11 @@ class SchedulerPassMachine(HarnessMachine):
         if any(self.history[rid].items[i].is_embed is not None
                for rid, ids in expect.output.scheduled_encoder_inputs.items() for i in ids):
             self.hazard("masked item encoded")
+        if notes.rejected:
+            self.hazard("request refused for a reused identifier")
+        scheduled = [self.history[rid] for rid in expect.output.num_scheduled_tokens]
+        if any(not r.items for r in scheduled) and any(r.items for r in scheduled):
+            self.hazard("text-only request scheduled beside a multimodal one")
         if self.preempted & set(expect.output.num_scheduled_tokens):
             self.hazard("preempted request rescheduled")
         self.preempted -= set(expect.output.num_scheduled_tokens)

@@ -25,6 +25,14 @@ def build(target: str, **config):
         pytest.skip(str(why))
 
 
+def build_refusing(target: str, **config):
+    """A target that refuses a reused identifier (vLLM before 0.33.0 has no refusal)."""
+    sched = build(target, **config)
+    if not getattr(sched, "refuses_reused_identifier", True):
+        pytest.skip("this release does not refuse a reused multimodal identifier")
+    return sched
+
+
 def image(name: str) -> tuple[PlacedItem, ...]:
     return (PlacedItem(name, 5, 100),)
 
@@ -129,3 +137,33 @@ def test_reset_inside_an_items_gap_encodes_it_again_at_its_next_embed(target):
     assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
     assert step.gathered == (Gathered("r0", "a", 2, 4),)
     assert step.finished == ("r0",)
+
+
+@pytest.mark.parametrize("target", WITH_VLLM)
+def test_reused_identifier_refuses_the_request(target):
+    """A client reuses an identifier for other content: ``img`` is resident with 4 embeds and
+    r1's ``img`` has 3. r1 gets nothing and is finished with an error after the step; the
+    hold it took on ``b`` (reached before ``img``) is let go then, so ``b`` is freeable."""
+    sched = build_refusing(target, cache_size=8, token_budget=16, encoder_compute_budget=8)
+    sched.add_request(SchedRequest("r0", 8, 2, (PlacedItem("b", 0, 4), PlacedItem("img", 4, 4))))
+    sched.add_request(SchedRequest("r1", 8, 1, (PlacedItem("b", 0, 4), PlacedItem("img", 4, 3))))
+    out = sched.schedule()
+    # r0 places both; r1 reaches b (resident: held) and then img, resident with 4 embeds.
+    assert out == SchedulerOutputView({"r0": 8}, {"r0": (0, 1)}, ())
+    assert sched.update_from_output(out) == ("r1",)
+    assert sched.manager_slots() == (0, 8)
+    assert sched.get_num_unfinished_requests() == 1
+
+
+@pytest.mark.parametrize("target", WITH_VLLM)
+def test_reused_identifier_within_one_request(target):
+    """The same identifier twice in one prompt with different content: the second is refused
+    against the first, encoded earlier in the same walk; nothing is allocated."""
+    sched = build_refusing(target, cache_size=8, token_budget=16, encoder_compute_budget=8)
+    sched.add_request(SchedRequest("r0", 7, 1, (PlacedItem("img", 0, 3), PlacedItem("img", 3, 4))))
+    sched.add_request(SchedRequest("r1", 2, 1))               # text only: unaffected
+    out = sched.schedule()
+    assert out == SchedulerOutputView({"r1": 2}, {}, ())
+    assert sched.update_from_output(out) == ("r1", "r0")
+    assert sched.manager_slots() == (8, 8)
+    assert sched.get_num_unfinished_requests() == 0

@@ -24,6 +24,16 @@ encoded anyway, a pass early), ``sched-preempt-keeps-inputs`` (a preempted reque
 encoder inputs held: the entries cannot be evicted while it waits) and
 ``sched-reset-worker-kept`` (a reset of the encoder cache leaves the worker's tensors: stale
 outputs of the old weights stay on the device).
+
+A request whose item's identifier is resident (or encoded earlier in the same walk) with
+another embed count, an identifier reused for other content, is refused for the pass and
+finished with an error by the update. Bug switches: ``sched-mismatch-scheduled`` (the counts
+are not compared: the request is scheduled on the other content's embeddings) and
+``sched-mismatch-kept`` (refused but never finished: it is refused again every pass).
+
+Text-only requests (no item) take tokens only. Bug switch ``sched-text-charged``: the pass
+charges a text-only request's tokens to the encoder budget, so multimodal requests after it
+in the pass are cut or blocked (and it is itself capped by the budget left).
 """
 
 from __future__ import annotations
@@ -79,6 +89,7 @@ class NativeSchedulerPass:
         self.running: list[_Running] = []        # scheduled at least once, in that order
         self.waiting: list[_Running] = []        # never scheduled yet, in arrival order
         self.last_gathered_tensors: list[torch.Tensor] = []
+        self._rejected: list[str] = []           # refused in the last pass (reused identifier)
 
     # -- scheduler -----------------------------------------------------------------------
 
@@ -119,6 +130,7 @@ class NativeSchedulerPass:
         encoder_inputs: dict[str, tuple[int, ...]] = {}
         lookahead: dict[str, int] = {}
         started: list[_Running] = []
+        self._rejected = []
         for entry in self.running + self.waiting:
             if token_budget <= 0:
                 break
@@ -163,6 +175,11 @@ class NativeSchedulerPass:
             if entry.generated >= entry.req.max_tokens:
                 self.finish_request(rid)
                 done.append(rid)
+        if "sched-mismatch-kept" not in self.bugs:
+            for rid in sorted(self._rejected):        # finished with an error
+                self.finish_request(rid)
+                done.append(rid)
+        self._rejected = []
         return tuple(done)
 
     # -- worker --------------------------------------------------------------------------
@@ -216,6 +233,10 @@ class NativeSchedulerPass:
         manager = self.encoder_cache_manager
         return manager.num_free_slots, manager.num_freeable_slots
 
+    def freeable_order(self) -> list[str]:
+        """Resident entries no request holds, oldest first (the next evicted first)."""
+        return list(self.encoder_cache_manager._idle)
+
     def worker_mm_hashes(self) -> set[str]:
         return self.worker.resident_hashes()
 
@@ -238,10 +259,15 @@ class NativeSchedulerPass:
         reads = self.num_lookahead_tokens
         inputs: list[int] = []
         duplicates: list[int] = []
-        seen: set[str] = set()
+        seen: dict[str, int] = {}             # hash -> embeds, encoded earlier in this walk
         pending = 0
         manager = self.encoder_cache_manager
         window_end = start + new_tokens + reads    # the embeds test's window (fixed per pass)
+        if not req.items and "sched-text-charged" in self.bugs:
+            # BUG: a text-only request's tokens are charged to the encoder budget as if each
+            # were an embed (and it gets no more tokens than the budget has left).
+            new_tokens = min(new_tokens, budget)
+            return new_tokens, reads, inputs, duplicates, budget - new_tokens
         for input_id, item in enumerate(req.items):
             scheduled_end = start + new_tokens
             if item.offset >= min(scheduled_end + reads, req.prompt_len):
@@ -252,6 +278,14 @@ class NativeSchedulerPass:
             if (not tail_only and self.disable_chunked_mm_input
                     and item.offset >= start and item.end > scheduled_end):
                 return item.offset - start, 0, inputs, duplicates, budget
+            known = seen.get(item.mm_hash,
+                             manager.get_cached_num_encoder_embeds(req, input_id))
+            if known is not None and known != item.num_embeds \
+                    and "sched-mismatch-scheduled" not in self.bugs:
+                # The identifier was reused for other content: refuse the request (it is
+                # finished with an error after the step), allocating nothing.
+                self._rejected.append(req.request_id)
+                return 0, 0, [], [], self.max_num_encoder_input_tokens
             if item.mm_hash in seen:
                 duplicates.append(input_id)
                 continue
@@ -270,7 +304,7 @@ class NativeSchedulerPass:
             if lo == hi and "sched-encode-embedless" not in self.bugs:
                 continue                       # no embed in the window: encode it later
             inputs.append(input_id)
-            seen.add(item.mm_hash)
+            seen[item.mm_hash] = item.num_embeds
             cost = item.length if "sched-budget-in-tokens" in self.bugs else item.num_embeds
             pending += cost
             budget -= cost

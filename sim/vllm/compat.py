@@ -100,6 +100,13 @@ def can_preempt(scheduler: Any) -> bool:
     return hasattr(scheduler, "_preempt_request")
 
 
+def refuses_reused_identifier(scheduler: Any) -> bool:
+    """Whether the release refuses a request whose multimodal identifier is resident with
+    another embed count (``_reject_on_encoder_cache_embed_mismatch``; 0.14.0 has none: it
+    takes the resident entry as the item's)."""
+    return hasattr(scheduler, "_reject_on_encoder_cache_embed_mismatch")
+
+
 def preempt(scheduler: Any, request: Any) -> None:
     """Preempt a running request between passes, as ``schedule()`` does to the last running
     request when it runs out of KV blocks, and ``reset_prefix_cache`` to every running one

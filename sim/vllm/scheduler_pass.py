@@ -132,6 +132,10 @@ class VllmSchedulerPass:
     def can_preempt(self) -> bool:
         return compat.can_preempt(self.scheduler)
 
+    @property
+    def refuses_reused_identifier(self) -> bool:
+        return compat.refuses_reused_identifier(self.scheduler)
+
     def preempt_request(self, request_id: str) -> None:
         compat.preempt(self.scheduler, self.scheduler.requests[request_id])
 
@@ -183,6 +187,11 @@ class VllmSchedulerPass:
         runner_output = compat.runner_output(self._mods.outputs, ids, sampled)
         self.scheduler.update_from_output(self._last, runner_output)
         finished = tuple(rid for rid in ids if rid not in self.scheduler.requests)
+        # A request refused for a reused multimodal identifier was not scheduled; the update
+        # finishes it with an error (vLLM 0.33.0 encoder_cache_mismatch_reqs). By id: vLLM
+        # finishes them in a set's order.
+        finished += tuple(sorted(rid for rid in self._requests
+                                 if rid not in ids and rid not in self.scheduler.requests))
         for rid in finished:
             self._requests.pop(rid, None)
         return finished
@@ -198,6 +207,10 @@ class VllmSchedulerPass:
     def manager_slots(self) -> tuple[int, int]:
         manager = self.scheduler.encoder_cache_manager
         return manager.num_free_slots, manager.num_freeable_slots
+
+    def freeable_order(self) -> list[str]:
+        """Resident entries no request holds, oldest first (the next evicted first)."""
+        return list(self.scheduler.encoder_cache_manager.freeable)
 
     def worker_mm_hashes(self) -> set[str]:
         return self.worker.resident_hashes()
