@@ -88,8 +88,14 @@ class SchedulerPassMachine(HarnessMachine):
             # A release that takes the resident entry as the item's: not the spec's pass.
             self.recorder.note_missing("no refusal of a reused multimodal identifier")
             reject()
+        if world.masked and not getattr(self.sched, "counts_embeds", True):
+            # A release that charges an item's whole placeholder (break tokens included), by
+            # design before embeddings were counted: not the spec's budget for masked items.
+            self.recorder.note_missing("no embed-counting encoder budget for is_embed masks")
+            reject()
         if not getattr(self.sched, "can_preempt", True):
             world = evolve(world, preempts=False)   # a release that preempts only inline
+            self.recorder.note_missing("no Scheduler._preempt_request (preempts only inline)")
         self.world = world
         self.model = SchedulerPassModel(**world.config())
         self.open: list[str] = []                 # request ids in arrival order

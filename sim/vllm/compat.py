@@ -40,6 +40,34 @@ def embeds_method(request_cls: type) -> str:
     return "get_num_encoder_tokens"
 
 
+def counts_embeds(request_cls: type, placeholder_cls: type) -> bool:
+    """Whether the release's encoder budget and cache count an item's embeddings (its
+    ``is_embed`` positions), which the model's masked items need.
+
+    # vLLM >=0.13.0: yes (``get_num_encoder_embeds``, PR #30475; the worker maps a token
+    #   window to embed rows with ``PlaceholderRange.get_embeds_indices_in_range``).
+    # vLLM 0.10.2-0.11.x: no: the placeholder's whole length is charged, break tokens
+    #   included, by design then; worlds with masks are not run there (``absent``).
+    """
+    return (embeds_method(request_cls) == "get_num_encoder_embeds"
+            and hasattr(placeholder_cls, "get_embeds_indices_in_range"))
+
+
+def embeds_in_range(placeholder: Any, start: int, end: int) -> tuple[int, int]:
+    """Rows of the item's encoder output that token positions ``[start, end)`` of its
+    placeholder (relative) read, as the GPU model runner asks the range itself.
+
+    # vLLM >=0.13.0: ``PlaceholderRange.get_embeds_indices_in_range(start, end)``.
+    # vLLM 0.10.2-0.11.x: no such method; only unmasked items run there (``counts_embeds``),
+    #   whose rows are the positions themselves.
+    """
+    method = getattr(placeholder, "get_embeds_indices_in_range", None)
+    if method is not None:
+        return method(start, end)
+    assert placeholder.is_embed is None, "masked items need counts_embeds(): see there"
+    return start, end
+
+
 # -- calls whose shape changed ------------------------------------------------------------------
 
 

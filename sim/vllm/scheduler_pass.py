@@ -129,6 +129,11 @@ class VllmSchedulerPass:
         self._requests.pop(request_id, None)
 
     @property
+    def counts_embeds(self) -> bool:
+        return compat.counts_embeds(self._mods.request.Request,
+                                    self._mods.inputs.PlaceholderRange)
+
+    @property
     def can_preempt(self) -> bool:
         return compat.can_preempt(self.scheduler)
 
@@ -168,8 +173,9 @@ class VllmSchedulerPass:
             for item, feature in zip(self._requests[rid].items, features, strict=True):
                 if item.end <= start or item.offset >= stop:
                     continue
-                lo, hi = feature.mm_position.get_embeds_indices_in_range(
-                    max(start, item.offset) - item.offset, min(stop, item.end) - item.offset)
+                lo, hi = compat.embeds_in_range(
+                    feature.mm_position, max(start, item.offset) - item.offset,
+                    min(stop, item.end) - item.offset)
                 if lo == hi:
                     continue                   # only non-embed positions are scheduled
                 if item.mm_hash not in self.worker.encoder_cache:
