@@ -71,7 +71,7 @@ MIN_RATE_PER_100 = {
     # read-ahead cut 4.9 / 5.2, blocked 12.4 / 10.3, frees 30.0 / 23.2, aborted holding
     # 10.2 / 7.3, no embed in the window 2.3 / 1.4, masked item encoded 16.1 / 12.7,
     # preempted holding 4.6 / 3.1, preempted rescheduled 8.4 / 7.5, reset holding 6.4 / 4.7.
-    # Issue i8b (a reused identifier in a quarter of the worlds, without read-ahead; text-only
+    # Issue 8 (a reused identifier in a quarter of the worlds, without read-ahead; text-only
     # templates in unmasked worlds), seeds 0-2 / 3-5: read-ahead read 9.1 / 12.6 and read-ahead
     # cut 1.9 / 1.6 (fewer worlds read ahead), refused for a reused identifier 7.5 / 8.4,
     # text-only beside multimodal 9.1 / 13.0; the new ones pinned at about a third.
