@@ -31,7 +31,13 @@ wait for ``on_reset_flushed`` after a reset: from 0.33.0) and ``store_poll_gated
 connector called it right after ``on_schedule_end``, which began the step; 0.33.0 moved
 ``on_schedule_end`` to the step's very end and made the poll unconditional).
 ``request_positions`` (the connector records key positions and LRU ranks by them: from
-0.33.0; before, positions are not set and every LRU use ranks as a touch).
+0.33.0; before, positions are not set and every LRU use ranks as a touch) and
+``threshold_counts_lookups`` (the store threshold counted each ``lookup`` of a key, and
+``prepare_store`` only filtered by the count: read in 0.22.0-0.26.x; from 0.30.0 offers to
+``prepare_store`` count) and ``recency_when_evictable`` (LRU kept only evictable chunks in its
+order: a touch of a pinned or write-pending chunk was dropped and the chunk became the most
+recent when its store or last load completed; read in 0.24.0, 0.26.0 and 0.30.0; 0.22.0
+orders by touches, 0.32.0 moved to request ranks).
 """
 
 from __future__ import annotations
@@ -77,6 +83,8 @@ class TieredLookupModel:
     reset_holds_promotions: bool = True
     store_poll_gated: bool = False
     request_positions: bool = True           # LRU ranks a running request's keys by position
+    threshold_counts_lookups: bool = False   # the store threshold counts lookups, not offers
+    recency_when_evictable: bool = False     # LRU: a chunk is MRU when it becomes evictable
     requests: tuple[tuple[int, ...], ...] = ()   # each request slot's keys (CPU manager alone)
     enable_events: bool = True               # False: take_events() yields nothing
     eviction_policy: str = "lru"             # "arc": ``models/tiered_lookup_arc.py``
@@ -248,7 +256,8 @@ class TieredLookupModel:
     # -- the primary tier ----------------------------------------------------------------
 
     def _primary_prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
-        self.admission.offer(keys, self.clock.tick)
+        if not self.threshold_counts_lookups:
+            self.admission.offer(keys, self.clock.tick)
         to_store = self.admission.admitted([k for k in keys if k not in self.chunks])
         readable = [k for k in keys if self.read_chunk(k) is not None]
         if self.arc is not None:               # ARC learns from a ghost before it is stored
@@ -305,6 +314,7 @@ class TieredLookupModel:
         for key in done:
             if success:
                 self.chunks[key].written = True
+                self._became_evictable(key)
             else:
                 del self.chunks[key]
                 if self.arc is not None:
@@ -355,6 +365,14 @@ class TieredLookupModel:
             if chunk is None or chunk.loads == 0:
                 raise ValueError(f"complete_load: key {key} is not being loaded")
             self.chunks[key].loads -= 1
+            self._became_evictable(key)
+
+    def _became_evictable(self, key: int) -> None:
+        """``recency_when_evictable``: a chunk that becomes evictable (written, nothing reading
+        it) joins the LRU order as its most recent entry, whatever touched it while it was
+        pinned."""
+        if self.recency_when_evictable and self.ref_cnt(key) == 0:
+            self.chunks[key].used_at = (self.clock.tick(), 0)
 
     def touch(self, keys: Sequence[int]) -> None:
         if self.secondary != "none":
@@ -362,7 +380,7 @@ class TieredLookupModel:
         # In reverse, so the first key is the most recent: a request's head outlives its tail.
         for key in reversed(keys):
             chunk = self.chunks.get(key)
-            if chunk is not None:
+            if chunk is not None and not (self.recency_when_evictable and self.ref_cnt(key)):
                 chunk.used_at = (self.clock.tick(), 0)
             if self.arc is not None:           # a reuse: T1 -> T2; a ghost adapts the target
                 self.arc.touched(key, chunk, self.clock.tick())
@@ -387,6 +405,8 @@ class TieredLookupModel:
     # -- tiering -------------------------------------------------------------------------
 
     def lookup(self, key: int) -> LookupResult:
+        if self.threshold_counts_lookups:      # before 0.30.0 each lookup counted the key
+            self.admission.offer([key], self.clock.tick)
         # The first lookup of a step polls, so a promotion that landed answers HIT and chunks
         # its jobs released can take a promotion this lookup starts (vLLM: lookup step 1).
         if not self.polled_this_step:

@@ -476,6 +476,14 @@ def lookup_semantics(found: str) -> dict[str, Any]:
       ``on_schedule_end``; 0.33.0 moved that call to the step's end and polls always).
     - ``request_positions``: LRU ranks a running request's chunks by their key positions
       (``set_key_positions``). # vLLM >=0.33.0. Older: no positions are set.
+    - ``threshold_counts_lookups``: the CPU manager's store threshold counts each ``lookup``
+      of a key; ``prepare_store`` only filters. # vLLM 0.22.0-0.26.x (read); 0.27.x-0.29.x
+      unread, taken as the same. vLLM >=0.30.0: ``prepare_store`` counts its offers
+      (``_record_accesses``). Before 0.22.0 the filter is not driven.
+    - ``recency_when_evictable``: LRU orders only evictable chunks; a chunk whose store or last
+      load completes becomes the most recent, a touch of a pinned one is dropped.
+      # vLLM 0.24.0-0.31.x (read in 0.24.0, 0.26.0, 0.30.0; 0.23.x unread, taken as 0.22.0).
+      # vLLM 0.22.0: a touch orders every chunk. vLLM >=0.32.0: request ranks, a lazy heap.
     """
     version = release.parse_release(found)
     options: dict[str, Any] = {}
@@ -490,6 +498,10 @@ def lookup_semantics(found: str) -> dict[str, Any]:
         options["reset_holds_promotions"] = False
         options["store_poll_gated"] = True
         options["request_positions"] = False
+    if version < (0, 30, 0):
+        options["threshold_counts_lookups"] = True
+    if (0, 24, 0) <= version < (0, 32, 0):
+        options["recency_when_evictable"] = True
     return options
 
 
