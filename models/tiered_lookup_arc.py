@@ -75,15 +75,14 @@ class ArcPolicy:
         free_t2 = [k for k in t2 if k not in spare]
         chosen: list[int] = []
         for _ in range(need):
-            t1_size = len(t1) - sum(k in chosen for k in t1)
-            if free_t1 and t1_size >= int(self.target):
-                chosen.append(free_t1.pop(0))
-            elif free_t2:
-                chosen.append(free_t2.pop(0))
-            elif free_t1:
-                chosen.append(free_t1.pop(0))
-            else:
+            # REPLACE prefers T1 while it holds its target (counting T1 as shrinking by each
+            # T1 victim), else T2; a preferred list with nothing evictable yields to the other.
+            holds_target = len(t1) - sum(k in chosen for k in t1) >= int(self.target)
+            preference = (free_t1, free_t2) if holds_target else (free_t2, free_t1)
+            source = next((free for free in preference if free), None)
+            if source is None:
                 return None
+            chosen.append(source.pop(0))
         return tuple(chosen)
 
     def evicted(self, victims: Sequence[int], now: Callable[[], int]) -> None:
