@@ -45,6 +45,8 @@ ENCODER_REPRODUCERS = tuple(f"fixtures/reproducers/test_encoder_cache_vllm_{name
 
 POLICY_SUITES = tuple(f"properties/test_tiered_lookup_policies.py::test_tiered_lookup_{p}"
                       for p in ("lru", "arc"))
+# LRU's heap rebuild and compaction, past 64 chunks (a prompt of 64 or more blocks).
+LONG_PROMPT_SUITE = "properties/test_tiered_lookup_policies.py::test_tiered_lookup_long_prompt"
 TIERING_REPRODUCERS = tuple(f"fixtures/reproducers/test_tiered_lookup_{name}.py" for name in (
     "seed001", "vllm_offered_key_evicted", "vllm_pending_cut_off", "vllm_tiering_reset"))
 
@@ -64,7 +66,8 @@ CLASSES: dict[str, Subject] = {
     "vllm.v1.kv_offload.cpu.manager:CPUOffloadingManager": Subject(
         harness=("fixtures/reproducers/test_tiered_lookup_seed001.py",
                  "properties/test_tiered_lookup_vllm_scans.py",
-                 *POLICY_SUITES, "properties/test_tiered_lookup.py"),
+                 *POLICY_SUITES, LONG_PROMPT_SUITE, "properties/test_tiered_lookup.py",
+                 "properties/test_tiered_lookup_policies.py::test_tiered_lookup_no_chunks"),
         upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
     # The eviction policies the CPU manager delegates to (``cache_policy``): the machine over
     # the manager alone with that policy; for LRU also the mixed machine (the tiering
@@ -72,7 +75,8 @@ CLASSES: dict[str, Subject] = {
     # to the ARC-only machine and would triple a survivor's cost). vLLM tests both through
     # the manager, in one file.
     "vllm.v1.kv_offload.cpu.policies.lru:LRUCachePolicy": Subject(
-        harness=(POLICY_SUITES[0], "fixtures/reproducers/test_tiered_lookup_seed001.py",
+        harness=(POLICY_SUITES[0], LONG_PROMPT_SUITE,
+                 "fixtures/reproducers/test_tiered_lookup_seed001.py",
                  "properties/test_tiered_lookup.py"),
         upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
     "vllm.v1.kv_offload.cpu.policies.arc:ARCCachePolicy": Subject(

@@ -86,6 +86,7 @@ class TieredLookupModel:
     threshold_counts_lookups: bool = False   # the store threshold counts lookups, not offers
     recency_when_evictable: bool = False     # LRU: a chunk is MRU when it becomes evictable
     requests: tuple[tuple[int, ...], ...] = ()   # each request slot's keys (CPU manager alone)
+    unpositioned: tuple[int, ...] = ()       # slots whose context records no key positions
     enable_events: bool = True               # False: take_events() yields nothing
     eviction_policy: str = "lru"             # "arc": ``models/tiered_lookup_arc.py``
     store_threshold: int = 1                 # offers before a store: ``tiered_lookup_admission``
@@ -126,7 +127,8 @@ class TieredLookupModel:
 
     def _new_request(self, slot: int) -> RequestAccess:
         chain = self.requests[slot] if slot < len(self.requests) else ()
-        return RequestAccess(chain_positions(chain) if self.request_positions else {})
+        positioned = self.request_positions and slot not in self.unpositioned
+        return RequestAccess(chain_positions(chain) if positioned else {})
 
     @property
     def access(self) -> RequestAccess:

@@ -64,6 +64,16 @@ class Trace:
     world: object = None                     # what the machine's setup() was given
     steps: list[Step] = field(factory=list)
 
+    def actions(self) -> list[tuple]:
+        """The replayable program: one entry per machine action. An action that records
+        several calls (a lookup, then the load source of its hit) shares one action tuple
+        among its steps, and is replayed once: replaying it per step would double it."""
+        actions: list[tuple] = []
+        for n, step in enumerate(self.steps):
+            if n == 0 or step.action is not self.steps[n - 1].action:
+                actions.append(step.action)
+        return actions
+
     def text(self) -> str:
         lines = [repr(sorted(self.config.items())), *self.setup]
         lines += [f"{s.call} -> {s.expect}" for s in self.steps]

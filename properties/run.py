@@ -182,7 +182,7 @@ def _replayed(machine: type[HarnessMachine], target: str, failure: Failure) -> F
     on another property. That failure is the one its reproducer shows, so it is the one
     reported and minimized (minimizing towards the run's property would keep the whole
     program, as no shorter one reaches it past the earlier check)."""
-    actions = [s.action for s in failure.trace.steps]
+    actions = failure.trace.actions()
     error, trace = replay(machine, target, failure.trace.world, actions)
     if error is None or isinstance(error, InvalidAction) \
             or classify(error).kind != "divergence":
@@ -233,7 +233,7 @@ def _minimize(machine: type[HarnessMachine], failure: Failure, target: str,
 
 
 def _candidates(machine: type[HarnessMachine], failure: Failure):
-    actions = [s.action for s in failure.trace.steps]
+    actions = failure.trace.actions()
     world = failure.trace.world
     yield from _deletions(world, actions, max(1, len(actions) // 2))
     variants = list(machine.simpler_worlds(world, actions))

@@ -9,7 +9,12 @@ also gets the whole budget here. Same model, rules and checks; only the worlds d
 from __future__ import annotations
 
 from properties.run import check_machine
-from properties.tiered_lookup_machine import TieredLookupARCMachine, TieredLookupLRUMachine
+from properties.tiered_lookup_machine import (
+    TieredLookupARCMachine,
+    TieredLookupLongPromptMachine,
+    TieredLookupLRUMachine,
+    TieredLookupNoChunksMachine,
+)
 
 
 # One test per policy (not parametrized): ``lch/suites.py`` names each as a mutant's suite.
@@ -19,3 +24,13 @@ def test_tiered_lookup_lru(target, reproducer_dir):
 
 def test_tiered_lookup_arc(target, reproducer_dir):
     check_machine(TieredLookupARCMachine, target, reproducer_dir)
+
+
+def test_tiered_lookup_no_chunks(target, reproducer_dir):
+    # Its worlds differ only in requests and options: a few examples cover them.
+    check_machine(TieredLookupNoChunksMachine, target, reproducer_dir, max_examples=25)
+
+
+def test_tiered_lookup_long_prompt(target, reproducer_dir):
+    # Each example is a 64-72 block world: fewer of them than the short worlds' budget.
+    check_machine(TieredLookupLongPromptMachine, target, reproducer_dir, max_examples=30)

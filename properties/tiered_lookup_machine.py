@@ -33,7 +33,12 @@ from properties.tiered_lookup_checks import (
     TieredLookupChecks,
 )
 from properties.tiered_lookup_shrink import simpler_worlds
-from properties.tiered_lookup_worlds import TieredWorld, policy_worlds, tiered_worlds
+from properties.tiered_lookup_worlds import (
+    TieredWorld,
+    long_prompt_worlds,
+    policy_worlds,
+    tiered_worlds,
+)
 from sim import targets
 from sim.errors import CapabilityMissing
 
@@ -63,6 +68,8 @@ def end_step(mgr):
             options += f', preloaded={tuple(config["preloaded"])}'
         if config.get("requests"):
             options += f', requests={tuple(tuple(r) for r in config["requests"])}'
+        if config.get("unpositioned"):
+            options += f', unpositioned={tuple(config["unpositioned"])}'
         return (f'mgr = make(target, "tiered_lookup", num_chunks={config["num_chunks"]}, '
                 f'secondary="{config["secondary"]}"{options})')
 
@@ -86,6 +93,7 @@ def end_step(mgr):
         self.loads: list[tuple[int, ...]] = []      # prepared loads not yet completed
         self.deferred: set[int] = set()             # keys whose last answer was a deferral
         self.steps_since_reset = 0
+        self.seen_before_reset: set[int] = set()  # running requests that saw keys before it
         self.closed = False
         self.trace.config.update(world.config(), target=self.target_name)
         self.trace.world = world
@@ -111,7 +119,12 @@ def end_step(mgr):
                   and self._evicting_slices())
     @rule(data=st.data())
     def evicting_store(self, data):
-        self._act_for("prepare_store", pick(data, self._evicting_slices()))
+        # Stores that evict two or more chunks are weighted 3:1: the connector stores a
+        # step's new blocks in one call, and a policy picks its later victims of one call
+        # from what its earlier ones left (ARC's T1 count, LRU's heap).
+        slices = self._evicting_slices()
+        several = [s for s in slices if self._must_evict(s[1]) >= 2]
+        self._act_for("prepare_store", pick(data, several * 3 + slices))
 
     # Success and failure are two rules: completing stores is what makes chunks evictable,
     # so it gets the weight of two rules against the many lookup rules.
@@ -183,12 +196,13 @@ def end_step(mgr):
     # The connector finishes a request (its stores and loads done or not) and the next one
     # starts: the finished request's accesses reorder the cache (LRU recency, ARC's T1 -> T2).
     # Only over the CPU manager alone: the tiering manager's request hooks are not modelled.
-    # Only once the request saw a key: finishing one that saw none changes nothing.
-    @precondition(lambda self: self._cpu_alone() and self._seeing_requests()
+    # Also a request that saw keys only before a ``reset_cache``: its accesses belong to a
+    # cache generation that is gone.
+    @precondition(lambda self: self._cpu_alone() and self._finishable()
                   and "finish_request" not in self.missing_calls)
     @rule(data=st.data())
     def finish_request(self, data):
-        slot = pick(data, self._seeing_requests())
+        slot = pick(data, self._finishable())
         self._as_request(slot)
         self.act("finish_request")
     @precondition(lambda self: hasattr(self, "model") and self.model.jobs)
@@ -413,6 +427,7 @@ def end_step(mgr):
 
     def do_finish_request(self):
         self._step()
+        self.seen_before_reset.discard(self.model.current)
         self.apply("finish_request", shown="mgr.finish_request()",
                    effect="its accesses reorder the cache; a new request starts")
 
@@ -431,6 +446,7 @@ def end_step(mgr):
                   effect="on_schedule_end (promotions submitted, probes flushed), take_events")
 
     def do_reset_cache(self):
+        self.seen_before_reset |= set(self._seeing_requests())
         self.steps_since_reset = 0
         self.batches.clear()        # no complete_store / complete_load for pre-reset jobs
         self.loads.clear()
@@ -468,6 +484,11 @@ def end_step(mgr):
         return [(r, chain[i:j]) for r, chain in enumerate(self.world.requests)
                 for i in range(len(chain)) for j in range(i + 1, len(chain) + 1)]
 
+    def _finishable(self) -> list[int]:
+        """Running requests that saw keys, in this cache generation or before its reset."""
+        stale = getattr(self, "seen_before_reset", set())
+        return sorted(set(self._seeing_requests()) | stale) if hasattr(self, "model") else []
+
     def _seeing_requests(self) -> list[int]:
         return [r for r, access in sorted(self.model.running.items()) if access.seen]
 
@@ -488,10 +509,13 @@ def end_step(mgr):
         pinned = m.pinned()
 
         def must_and_can_evict(keys: tuple[int, ...]) -> bool:
-            need = sum(k not in m.chunks for k in keys) - m.num_free_chunks
             spare = sum(k not in pinned and k not in keys for k in m.chunks)
-            return 0 < need <= spare
+            return 0 < self._must_evict(keys) <= spare
         return [s for s in self._own_slices() if must_and_can_evict(s[1])]
+
+    def _must_evict(self, keys: tuple[int, ...]) -> int:
+        m = self.model
+        return sum(k not in m.chunks for k in keys) - m.num_free_chunks
 
     def _readable_slices(self) -> list[tuple[int, tuple[int, ...]]]:
         return [s for s in self._own_slices()
@@ -524,8 +548,8 @@ POLICY_HAZARDS = ("policy: ghost offered", "policy: eviction under an adapted ta
                   "policy: a request's positioned block evicted")
 
 
-def policy_machine(policy: str, max_chunks: int = 8,
-                   name: str = "") -> type[TieredLookupMachine]:
+def policy_machine(policy: str, max_chunks: int = 8, name: str = "",
+                   min_chunks: int = 1) -> type[TieredLookupMachine]:
     """The same machine over the CPU manager alone evicting by ``policy``: its worlds only.
     An eviction policy's rules (LRU recency, ARC's T1 / T2 split, ghost lists and adaptive
     target) show only after several stores, completions, reuses and an evicting store,
@@ -553,7 +577,7 @@ def policy_machine(policy: str, max_chunks: int = 8,
             return [s for s in self._own_slices()
                     if any(k in arc.ghosts and k not in self.model.chunks for k in s[1])]
 
-        @initialize(world=policy_worlds(policy, max_chunks))
+        @initialize(world=policy_worlds(policy, max_chunks, min_chunks))
         def setup(self, world: TieredWorld):
             super().setup(world)
 
@@ -569,3 +593,26 @@ TieredLookupARCMachine = policy_machine("arc")
 # derandomized search and the minimizer do not depend on where a large world's draws fall
 # (in the 1-8 chunk worlds seeds 0-9 found it at 4-17 calls, once 79, once not in 500).
 TieredLookupARCSmallMachine = policy_machine("arc", max_chunks=3, name="Small")
+# A CPU manager with no chunks (what CPUOffloadingSpec builds when cpu_bytes_to_use is under
+# one chunk): every store refused, every lookup a miss, its metrics over zero chunks.
+TieredLookupNoChunksMachine = policy_machine("lru", max_chunks=0, name="NoChunks",
+                                             min_chunks=0)
+
+
+class TieredLookupLongPromptMachine(TieredLookupLRUMachine):
+    """LRU over a prompt of 64 or more blocks (``long_prompt_worlds``): the connector stores
+    and looks up runs of a request's blocks, so the rules draw a chain's prefixes and
+    suffixes (every slice of a 70-block chain would make each step quadratic)."""
+    MIN_STATEFUL_STEPS = 40
+
+    @initialize(world=long_prompt_worlds())
+    def setup(self, world: TieredWorld):
+        TieredLookupMachine.setup(self, world)
+
+    def _slices(self) -> list[tuple[int, ...]]:
+        return sorted({s for _, s in self._own_slices()})
+
+    def _own_slices(self) -> list[tuple[int, tuple[int, ...]]]:
+        return [(r, run) for r, chain in enumerate(self.world.requests)
+                for run in dict.fromkeys([chain[:j] for j in range(1, len(chain) + 1)]
+                                         + [chain[i:] for i in range(len(chain))])]

@@ -32,6 +32,10 @@ def simpler_worlds(world: TieredWorld, actions: list[tuple]):
         yield evolve(world, store_threshold=1, max_tracker_size=64_000), actions
     if world.max_tracker_size < 64_000:
         yield evolve(world, max_tracker_size=64_000), actions
+    if world.unpositioned:                       # every request with its positions
+        yield evolve(world, unpositioned=()), actions
+    if world.store_threshold > 2:
+        yield evolve(world, store_threshold=2), actions
     pairs = {"prepare_store": "complete_store", "prepare_load": "complete_load"}
     smaller = evolve(world, num_chunks=world.num_chunks - 1) if world.num_chunks > 1 \
         else None
@@ -82,7 +86,8 @@ def _fewer_requests(world: TieredWorld, actions: list[tuple]):
     """The last request slot dropped when no step uses it; a chain's tail key dropped."""
     slots = len(world.requests)
     if slots > 2 and all(a != ("use_request", slots - 1) for a in actions):
-        yield evolve(world, requests=world.requests[:-1]), actions
+        yield evolve(world, requests=world.requests[:-1],
+                     unpositioned=tuple(r for r in world.unpositioned if r < slots - 1)), actions
     for r, chain in enumerate(world.requests):
         if len(chain) > 1:
             shorter = (*world.requests[:r], chain[:-1], *world.requests[r + 1:])

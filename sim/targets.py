@@ -135,7 +135,9 @@ def _tiered_config(num_chunks: int, secondary: str) -> tuple[int, str]:
     if secondary not in SECONDARY_KINDS:
         raise HarnessError(f"secondary must be one of {', '.join(SECONDARY_KINDS)}, "
                            f"got {secondary!r}")
-    return check_size("num_chunks", num_chunks), secondary
+    # No chunks is a real CPU manager (CPUOffloadingSpec's when cpu_bytes_to_use is under one
+    # chunk); a secondary tier's primary needs memory to map.
+    return check_size("num_chunks", num_chunks, 0 if secondary == "none" else 1), secondary
 
 
 def _model_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
@@ -153,28 +155,28 @@ def _native_tiered_lookup(target: Target, num_chunks: int, secondary: str = "non
                           eviction_policy: str = "lru", store_threshold: int = 1,
                           max_tracker_size: int = 64_000, preloaded: tuple[int, ...] = (),
                           requests: tuple[tuple[int, ...], ...] = (),
-                          enable_events: bool = True) -> Any:
+                          enable_events: bool = True, unpositioned: tuple[int, ...] = ()) -> Any:
     from sim.native.tiered_lookup import NativeTieredLookup
     return NativeTieredLookup(*_tiered_config(num_chunks, secondary), bugs=target.bugs,
                               eviction_policy=_eviction_policy(eviction_policy),
                               store_threshold=store_threshold,
                               max_tracker_size=check_size("max_tracker_size", max_tracker_size),
                               preloaded=preloaded, requests=requests,
-                              enable_events=enable_events)
+                              enable_events=enable_events, unpositioned=unpositioned)
 
 
 def _vllm_tiered_lookup(target: Target, num_chunks: int, secondary: str = "none",
                         eviction_policy: str = "lru", store_threshold: int = 1,
                         max_tracker_size: int = 64_000, preloaded: tuple[int, ...] = (),
                         requests: tuple[tuple[int, ...], ...] = (),
-                        enable_events: bool = True) -> Any:
+                        enable_events: bool = True, unpositioned: tuple[int, ...] = ()) -> Any:
     from sim.vllm.tiered_lookup import make_tiered_lookup
     return make_tiered_lookup(*_tiered_config(num_chunks, secondary),
                               eviction_policy=_eviction_policy(eviction_policy),
                               store_threshold=store_threshold,
                               max_tracker_size=check_size("max_tracker_size", max_tracker_size),
                               preloaded=preloaded, requests=requests,
-                              enable_events=enable_events)
+                              enable_events=enable_events, unpositioned=unpositioned)
 
 
 def _eviction_policy(name: str) -> str:

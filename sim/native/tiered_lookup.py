@@ -51,7 +51,8 @@ class NativeTieredLookup:
                  bugs: frozenset[str] = frozenset(), eviction_policy: str = "lru",
                  store_threshold: int = 1, max_tracker_size: int = 64_000,
                  preloaded: tuple[int, ...] = (),
-                 requests: tuple[tuple[int, ...], ...] = (), enable_events: bool = True):
+                 requests: tuple[tuple[int, ...], ...] = (), enable_events: bool = True,
+                 unpositioned: tuple[int, ...] = ()):
         self.num_chunks = num_chunks
         self.store_threshold = store_threshold
         self.max_tracker_size = max_tracker_size
@@ -93,7 +94,8 @@ class NativeTieredLookup:
         self._events_on = enable_events
         self._arc = NativeArc(num_chunks, bugs) if eviction_policy == "arc" else None
         self._chains = requests or ((),)
-        self._slots = [_Request(chain) for chain in self._chains]
+        self._slots = [_Request(chain, n not in unpositioned)
+                       for n, chain in enumerate(self._chains)]
         self._req = self._slots[0]
 
     def use_request(self, slot: int) -> None:
@@ -335,7 +337,11 @@ class NativeTieredLookup:
 
     def finish_request(self) -> None:
         done = self._req
-        self._req = self._slots[self._slots.index(done)] = _Request(done.chain)
+        slot = self._slots.index(done)
+        self._req = self._slots[slot] = _Request(done.chain, done.positioned)
+        self._commit(done)
+
+    def _commit(self, done: _Request) -> None:
         seen, inserted, reused = done.seen, done.inserted, done.reused
         if all(k in done.pos for k in seen):
             seen = sorted(seen, key=done.pos.__getitem__)
@@ -422,7 +428,8 @@ class NativeTieredLookup:
         if self._arc is not None:
             self._arc.clear()
         current = self._slots.index(self._req)
-        self._slots = [_Request(r.chain) for r in self._slots]   # a new cache generation
+        self._slots = [_Request(r.chain, r.positioned)          # a new cache generation
+                       for r in self._slots]
         self._req = self._slots[current]
         self._free = list(range(self.num_chunks - 1, -1, -1))
         self._num_evictable = 0
@@ -522,9 +529,10 @@ class _Request:
     """A running request's context: its keys' positions, its LRU rank once observed, and
     what it saw, inserted, reused and missed."""
 
-    def __init__(self, chain: tuple[int, ...]):
+    def __init__(self, chain: tuple[int, ...], positioned: bool = True):
         self.chain = chain
-        self.pos = {key: 16 * (i + 1) for i, key in enumerate(chain)}
+        self.positioned = positioned
+        self.pos = {key: 16 * (i + 1) for i, key in enumerate(chain)} if positioned else {}
         self.rank: int | None = None
         self.seen: list[int] = []
         self.inserted: set[int] = set()

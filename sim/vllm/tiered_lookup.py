@@ -155,7 +155,8 @@ class VllmTieredLookup:
     def __init__(self, num_chunks: int, secondary: str = "none", eviction_policy: str = "lru",
                  store_threshold: int = 1, max_tracker_size: int = 64_000,
                  preloaded: Sequence[int] = (), polled: bool = False,
-                 requests: Sequence[Sequence[int]] = (), enable_events: bool = True):
+                 requests: Sequence[Sequence[int]] = (), enable_events: bool = True,
+                 unpositioned: Sequence[int] = ()):
         self._base = compat.offload_base()
         self.release = release.release()
         self.num_chunks = num_chunks
@@ -194,7 +195,8 @@ class VllmTieredLookup:
         self._ints: dict[object, int] = {}
         self._requests = 0
         self._chains = [tuple(chain) for chain in requests] or [()]
-        self._contexts = [self._start_request(chain) for chain in self._chains]
+        self._unpositioned = frozenset(unpositioned)
+        self._contexts = [self._start_request(n) for n in range(len(self._chains))]
         self._slot = 0
         self._ctx = self._contexts[0]
         self._store_chunk: dict[int, int] = {}      # pending key -> chunk id being written
@@ -203,10 +205,12 @@ class VllmTieredLookup:
             row[:8 * CHUNK_WORDS] = np.frombuffer(_bytes(_payload(i)), dtype=np.uint8)
             self.tier.copies[self._key(i)] = row
 
-    def _start_request(self, chain: tuple[int, ...]):
+    def _start_request(self, slot: int):
         ctx = compat.request_context(self._base, f"r{self._requests}")
         self._requests += 1
-        compat.set_key_positions(ctx, {self._key(k): 16 * (i + 1) for i, k in enumerate(chain)})
+        if slot not in self._unpositioned:          # a peer's read carries no positions
+            compat.set_key_positions(ctx, {self._key(k): 16 * (i + 1)
+                                           for i, k in enumerate(self._chains[slot])})
         with self._locked():
             compat.start_request(self.manager, ctx)
         return ctx
@@ -217,7 +221,7 @@ class VllmTieredLookup:
     def finish_request(self) -> None:
         with self._locked():
             self.manager.on_request_finished(self._ctx)
-        self._ctx = self._contexts[self._slot] = self._start_request(self._chains[self._slot])
+        self._ctx = self._contexts[self._slot] = self._start_request(self._slot)
 
     def _locked(self):
         lock = getattr(self.manager, "lock", None)  # vLLM 0.33.0: callers hold it
@@ -433,7 +437,8 @@ def make_tiered_lookup(num_chunks: int, secondary: str = "none", eviction_policy
                        store_threshold: int = 1, max_tracker_size: int = 64_000,
                        preloaded: Sequence[int] = (),
                        requests: Sequence[Sequence[int]] = (),
-                       enable_events: bool = True) -> VllmTieredLookup:
+                       enable_events: bool = True,
+                       unpositioned: Sequence[int] = ()) -> VllmTieredLookup:
     return VllmTieredLookup(num_chunks, secondary, eviction_policy, store_threshold,
                             max_tracker_size, preloaded, requests=requests,
-                            enable_events=enable_events)
+                            enable_events=enable_events, unpositioned=unpositioned)
