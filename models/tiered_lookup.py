@@ -295,6 +295,30 @@ class TieredLookupModel:
             self.arc.inserted(key)
         return StoreOutput(to_store, victims)
 
+    def request_policy(self) -> str:
+        """How a new request is to be offloaded: the CPU manager alone (one tier that keeps
+        chunks) says chunk by chunk."""
+        return "chunk"
+
+    def arc_memory(self) -> tuple[tuple[int, ...], tuple[int, ...], float] | None:
+        """ARC's memory of what it evicted (B1, B2, least recent first) and T1's target: what
+        decides how later misses adapt (None under LRU)."""
+        if self.arc is None:
+            return None
+        return (tuple(self.arc.ghost_list("B1")), tuple(self.arc.ghost_list("B2")),
+                self.arc.target)
+
+    def eviction_order(self) -> tuple[int, ...]:
+        """The order in which the primary would evict every chunk it may evict now (written,
+        nothing reading it), were it asked for all of them at once with no key offered: the
+        eviction policy's whole state as later stores see it, one victim at a time."""
+        pinned = self.pinned()
+        evictable = sum(k not in pinned for k in self.chunks)
+        if self.arc is not None:
+            return self.arc.victims(self.chunks, pinned, evictable) or ()
+        return tuple(k for _, k in sorted((c.used_at, k) for k, c in self.chunks.items()
+                                          if k not in pinned))
+
     def prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
         if not (self.store_poll_gated and self.polled_this_step):
             self._poll()             # unconditionally: eviction sees the freshest completions
@@ -403,6 +427,11 @@ class TieredLookupModel:
                     continue                   # seen but neither stored nor reused
                 self.arc.reused(key)
             chunk.used_at = (self.clock.tick(), 0)
+
+    def refinish_request(self) -> None:
+        """The request last finished in the current slot is signalled finished again (a
+        duplicate signal, before or after a ``reset_cache``): its accesses were committed
+        once, at its first finish; nothing changes."""
 
     # -- tiering -------------------------------------------------------------------------
 

@@ -38,6 +38,12 @@ PROPERTIES = {
     "events-agree": "take_events() drains the model's stored / removed events",
     "stats-agree": "get_stats() reports the model's chunks in use, store sizes and skips",
     "ref-counts-agree": "each key's ref count is the model's (-1 write pending)",
+    "arc-memory-agrees": "ARC's ghost lists (B1, B2, least recent first) and T1's target are "
+                         "the model's",
+    "request-policy-agrees": "on_new_request tells the connector to offload chunk by chunk "
+                             "(the CPU manager alone)",
+    "eviction-order-agrees": "the CPU manager would evict its evictable chunks in the model's "
+                             "order (all of them in one call, no key offered)",
     "data-roundtrip": "a readable chunk holds the bytes stored for its own key",
     "free-chunks-agree": "num_free_chunks is the model's",
     "chunk-partition": "free chunks + resident chunks == num_chunks",
@@ -118,6 +124,25 @@ class TieredLookupChecks:
             if got != want:
                 self.fail("data-roundtrip",
                           f"key {key}'s chunk holds key {got}'s bytes, expected {want}'s")
+        # The eviction policy's whole state, as the stores to come will see it: checked after
+        # every step, not only when a store happens to evict (an order that goes wrong is a
+        # wrong victim later, once the cache fills).
+        policy = t.request_policy() if m.secondary == "none" else None
+        if policy is not None:              # None: the release has no on_new_request
+            self.check("request-policy-agrees", policy == m.request_policy(),
+                       lambda: f"the current request was told to offload {policy!r}, "
+                       f"expected {m.request_policy()!r}")
+        if self._orders_evictions():
+            got, want = t.eviction_order(), m.eviction_order()
+            self.check("eviction-order-agrees", got == want,
+                       lambda: f"evicting every evictable chunk now would evict {got}, "
+                       f"expected {want}")
+            # What ARC remembers of its evictions decides how a later miss adapts: checked
+            # as it changes, not only once a ghost is offered again and an eviction follows.
+            got_memory, want_memory = t.arc_memory(), m.arc_memory()
+            self.check("arc-memory-agrees", got_memory == want_memory,
+                       lambda: f"ARC holds (B1, B2, target) {got_memory}, expected "
+                       f"{want_memory}")
         self.check("free-chunks-agree", t.num_free_chunks == m.num_free_chunks,
                    lambda: f"{t.num_free_chunks} free chunks, expected {m.num_free_chunks}")
         resident = sum(t.ref_cnt(k) is not None for k in self.keys)
@@ -138,12 +163,18 @@ class TieredLookupChecks:
                    f"{m.secondary_keys()}")
         self.check_valid(t)
 
+    def _orders_evictions(self) -> bool:
+        return self.model.secondary == "none" and "eviction_order" not in self.missing_calls
+
     def state_checks(self) -> list[str]:
         if getattr(self, "closed", False):
             return []
         m = self.model
         keys = list(self.keys)
-        return [f"assert mgr.num_free_chunks == {m.num_free_chunks}",
+        order = [f"assert mgr.eviction_order() == {m.eviction_order()!r}",
+                 f"assert mgr.arc_memory() == {m.arc_memory()!r}"] \
+            if self._orders_evictions() else []
+        return [*order, f"assert mgr.num_free_chunks == {m.num_free_chunks}",
                 f"assert [mgr.ref_cnt(k) for k in {keys}] == {[m.ref_cnt(k) for k in keys]}",
                 f"assert [mgr.read_chunk(k) for k in {keys}] == "
                 f"{[m.read_chunk(k) for k in keys]}",

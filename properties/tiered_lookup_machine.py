@@ -94,6 +94,7 @@ def end_step(mgr):
         self.deferred: set[int] = set()             # keys whose last answer was a deferral
         self.steps_since_reset = 0
         self.seen_before_reset: set[int] = set()  # running requests that saw keys before it
+        self.finished_slots: set[int] = set()     # slots with a finished request to re-signal
         self.closed = False
         self.trace.config.update(world.config(), target=self.target_name)
         self.trace.world = world
@@ -205,6 +206,15 @@ def end_step(mgr):
         slot = pick(data, self._finishable())
         self._as_request(slot)
         self.act("finish_request")
+
+    # A request's finish signalled again, later (after other requests' accesses, or a reset):
+    # the cache must not commit its accesses twice.
+    @precondition(lambda self: getattr(self, "finished_slots", None)
+                  and "refinish_request" not in self.missing_calls)
+    @rule(data=st.data())
+    def refinish_request(self, data):
+        self._as_request(pick(data, sorted(self.finished_slots)))
+        self.act("refinish_request")
     @precondition(lambda self: hasattr(self, "model") and self.model.jobs)
     @rule(data=st.data())
     def complete_job_failed(self, data):
@@ -427,9 +437,18 @@ def end_step(mgr):
 
     def do_finish_request(self):
         self._step()
+        if self.model.access.seen or self.model.current in self.seen_before_reset:
+            self.finished_slots.add(self.model.current)
         self.seen_before_reset.discard(self.model.current)
         self.apply("finish_request", shown="mgr.finish_request()",
                    effect="its accesses reorder the cache; a new request starts")
+
+    def do_refinish_request(self):
+        if self.model.current not in self.finished_slots:
+            raise InvalidAction("refinish_request: no request of this slot has finished")
+        self._step()
+        self.apply("refinish_request", shown="mgr.refinish_request()",
+                   effect="a duplicate finish signal: nothing changes")
 
     def do_get_stats(self):
         self._step()

@@ -32,6 +32,7 @@ BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "arc-replace-inverted": "tiered_lookup",
     "arc-ghost-ignored": "tiered_lookup",
     "lru-tail-after-head": "tiered_lookup",
+    "finish-replayed": "tiered_lookup",
     "fs-rename-before-write": "secondary_tier",
     "fs-failed-store-visible": "secondary_tier",
     "fs-probe-after-reset": "secondary_tier",

@@ -27,7 +27,8 @@ keys' positions (end tokens) as the connector records them. LRU order is a list 
 by rank, ``(counter, -position)``: a running request's stores rank by its request rank and
 position, tails first (``models/tiered_lookup_access.py`` states the rules). Switch
 ``lru-tail-after-head``: a stored block ranks by ``+position``, so a request's head is
-evicted before its tail.
+evicted before its tail. Switch ``finish-replayed``: a duplicate finish signal commits the
+request's accesses again (its blocks rise above what was used since it finished).
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class NativeTieredLookup:
         self._slots = [_Request(chain, n not in unpositioned)
                        for n, chain in enumerate(self._chains)]
         self._req = self._slots[0]
+        self._finished: dict[int, _Request] = {}    # slot -> its last finished request
 
     def use_request(self, slot: int) -> None:
         self._req = self._slots[slot]
@@ -335,11 +337,32 @@ class NativeTieredLookup:
             if self._arc is not None:
                 self._arc.touch(key, self._ref.get(key, PENDING) != PENDING)
 
+    def arc_memory(self) -> tuple[tuple[int, ...], tuple[int, ...], float] | None:
+        arc = self._arc
+        return None if arc is None else (tuple(arc.b1), tuple(arc.b2), arc.p)
+
+    def request_policy(self) -> str:
+        return "chunk"              # one tier, offloaded chunk by chunk
+
+    def eviction_order(self) -> tuple[int, ...]:
+        """Every chunk it may evict, in the order one call evicting them all would."""
+        evictable = [k for k, ref in self._ref.items() if ref == 0]
+        if self._arc is not None:
+            return tuple(self._arc.choose(len(evictable), lambda k: self._ref[k] == 0) or ())
+        return tuple(k for _, k in self._order if self._ref[k] == 0)
+
     def finish_request(self) -> None:
         done = self._req
         slot = self._slots.index(done)
         self._req = self._slots[slot] = _Request(done.chain, done.positioned)
+        self._finished[slot] = done
         self._commit(done)
+
+    def refinish_request(self) -> None:
+        """A duplicate finish signal: the request's accesses were committed once."""
+        done = self._finished.get(self._slots.index(self._req))
+        if done is not None and "finish-replayed" in self.bugs:
+            self._commit(done)
 
     def _commit(self, done: _Request) -> None:
         seen, inserted, reused = done.seen, done.inserted, done.reused

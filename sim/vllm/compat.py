@@ -9,6 +9,7 @@ the tag records what we saw (0.10.2, 0.20.0, 0.26.0, 0.33.0 installed and run; 0
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any
 
@@ -342,15 +343,23 @@ def keyed_call(manager: Any, name: str, keys: list, ctx: Any, **kwargs: Any) -> 
     return method(keys, **kwargs)
 
 
-def start_request(manager: Any, ctx: Any) -> None:
-    """Announce the request before its first store.
+def start_request(manager: Any, ctx: Any) -> str | None:
+    """Announce the request before its first store; how the manager says to offload it:
+    "chunk" (chunk by chunk), "request" (whole requests), "none" (it answered no context);
+    None where there is no such call.
 
-    # vLLM >=0.24.0: ``on_new_request(ctx)`` (the tiering manager needs it before
-    #   ``prepare_store``; the CPU manager returns an empty context).
+    # vLLM >=0.24.0: ``on_new_request(ctx)`` returns a ``RequestOffloadingContext`` whose
+    #   ``policy`` the connector reads (the tiering manager needs the call before
+    #   ``prepare_store``). Its per-chunk policy is ``CHUNK_LEVEL`` from 0.30.0,
+    #   ``BLOCK_LEVEL`` before.
     # vLLM 0.11.0-0.23.x: no such call.
     """
-    if hasattr(manager, "on_new_request"):
-        manager.on_new_request(ctx)
+    if not hasattr(manager, "on_new_request"):
+        return None
+    policy = getattr(manager.on_new_request(ctx), "policy", None)
+    if policy is None:
+        return "none"
+    return "request" if policy.name == "REQUEST_LEVEL" else "chunk"
 
 
 def lookup_answer(raw: Any) -> str:
@@ -404,6 +413,32 @@ def event_keys(event: Any) -> list:
     """
     keys = getattr(event, "keys", None)
     return list(keys if keys is not None else event.block_hashes)
+
+
+def eviction_order(manager: Any, count: int) -> list[Any]:
+    """The keys the manager's eviction policy would evict, in order, were it asked for
+    ``count`` chunks now with none protected: asked of a deep copy, so the real policy (and
+    the chunks it shares with the manager) is untouched. Private fields.
+
+    # vLLM >=0.33.0: ``manager._policy.evict(n, protected)`` returns (key, chunk) pairs, or
+    #   None when fewer than n can go (LRU's lazy heap, ARC's T1 / T2 lists and target).
+    # vLLM <0.33.0: not read (``missing_offload_calls``: "eviction_order").
+    """
+    victims = copy.deepcopy(manager._policy).evict(count, set())
+    return None if victims is None else [key for key, _ in victims]
+
+
+def arc_memory(manager: Any) -> tuple[list[Any], list[Any], float] | None:
+    """ARC's ghost lists, least recent first, and T1's target (None for another policy).
+    Private fields.
+
+    # vLLM >=0.33.0: ``ARCCachePolicy.b1`` / ``b2`` (ordered dicts) and ``target_t1_size``.
+    # vLLM <0.33.0: not read (``missing_offload_calls``: "eviction_order").
+    """
+    policy = manager._policy
+    if not hasattr(policy, "target_t1_size"):
+        return None
+    return list(policy.b1), list(policy.b2), float(policy.target_t1_size)
 
 
 def chunk_status(manager: Any, key: Any) -> Any:
@@ -685,10 +720,16 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
             release.parse_release(found) < release.parse_release(ARC_FROM):
         missing["get_stats"] = (f"get_stats: vLLM {found}'s CPU manager metrics are not mapped "
                                 f"(the harness reads them from {ARC_FROM})")
+    if release.parse_release(found) < release.parse_release(ARC_FROM) or hasattr(
+            manager, "secondary_tiers"):
+        missing["eviction_order"] = (f"eviction_order: vLLM {found}'s eviction policy is not "
+                                     f"read (the harness reads the CPU manager's alone, from "
+                                     f"{ARC_FROM})")
     if release.parse_release(found) < release.parse_release(ARC_FROM):
         missing["finish_request"] = (f"finish_request: vLLM {found}'s request-scoped cache "
                                      f"accesses are not mapped (the harness drives them from "
                                      f"{ARC_FROM})")
+        missing["refinish_request"] = missing["finish_request"]
     tiering = release.import_module("vllm.v1.kv_offload.tiering.base") if hasattr(
         manager, "secondary_tiers") else None
     if tiering is not None and "successful_keys" not in getattr(

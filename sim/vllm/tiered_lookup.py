@@ -196,6 +196,8 @@ class VllmTieredLookup:
         self._requests = 0
         self._chains = [tuple(chain) for chain in requests] or [()]
         self._unpositioned = frozenset(unpositioned)
+        self._policies: dict[int, str | None] = {}  # slot -> how its request is offloaded
+        self._finished: dict[int, object] = {}      # slot -> its last finished request's context
         self._contexts = [self._start_request(n) for n in range(len(self._chains))]
         self._slot = 0
         self._ctx = self._contexts[0]
@@ -212,7 +214,7 @@ class VllmTieredLookup:
             compat.set_key_positions(ctx, {self._key(k): 16 * (i + 1)
                                            for i, k in enumerate(self._chains[slot])})
         with self._locked():
-            compat.start_request(self.manager, ctx)
+            self._policies[slot] = compat.start_request(self.manager, ctx)
         return ctx
 
     def use_request(self, slot: int) -> None:
@@ -221,7 +223,16 @@ class VllmTieredLookup:
     def finish_request(self) -> None:
         with self._locked():
             self.manager.on_request_finished(self._ctx)
+        self._finished[self._slot] = self._ctx
         self._ctx = self._contexts[self._slot] = self._start_request(self._slot)
+
+    def refinish_request(self) -> None:
+        """``on_request_finished`` again for the slot's last finished request."""
+        ctx = self._finished.get(self._slot)
+        if ctx is None:
+            raise HarnessError("refinish_request: no request of this slot has finished")
+        with self._locked():
+            self.manager.on_request_finished(ctx)
 
     def _locked(self):
         lock = getattr(self.manager, "lock", None)  # vLLM 0.33.0: callers hold it
@@ -250,6 +261,29 @@ class VllmTieredLookup:
     def ref_cnt(self, key: int) -> int | None:
         chunk = self._chunk(key)
         return None if chunk is None else int(chunk.ref_cnt)
+
+    def arc_memory(self) -> tuple[tuple[int, ...], tuple[int, ...], float] | None:
+        memory = compat.arc_memory(self.primary)
+        if memory is None:
+            return None
+        b1, b2, target = memory
+        return (tuple(self._ints[k] for k in b1), tuple(self._ints[k] for k in b2), target)
+
+    def request_policy(self) -> str | None:
+        """How ``on_new_request`` said to offload the current slot's request."""
+        return self._policies[self._slot]
+
+    def eviction_order(self) -> tuple[int, ...] | str:
+        """The primary's policy (a deep copy) asked to evict every chunk whose ref count is 0;
+        what it answers, or raises, as the check's text."""
+        count = sum(self.ref_cnt(k) == 0 for k in self._keys)
+        try:
+            order = compat.eviction_order(self.primary, count)
+        except Exception as error:  # noqa: BLE001 - the policy's own failure, reported
+            return f"evict({count}) raised {type(error).__name__}: {error}"
+        if order is None:
+            return f"evict({count}) found fewer than {count} chunks to evict"
+        return tuple(self._ints[k] for k in order)
 
     def read_chunk(self, key: int) -> int | None:
         chunk = self._chunk(key)
