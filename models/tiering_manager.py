@@ -70,6 +70,7 @@ class Tier:
     fed_bytes: int = 0                       # bytes of noticed stores fed to the detector
     dropped: list[int] = field(factory=list)  # blocks of each store dropped, since popped
     lookups: int = 0                          # its own stats: lookups asked, since taken
+    events: list[tuple[int, ...]] = field(factory=list)  # keys of each store it finished
 
 
 @define
@@ -243,6 +244,8 @@ class TieringModel:
         tier.submitted.remove(job)
         if job.kind == "store":
             tier.copies.update(outcome.ok_keys)
+            if outcome.ok_keys:
+                tier.events.append(outcome.ok_keys)
         tier.done.append((job, outcome))
 
     def _poll(self, polled_only: bool = False) -> None:
@@ -401,6 +404,13 @@ class TieringModel:
     def config_info(self, primary_info: dict) -> list[dict]:
         return [{**primary_info, "tier": PRIMARY_LABEL}] + [
             {"lch_tier": tier.name, "tier": self.label(i)} for i, tier in enumerate(self.tiers)]
+
+    def take_events(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Each tier's own events, in tier order (the primary here reports none)."""
+        out = [(tier.name, keys) for tier in self.tiers for keys in tier.events]
+        for tier in self.tiers:
+            tier.events = []
+        return out
 
     def pending_work(self) -> bool:
         return bool(self.in_flight) or any(r.parked for r in self.requests.values())

@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from properties.tiering_manager_machine import TieringManagerMachine
 from sim.errors import TargetUnavailable
+
+EXAMPLES, STEPS = 100, 50
 
 
 def _world_maker(target: str):
@@ -36,6 +38,10 @@ def test_tiering_manager_machine(target):
     class Machine(TieringManagerMachine):
         make_world = staticmethod(maker)
 
-    Machine.TestCase.settings = settings(Machine.TestCase.settings, max_examples=60,
-                                         stateful_step_count=40, deadline=None)
+    # No shrinking: a failing program is printed as found (shrinking one through vLLM's calls
+    # takes minutes, and the mutation campaign stops at the first failure anyway).
+    base = Machine.TestCase.settings
+    Machine.TestCase.settings = settings(
+        base, max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+        report_multiple_bugs=False, phases=[p for p in base.phases if p != Phase.shrink])
     Machine.TestCase().runTest()

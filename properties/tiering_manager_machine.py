@@ -23,8 +23,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from models.tiering_manager import JobOutcome, Tier, TieringModel
 from models.tiered_lookup_values import LookupResult
+from models.tiering_manager import JobOutcome, Tier, TieringModel
 
 NUM_CHUNKS = 8          # more than the keys: the primary never evicts (not this machine's job)
 KEYS = tuple(range(5))
@@ -38,7 +38,8 @@ class TieringManagerMachine(RuleBasedStateMachine):
     # Each tier may start with copies an earlier run left (a persistent tier): the primary
     # never evicts here, so without them a promotion needs a reset first.
     @initialize(request_level=st.tuples(st.booleans(), st.booleans()),
-                polled=st.booleans(), detector=st.tuples(*[st.sampled_from((True, True, False))] * 2),
+                polled=st.booleans(),
+                detector=st.tuples(*[st.sampled_from((True, True, False))] * 2),
                 preloaded=st.tuples(*[st.sets(st.sampled_from(KEYS), max_size=3)] * 2))
     def setup(self, request_level, polled, detector, preloaded):
         tiers = [Tier(f"t{i}", request_level[i], polled and i == 0, detector[i],
@@ -177,6 +178,9 @@ class TieringManagerMachine(RuleBasedStateMachine):
     def on_schedule_end(self):
         new = self.world.on_schedule_end()
         self.model.on_schedule_end(new)
+        # the connector drains the step's events: the primary's, then each tier's own
+        actual, expect = self.world.take_events(), self.model.take_events()
+        assert actual == expect, f"take_events() -> {actual}, expected {expect}"
 
     @rule()
     def tier_poll_round(self):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import mmap
 from collections.abc import Sequence
 
-from models.tiering_manager import JobOutcome, TierJob
 from models.tiered_lookup_values import LookupResult
+from models.tiering_manager import JobOutcome, TierJob
 from sim.vllm import release
 from sim.vllm.tiered_lookup import _Region
 
@@ -91,8 +91,12 @@ def _classes(world):
             self.peers: list[tuple[int, ...]] = []
             self.answers: list[tuple] = []
             self.lookups = 0
+            self.events: list = []
             self.poll_error: Exception | None = None
+            self.on_poll = None         # called at each poll (the loop tests hook it)
+            self.polls = 0
             self.shutdown_error: Exception | None = None
+            self.on_shutdown = None
 
         @property
         def cache_hit_source(self):
@@ -116,12 +120,20 @@ def _classes(world):
             ok = {world.key(k) for k in outcome.ok_keys}
             if not job.is_promotion:
                 self.copies |= ok
+                stored = [k for k in job.keys if k in ok]
+                if stored:
+                    self.events.append(base.OffloadingEvent(
+                        keys=stored, medium=self.medium, removed=False,
+                        ownership=self.spec.name))
             successful = None if outcome.success else [k for k in job.keys if k in ok]
             self.finished.append(tiering.JobResult(
                 job_id=job_id, success=outcome.success, successful_keys=successful,
                 transfer_bytes=outcome.transfer_bytes))
 
         def get_finished_jobs(self):
+            self.polls += 1
+            if self.on_poll is not None:
+                self.on_poll(self)
             if self.poll_error is not None:
                 raise self.poll_error
             done, self.finished = self.finished, []
@@ -165,6 +177,10 @@ def _classes(world):
         def has_pending_work(self):
             return bool(self.queued)
 
+        def take_events(self):
+            done, self.events = self.events, []
+            return done
+
         def get_stats(self):
             stats = metrics.OffloadingConnectorStats()
             if self.lookups:
@@ -177,6 +193,8 @@ def _classes(world):
             return {"lch_tier": self.spec.name}
 
         def shutdown(self):
+            if self.on_shutdown is not None:
+                self.on_shutdown(self)
             world.released.append(self.spec.name)
             if self.shutdown_error is not None:
                 raise self.shutdown_error
@@ -187,7 +205,7 @@ def _classes(world):
 class VllmTieringWorld:
     """The manager, its primary and two recording tiers; keys are our small integers."""
 
-    def __init__(self, num_chunks: int, tiers: Sequence):
+    def __init__(self, num_chunks: int, tiers: Sequence, tier_poll_interval_s: float = 0):
         self._base = release.import_module("vllm.v1.kv_offload.base")
         self._tiering = release.import_module("vllm.v1.kv_offload.tiering.base")
         manager = release.import_module("vllm.v1.kv_offload.tiering.manager")
@@ -202,8 +220,8 @@ class VllmTieringWorld:
         view = self.primary.get_kv_memoryview()
         cls = _classes(self)
         self.tiers = [cls(view, i, spec) for i, spec in enumerate(tiers)]
-        self.manager = manager.TieringOffloadingManager(self.primary, self.tiers,
-                                                        tier_poll_interval_s=0)
+        self.manager = manager.TieringOffloadingManager(
+            self.primary, self.tiers, tier_poll_interval_s=tier_poll_interval_s)
         self._contexts: dict[str, object] = {}
         self.new_reqs: list[str] = []
 
@@ -274,6 +292,11 @@ class VllmTieringWorld:
         with self.manager.lock:
             self.manager.on_schedule_end(context)
         return new
+
+    def take_events(self) -> list[tuple[str, tuple[int, ...]]]:
+        with self.manager.lock:
+            events = list(self.manager.take_events())
+        return [(e.ownership, self.ints(e.keys)) for e in events]
 
     def poll_round(self) -> None:
         """One round of the tier-poll thread: ``poll_tiers`` under the lock."""
