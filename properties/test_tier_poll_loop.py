@@ -123,7 +123,7 @@ class PollLoopDriver:
     def wait(self, timeout=None):
         assert not self.held, "the poll loop paused holding the manager lock"
         self.now += ROUND_S
-        return self.is_set()
+        return self.stopped
 
     def set(self):
         self.stopped = True
