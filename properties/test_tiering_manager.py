@@ -12,7 +12,7 @@ from hypothesis import Phase, settings
 from properties.tiering_manager_machine import TieringManagerMachine
 from sim.errors import TargetUnavailable
 
-EXAMPLES, STEPS = 100, 50
+EXAMPLES, STEPS = 300, 50
 
 
 def _world_maker(target: str):

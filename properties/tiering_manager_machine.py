@@ -29,7 +29,7 @@ from models.tiering_manager import JobOutcome, Tier, TieringModel
 NUM_CHUNKS = 8          # more than the keys: the primary never evicts (not this machine's job)
 KEYS = tuple(range(5))
 BATCHES_MAX = 3
-RESET_GAP = 12
+RESET_GAP = 8
 
 
 class TieringManagerMachine(RuleBasedStateMachine):
@@ -54,19 +54,27 @@ class TieringManagerMachine(RuleBasedStateMachine):
         self.started = 0
         self.steps_since_reset = 0
         self.closed = False
-        self.new_request(everywhere=True)   # a run starts with a request (stores need one)
+        self.new_request()                  # a run starts with a request (stores need one)
 
     # -- requests -------------------------------------------------------------------------
 
     @precondition(lambda self: len(self.live) < 2)
-    @rule(everywhere=st.sampled_from((True, True, False)))
-    def new_request(self, everywhere):
+    @rule()
+    def new_request(self, everywhere=True):
         req = f"r{self.started}"
         self.started += 1
         expect = self.model.on_new_request(req, everywhere)
         actual = self.world.on_new_request(req, everywhere)
         assert actual == expect, f"on_new_request({req}) -> {actual} policy, expected {expect}"
         self.live.append(req)
+
+    # A request that may load only from CPU tiers (its load_tier_filter): the storage tier
+    # (t1) is not asked on its lookups. A rule of its own, not a drawn flag (the derandomized
+    # search would rarely draw the flag's other value).
+    @precondition(lambda self: len(self.live) < 2)
+    @rule()
+    def new_request_loading_from_cpu_only(self):
+        self.new_request(everywhere=False)
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())
@@ -100,6 +108,17 @@ class TieringManagerMachine(RuleBasedStateMachine):
             self.model.complete_store(stored, req, True)
             self.world.complete_store(stored, req, True)
 
+    # Offering again keys still being written (another store of the same blocks, as when two
+    # requests share a prefix): a request-level request parks them until they are readable.
+    @precondition(lambda self: self.live and self.batches and len(self.batches) < BATCHES_MAX)
+    @rule(data=st.data())
+    def prepare_store_of_written(self, data):
+        writing = sorted({k for _, keys in self.batches for k in keys})
+        keys = data.draw(st.lists(st.sampled_from(writing), min_size=1, max_size=2,
+                                  unique=True))
+        extra = data.draw(st.lists(st.sampled_from(KEYS), max_size=1))
+        self.prepare_store(data, keys + [k for k in extra if k not in keys])
+
     @precondition(lambda self: self.batches)
     @rule(data=st.data(), success=st.sampled_from((True, True, False)))
     def complete_store(self, data, success):
@@ -109,8 +128,13 @@ class TieringManagerMachine(RuleBasedStateMachine):
         self.world.complete_store(keys, req, success)
 
     @precondition(lambda self: self.live)
-    @rule(data=st.data(), key=st.sampled_from(KEYS))
-    def lookup(self, data, key):
+    @rule(data=st.data())
+    def lookup(self, data):
+        # Keys a tier holds and the primary lacks are weighted 3:1: looking them up promotes.
+        m = self.model
+        promotable = [k for k in KEYS if k not in m.chunks
+                      and any(k in t.copies for t in m.tiers)]
+        key = data.draw(st.sampled_from(promotable * 3 + list(KEYS)))
         req = data.draw(st.sampled_from(self.live))
         expect = self.model.lookup(key, req)
         actual = self.world.lookup(key, req)
@@ -120,6 +144,14 @@ class TieringManagerMachine(RuleBasedStateMachine):
             want = self.model.load_source(key, req)
             assert source == want, (f"get_load_source({key}) for {req}: tier {source}, "
                                     f"expected tier {want} (None: the primary)")
+
+    # The scheduler asks for a request's blocks one after another in one pass: promotions of
+    # several keys from one tier in one step (one job each per tier and request).
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def lookup_several(self, data):
+        for _ in range(data.draw(st.integers(2, 3))):
+            self.lookup(data)
 
     @precondition(lambda self: self.live)
     @rule(data=st.data(), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=2,
@@ -148,13 +180,22 @@ class TieringManagerMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(t.submitted for t in self.model.tiers))
     @rule(data=st.data())
     def run_job_failed(self, data):
-        """The tier's I/O fails: a store copies nothing; a promotion may land some keys."""
+        """The tier's I/O fails: a store copies nothing, a promotion lands nothing."""
         i, job = self._pick_job(data)
-        ok = ()
-        if job.kind == "promote" and len(job.keys) > 1:
-            ok = tuple(data.draw(st.lists(st.sampled_from(job.keys), unique=True,
-                                          max_size=len(job.keys) - 1)))
+        self._run(i, job, JobOutcome((), False))
+
+    @precondition(lambda self: self._promotions_of_several())
+    @rule(data=st.data())
+    def run_promotion_partly(self, data):
+        """A promotion lands some of its keys, not all (a partial failure)."""
+        i, job = data.draw(st.sampled_from(self._promotions_of_several()))
+        ok = data.draw(st.lists(st.sampled_from(job.keys), min_size=1,
+                                max_size=len(job.keys) - 1, unique=True))
         self._run(i, job, JobOutcome(tuple(k for k in job.keys if k in ok), False))
+
+    def _promotions_of_several(self):
+        return [(i, job) for i, t in enumerate(self.model.tiers) for job in sorted(t.submitted)
+                if job.kind == "promote" and len(job.keys) > 1]
 
     def _pick_job(self, data):
         i = data.draw(st.sampled_from([i for i, t in enumerate(self.model.tiers)
@@ -186,6 +227,13 @@ class TieringManagerMachine(RuleBasedStateMachine):
     def tier_poll_round(self):
         self.model.poll_round()
         self.world.poll_round()
+
+    # What the thread is for: a round between two steps, before the next step's first call
+    # (its once-per-step poll still to come).
+    @rule()
+    def step_end_then_poll_round(self):
+        self.on_schedule_end()
+        self.tier_poll_round()
 
     # A reset holds promotions until the worker's flush: rarely, or most of a run is held.
     @precondition(lambda self: self.steps_since_reset >= RESET_GAP)
@@ -231,6 +279,14 @@ class TieringManagerMachine(RuleBasedStateMachine):
                 f"expected {mt.answers}")
             assert self.world.jobs(i) == sorted(mt.submitted), (
                 f"tier {i} holds jobs {self.world.jobs(i)}, expected {sorted(mt.submitted)}")
+        # The connector asks a hit's source for its metrics: every readable key, per request.
+        for req in self.live:
+            for key, ref in self.model.ref_counts().items():
+                if ref >= 0:
+                    source = self.world.load_source(key, req)
+                    want = self.model.load_source(key, req)
+                    assert source == want, (f"load-source-agrees: get_load_source({key}) for "
+                                            f"{req}: tier {source}, expected tier {want}")
         assert self.world.ref_counts() == self.model.ref_counts(), (
             f"ref-counts-agree: {self.world.ref_counts()}, expected {self.model.ref_counts()}")
         assert self.world.has_pending_work() == self.model.pending_work(), "pending work"
