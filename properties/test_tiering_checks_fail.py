@@ -6,7 +6,8 @@ must report it. The checks are vLLM-only, so the native catalogue
 Each bug is a plausible slip, and each names the check it must trip: a tier never told a
 request finished, a tier's own stats dropped, a finished cascade that never unpins its
 chunks, the tiers' events lost, a failure count that never restarts, the stall warning
-gone, a failed tier shutdown swallowed.
+gone, a failed tier shutdown swallowed, a promotion with no room left uncounted, a request's
+end not passed on to the primary.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ BAD_MANAGERS = [
      "test_an_unavailable_lock_warns_and_polls_nothing", "warned at"),
     ("_shutdown_tiers L1293: shutdown_error = exc  ->  pass",
      "test_a_failing_tier_shutdown_keeps_the_primary", "DID NOT RAISE"),
+    ("_initiate_promotion L718: self._metrics.on_promotion_allocation_failure()  ->  pass",
+     "test_a_promotion_the_full_primary_cannot_take_is_a_counted_miss", "counted once"),
+    ("on_request_finished L1051: self.primary_tier.on_request_finished(req_context)  ->  pass",
+     "test_a_finished_request_commits_its_blocks_as_most_recent", "evicted (0,)"),
 ]
 
 
@@ -58,10 +63,11 @@ def test_a_planted_bug_is_reported(target, monkeypatch, diff, check, message):
 
 
 def _run(check: str, target: str, monkeypatch) -> None:
+    from properties import test_tier_poll_loop, test_tiering_manager
     if check == "machine":
-        from properties.test_tiering_manager import test_tiering_manager_machine
-        test_tiering_manager_machine(target)
-        return
-    from properties import test_tier_poll_loop
-    with monkeypatch.context() as patch:
-        getattr(test_tier_poll_loop, check)(target, patch)
+        test_tiering_manager.test_tiering_manager_machine(target)
+    elif hasattr(test_tiering_manager, check):
+        getattr(test_tiering_manager, check)(target)
+    else:
+        with monkeypatch.context() as patch:
+            getattr(test_tier_poll_loop, check)(target, patch)

@@ -224,6 +224,7 @@ class VllmTieringWorld:
             self.primary, self.tiers, tier_poll_interval_s=tier_poll_interval_s)
         self._contexts: dict[str, object] = {}
         self.new_reqs: list[str] = []
+        self.last_evicted: tuple[int, ...] = ()     # what the last prepare_store evicted
 
     # -- keys and ids ---------------------------------------------------------------------
 
@@ -259,7 +260,10 @@ class VllmTieringWorld:
     def prepare_store(self, keys, req: str) -> tuple[int, ...] | None:
         with self.manager.lock:
             out = self.manager.prepare_store([self.key(k) for k in keys], self._contexts[req])
-        return None if out is None else self.ints(out.keys_to_store)
+        if out is None:
+            return None
+        self.last_evicted = self.ints(out.evicted_keys)
+        return self.ints(out.keys_to_store)
 
     def complete_store(self, keys, req: str, success: bool) -> None:
         with self.manager.lock:
