@@ -83,7 +83,8 @@ CLASSES: dict[str, Subject] = {
         harness=(POLICY_SUITES[1],),
         upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
     "vllm.v1.kv_offload.tiering.manager:TieringOffloadingManager": Subject(
-        harness=("properties/test_tier_poll_thread.py", *TIERING_REPRODUCERS,
+        harness=("properties/test_tier_poll_thread.py", "properties/test_tier_poll_loop.py",
+                 "properties/test_tiering_manager.py", *TIERING_REPRODUCERS,
                  "properties/test_backpressure.py::"
                  "test_cascade_drops_under_pressure", "properties/test_tiered_lookup.py"),
         # The test files whose subject is the manager itself; the tier tests (fs, obj, p2p)

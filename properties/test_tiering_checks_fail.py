@@ -1,0 +1,73 @@
+"""The tiering checks can fail: each runs against vLLM 0.33.0's ``TieringOffloadingManager``
+with one planted bug (a mutant of the real class, applied in memory by ``lch.mutate``) and
+must report it. The checks are vLLM-only, so the native catalogue
+(``fixtures/known_bugs.py``) cannot plant these; this list is their ``bad machines``.
+
+Each bug is a plausible slip, and each names the check it must trip: a tier never told a
+request finished, a tier's own stats dropped, a finished cascade that never unpins its
+chunks, the tiers' events lost, a failure count that never restarts, the stall warning
+gone, a failed tier shutdown swallowed, a promotion with no room left uncounted, a request's
+end not passed on to the primary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lch import mutate
+
+BAD_MANAGERS = [
+    ("_maybe_finalize_request L1077: tier.on_request_finished(state.req_context)  ->  pass",
+     "machine", "tier-calls-agree"),
+    ("get_stats L1226: stats.aggregate(tier_stats)  ->  pass", "machine", "stats-agree"),
+    ("_process_finished_jobs L546: self.primary_tier.complete_read( ...  ->  pass",
+     "machine", "agree"),
+    ("take_events L1138: yield from tier.take_events()  ->  pass", "machine", "take_events"),
+    ("_tier_poll_loop L369: failing_since = None  ->  pass",
+     "test_a_success_restarts_the_failure_count", "must not end the thread"),
+    ("_tier_poll_loop L357: elif now - stalled_since > _TIER_POLL_STALL_WARN_S: ...  ->  pass",
+     "test_an_unavailable_lock_warns_and_polls_nothing", "warned at"),
+    ("_shutdown_tiers L1293: shutdown_error = exc  ->  pass",
+     "test_a_failing_tier_shutdown_keeps_the_primary", "DID NOT RAISE"),
+    ("_initiate_promotion L718: self._metrics.on_promotion_allocation_failure()  ->  pass",
+     "test_a_promotion_the_full_primary_cannot_take_is_a_counted_miss", "counted once"),
+    ("on_request_finished L1051: self.primary_tier.on_request_finished(req_context)  ->  pass",
+     "test_a_finished_request_commits_its_blocks_as_most_recent", "evicted (0,)"),
+]
+
+
+@pytest.mark.parametrize(("diff", "check", "message"), BAD_MANAGERS,
+                         ids=[d.split(":")[0] for d, _, _ in BAD_MANAGERS])
+def test_a_planted_bug_is_reported(target, monkeypatch, diff, check, message):
+    if target != "vllm":
+        pytest.skip("the tiering checks drive vLLM's manager")
+    from sim.vllm import release
+    if release.release() != "0.33.0":
+        pytest.skip("the planted bugs are lines of vLLM 0.33.0's manager")
+    module = release.import_module("vllm.v1.kv_offload.tiering.manager")
+    cls = module.TieringOffloadingManager
+    found = [m for m in mutate.mutants(Path(module.__file__).read_text(), cls.__name__)
+             if m.diff == diff]
+    assert found, f"no mutant {diff!r} in vLLM 0.33.0's manager"
+    original = cls.__dict__[found[0].method]
+    mutate.apply(found[0], module, cls)
+    try:
+        with pytest.raises(BaseException) as caught:   # noqa: PT011 - any failure, named below
+            _run(check, target, monkeypatch)
+    finally:
+        setattr(cls, found[0].method, original)
+    assert message in str(caught.value), (
+        f"with {diff!r} the check failed, but not as it should ({message!r}): {caught.value}")
+
+
+def _run(check: str, target: str, monkeypatch) -> None:
+    from properties import test_tier_poll_loop, test_tiering_manager
+    if check == "machine":
+        test_tiering_manager.test_tiering_manager_machine(target)
+    elif hasattr(test_tiering_manager, check):
+        getattr(test_tiering_manager, check)(target)
+    else:
+        with monkeypatch.context() as patch:
+            getattr(test_tier_poll_loop, check)(target, patch)

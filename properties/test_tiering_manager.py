@@ -1,0 +1,97 @@
+"""vLLM's real ``TieringOffloadingManager`` against the tiering model, its tiers played by the
+harness (``properties/tiering_manager_machine.py``). vLLM only (0.33.0 on: request-level
+tiers, peers served through a ``ParentManager``, the tiering metrics); other targets skip."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import Phase, settings
+
+from models.tiered_lookup_values import LookupResult
+from models.tiering_manager import JobOutcome, Tier
+from properties.tiering_manager_machine import TieringManagerMachine
+from sim.errors import TargetUnavailable
+
+EXAMPLES, STEPS = 300, 50
+
+
+def _world_maker(target: str):
+    if target != "vllm":
+        pytest.skip("the tiering manager's tier-facing API is vLLM's")
+    try:
+        from sim.vllm import release
+        from sim.vllm.tiering_world import VllmTieringWorld
+        manager = release.import_module("vllm.v1.kv_offload.tiering.manager")
+    except TargetUnavailable as why:
+        if os.environ.get("LCH_REQUIRE_TARGETS"):
+            pytest.fail(f"target {target} is required here but unavailable: {why}")
+        pytest.skip(str(why))
+    if not hasattr(manager.TieringOffloadingManager, "poll_tiers"):
+        pytest.skip(f"vLLM {release.release()}: the machine drives 0.33.0's tiering API "
+                    "(peers served off-step, request-level tiers, the tiering metrics)")
+    return VllmTieringWorld
+
+
+def test_tiering_manager_machine(target):
+    maker = _world_maker(target)
+
+    class Machine(TieringManagerMachine):
+        make_world = staticmethod(maker)
+
+    # No shrinking: a failing program is printed as found (shrinking one through vLLM's calls
+    # takes minutes, and the mutation campaign stops at the first failure anyway).
+    base = Machine.TestCase.settings
+    Machine.TestCase.settings = settings(
+        base, max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+        report_multiple_bugs=False, phases=[p for p in base.phases if p != Phase.shrink])
+    Machine.TestCase().runTest()
+
+
+def test_a_promotion_the_full_primary_cannot_take_is_a_counted_miss(target):
+    """Scenario (the machine's primary never fills, so this one is written out):
+    - the primary has 2 chunks, both being written by r0's store; tier t0 holds key 2;
+    - r0 looks up 2: t0 has it, but the primary has no chunk to promote it into: MISS
+      (not RETRY, which would wait for room forever);
+    - get_stats counts the promotion that found no room."""
+    maker = _world_maker(target)
+    world = maker(2, [Tier("t0", False, False, False, {2}), Tier("t1", False, False, False)])
+    try:
+        world.on_new_request("r0")
+        assert world.prepare_store([0, 1], "r0") == (0, 1)     # both chunks write-pending
+        assert world.lookup(2, "r0") is LookupResult.MISS, "no room to promote: a miss"
+        stats = world.get_stats()
+        assert stats.get(("allocation_failures",)) == 1, (
+            f"the promotion that found no room is counted once: {stats}")
+        assert world.lookup(2, "r0") is LookupResult.MISS
+        assert world.get_stats().get(("allocation_failures",)) == 1, "counted since last"
+    finally:
+        world.shutdown()
+
+
+def test_a_finished_request_commits_its_blocks_as_most_recent(target):
+    """Scenario (the machine's primary never evicts, so this one is written out): the
+    tiering manager passes a request's end on to its primary, whose LRU order commits the
+    request's blocks then (``models/tiered_lookup_access.py``).
+    - the primary has 2 chunks; r0 stores 0, r1 stores 1; their cascades to t0 finish;
+    - r0 finishes: its block 0 becomes the most recent;
+    - r1 stores 2: the primary must evict, and evicts 1, not 0."""
+    maker = _world_maker(target)
+    world = maker(2, [Tier("t0", False, False, False), Tier("t1", False, False, False)])
+    try:
+        world.on_new_request("r0")
+        world.on_new_request("r1")
+        for req, key in (("r0", 0), ("r1", 1)):
+            assert world.prepare_store([key], req) == (key,)
+            world.complete_store([key], req, True)
+        for i in (0, 1):
+            for job in world.jobs(i):
+                world.run_job(i, job, JobOutcome(job.keys, True))
+        world.on_request_finished("r0")
+        assert world.prepare_store([2], "r1") == (2,)      # polls first: the cascades unpin
+        assert world.last_evicted == (1,), (
+            f"evicted {world.last_evicted}: r0 finished after r1 stored 1, so its block 0 "
+            "is the more recent")
+    finally:
+        world.shutdown()

@@ -1,0 +1,309 @@
+"""TieringManagerMachine: vLLM's real ``TieringOffloadingManager`` against the tiering model
+(``models/tiering_manager.py``), with the secondary tiers played by the harness
+(``sim/vllm/tiering_world.py``) so that what the manager asks of each tier is seen.
+
+Rules are the connector's calls (a request's start and end, ``prepare_store`` /
+``complete_store``, ``lookup``, ``touch``, the step's end, ``reset_cache`` /
+``on_reset_flushed``, ``get_stats``, ``config_info``), the tier-poll thread's round, and the
+tiers' side: a job finishes (whole, failed, a promotion partly), a peer asks a tier for keys.
+After every step: each tier's calls since the last step (``tier-calls-agree``), the primary's
+ref counts (``ref-counts-agree``), the jobs each tier holds, the peers' answers and whether
+work is pending. The world (which tier is request-level, polled, back-pressured) is drawn
+once. vLLM only: the native manager has no secondary-tier API to record.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from models.tiered_lookup_values import LookupResult
+from models.tiering_manager import JobOutcome, Tier, TieringModel
+
+NUM_CHUNKS = 8          # more than the keys: the primary never evicts (not this machine's job)
+KEYS = tuple(range(5))
+BATCHES_MAX = 3
+RESET_GAP = 8
+
+
+class TieringManagerMachine(RuleBasedStateMachine):
+    make_world = None           # set by the test: (num_chunks, tier specs) -> world
+
+    # Each tier may start with copies an earlier run left (a persistent tier): the primary
+    # never evicts here, so without them a promotion needs a reset first.
+    @initialize(request_level=st.tuples(st.booleans(), st.booleans()),
+                polled=st.booleans(),
+                detector=st.tuples(*[st.sampled_from((True, True, False))] * 2),
+                preloaded=st.tuples(*[st.sets(st.sampled_from(KEYS), max_size=3)] * 2))
+    def setup(self, request_level, polled, detector, preloaded):
+        tiers = [Tier(f"t{i}", request_level[i], polled and i == 0, detector[i],
+                      copies=set(preloaded[i])) for i in range(2)]
+        self.model = TieringModel(NUM_CHUNKS, 0, [Tier(t.name, t.request_level, t.polled,
+                                                       t.detector, set(t.copies))
+                                                  for t in tiers])
+        self.world = type(self).make_world(NUM_CHUNKS, tiers)
+        self.model.chunk_bytes = self.world.tiers[0].block_size_bytes
+        self.live: list[str] = []           # requests not finished
+        self.batches: list[tuple[str, tuple[int, ...]]] = []
+        self.started = 0
+        self.steps_since_reset = 0
+        self.closed = False
+        self.new_request()                  # a run starts with a request (stores need one)
+
+    # -- requests -------------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.live) < 2)
+    @rule()
+    def new_request(self, everywhere=True):
+        req = f"r{self.started}"
+        self.started += 1
+        expect = self.model.on_new_request(req, everywhere)
+        actual = self.world.on_new_request(req, everywhere)
+        assert actual == expect, f"on_new_request({req}) -> {actual} policy, expected {expect}"
+        self.live.append(req)
+
+    # A request that may load only from CPU tiers (its load_tier_filter): the storage tier
+    # (t1) is not asked on its lookups. A rule of its own, not a drawn flag (the derandomized
+    # search would rarely draw the flag's other value).
+    @precondition(lambda self: len(self.live) < 2)
+    @rule()
+    def new_request_loading_from_cpu_only(self):
+        self.new_request(everywhere=False)
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def finish_request(self, data):
+        req = data.draw(st.sampled_from(self.live))
+        self.live.remove(req)
+        self.model.on_request_finished(req)
+        self.world.on_request_finished(req)
+
+    @precondition(lambda self: self.live and len(self.batches) < BATCHES_MAX)
+    @rule(data=st.data(), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3,
+                                        unique=True))
+    def prepare_store(self, data, keys):
+        req = data.draw(st.sampled_from(self.live))
+        expect = self.model.prepare_store(tuple(keys), req)
+        actual = self.world.prepare_store(keys, req)
+        assert actual == expect, f"prepare_store({keys}) -> {actual}, expected {expect}"
+        if expect:
+            self.batches.append((req, expect))
+
+    # The worker often finishes a store within the step: prepared and completed at once, so
+    # cascades (and their jobs, the tiers' failures and back-pressure) are common.
+    @precondition(lambda self: self.live and len(self.batches) < BATCHES_MAX)
+    @rule(data=st.data(), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3,
+                                        unique=True))
+    def store_now(self, data, keys):
+        before = len(self.batches)
+        self.prepare_store(data, keys)
+        if len(self.batches) > before:
+            req, stored = self.batches.pop()
+            self.model.complete_store(stored, req, True)
+            self.world.complete_store(stored, req, True)
+
+    # Offering again keys still being written (another store of the same blocks, as when two
+    # requests share a prefix): a request-level request parks them until they are readable.
+    @precondition(lambda self: self.live and self.batches and len(self.batches) < BATCHES_MAX)
+    @rule(data=st.data())
+    def prepare_store_of_written(self, data):
+        writing = sorted({k for _, keys in self.batches for k in keys})
+        keys = data.draw(st.lists(st.sampled_from(writing), min_size=1, max_size=2,
+                                  unique=True))
+        extra = data.draw(st.lists(st.sampled_from(KEYS), max_size=1))
+        self.prepare_store(data, keys + [k for k in extra if k not in keys])
+
+    @precondition(lambda self: self.batches)
+    @rule(data=st.data(), success=st.sampled_from((True, True, False)))
+    def complete_store(self, data, success):
+        req, keys = data.draw(st.sampled_from(self.batches))
+        self.batches.remove((req, keys))
+        self.model.complete_store(keys, req, success)
+        self.world.complete_store(keys, req, success)
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def lookup(self, data):
+        # Keys a tier holds and the primary lacks are weighted 3:1: looking them up promotes.
+        m = self.model
+        promotable = [k for k in KEYS if k not in m.chunks
+                      and any(k in t.copies for t in m.tiers)]
+        key = data.draw(st.sampled_from(promotable * 3 + list(KEYS)))
+        req = data.draw(st.sampled_from(self.live))
+        expect = self.model.lookup(key, req)
+        actual = self.world.lookup(key, req)
+        assert actual == expect, f"lookup({key}) for {req} -> {actual!r}, expected {expect!r}"
+        if expect is LookupResult.HIT:
+            source = self.world.load_source(key, req)
+            want = self.model.load_source(key, req)
+            assert source == want, (f"get_load_source({key}) for {req}: tier {source}, "
+                                    f"expected tier {want} (None: the primary)")
+
+    # The scheduler asks for a request's blocks one after another in one pass: promotions of
+    # several keys from one tier in one step (one job each per tier and request).
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def lookup_several(self, data):
+        for _ in range(data.draw(st.integers(2, 3))):
+            self.lookup(data)
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data(), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=2,
+                                        unique=True))
+    def touch(self, data, keys):
+        req = data.draw(st.sampled_from(self.live))
+        self.model.touch(tuple(keys), req)
+        self.world.touch(keys, req)
+
+    # -- the tiers' side ------------------------------------------------------------------
+
+    # Finishing well, reporting the bytes moved, and failing are three rules (a drawn choice
+    # among them would almost always take the first under the derandomized search).
+    @precondition(lambda self: any(t.submitted for t in self.model.tiers))
+    @rule(data=st.data())
+    def run_job(self, data):
+        i, job = self._pick_job(data)
+        self._run(i, job, JobOutcome(job.keys, True))
+
+    @precondition(lambda self: any(t.submitted for t in self.model.tiers))
+    @rule(data=st.data())
+    def run_job_reporting_bytes(self, data):
+        i, job = self._pick_job(data)
+        self._run(i, job, JobOutcome(job.keys, True, 1000 * len(job.keys)))
+
+    @precondition(lambda self: any(t.submitted for t in self.model.tiers))
+    @rule(data=st.data())
+    def run_job_failed(self, data):
+        """The tier's I/O fails: a store copies nothing, a promotion lands nothing."""
+        i, job = self._pick_job(data)
+        self._run(i, job, JobOutcome((), False))
+
+    @precondition(lambda self: self._promotions_of_several())
+    @rule(data=st.data())
+    def run_promotion_partly(self, data):
+        """A promotion lands some of its keys, not all (a partial failure)."""
+        i, job = data.draw(st.sampled_from(self._promotions_of_several()))
+        ok = data.draw(st.lists(st.sampled_from(job.keys), min_size=1,
+                                max_size=len(job.keys) - 1, unique=True))
+        self._run(i, job, JobOutcome(tuple(k for k in job.keys if k in ok), False))
+
+    def _promotions_of_several(self):
+        return [(i, job) for i, t in enumerate(self.model.tiers) for job in sorted(t.submitted)
+                if job.kind == "promote" and len(job.keys) > 1]
+
+    def _pick_job(self, data):
+        i = data.draw(st.sampled_from([i for i, t in enumerate(self.model.tiers)
+                                       if t.submitted]))
+        return i, data.draw(st.sampled_from(sorted(self.model.tiers[i].submitted)))
+
+    def _run(self, i, job, outcome):
+        self.model.run_job(i, job, outcome)
+        self.world.run_job(i, job, outcome)
+
+    @rule(i=st.integers(0, 1), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3,
+                                             unique=True))
+    def peer_request(self, i, keys):
+        """A peer asks tier ``i`` for ``keys``; the tier serves it at its next service."""
+        self.model.tiers[i].peers.append(tuple(keys))
+        self.world.tiers[i].peers.append(tuple(keys))
+
+    # -- the step ---------------------------------------------------------------------------
+
+    @rule()
+    def on_schedule_end(self):
+        new = self.world.on_schedule_end()
+        self.model.on_schedule_end(new)
+        # the connector drains the step's events: the primary's, then each tier's own
+        actual, expect = self.world.take_events(), self.model.take_events()
+        assert actual == expect, f"take_events() -> {actual}, expected {expect}"
+
+    @rule()
+    def tier_poll_round(self):
+        self.model.poll_round()
+        self.world.poll_round()
+
+    # What the thread is for: a round between two steps, before the next step's first call
+    # (its once-per-step poll still to come).
+    @rule()
+    def step_end_then_poll_round(self):
+        self.on_schedule_end()
+        self.tier_poll_round()
+
+    # A reset holds promotions until the worker's flush: rarely, or most of a run is held.
+    @precondition(lambda self: self.steps_since_reset >= RESET_GAP)
+    @rule()
+    def reset_cache(self):
+        self.steps_since_reset = 0
+        self.batches.clear()            # the worker's stores in flight are dropped
+        self.model.reset_cache()
+        self.world.reset_cache()
+
+    @precondition(lambda self: self.model.held)
+    @rule()
+    def on_reset_flushed(self):
+        self.model.on_reset_flushed()
+        self.world.on_reset_flushed()
+
+    @rule()
+    def get_stats(self):
+        expect = _rounded(self.model.get_stats())
+        actual = _rounded(self.world.get_stats())
+        assert actual == expect, "stats-agree: " + _diff(actual, expect)
+
+    @rule()
+    def config_info(self):
+        expect = self.model.config_info(self.world.primary_info())
+        actual = self.world.config_info()
+        assert actual == expect, f"config_info() -> {actual}, expected {expect}"
+
+    # -- checks ---------------------------------------------------------------------------
+
+    @invariant()
+    def agree(self):
+        if not hasattr(self, "world"):
+            return
+        self.steps_since_reset += 1
+        for i, (mt, wt) in enumerate(zip(self.model.tiers, self.world.tiers, strict=True)):
+            assert wt.calls == mt.calls, (
+                f"tier-calls-agree: tier {i} was asked {wt.calls}, expected {mt.calls}")
+            wt.calls.clear()
+            mt.calls.clear()
+            assert wt.answers == mt.answers, (
+                f"peer-answers-agree: tier {i}'s peers were told {wt.answers}, "
+                f"expected {mt.answers}")
+            assert self.world.jobs(i) == sorted(mt.submitted), (
+                f"tier {i} holds jobs {self.world.jobs(i)}, expected {sorted(mt.submitted)}")
+        # The connector asks a hit's source for its metrics: every readable key, per request.
+        for req in self.live:
+            for key, ref in self.model.ref_counts().items():
+                if ref >= 0:
+                    source = self.world.load_source(key, req)
+                    want = self.model.load_source(key, req)
+                    assert source == want, (f"load-source-agrees: get_load_source({key}) for "
+                                            f"{req}: tier {source}, expected tier {want}")
+        assert self.world.ref_counts() == self.model.ref_counts(), (
+            f"ref-counts-agree: {self.world.ref_counts()}, expected {self.model.ref_counts()}")
+        assert self.world.has_pending_work() == self.model.pending_work(), "pending work"
+
+    def teardown(self):
+        if hasattr(self, "world") and not self.closed:
+            self.closed = True
+            self.world.shutdown()
+            assert self.world.released == ["t0", "t1", "primary"], (
+                f"shutdown released {self.world.released}: every tier, then the primary")
+
+
+def _rounded(stats: dict) -> dict:
+    return {k: round(v, 9) if isinstance(v, float) else v for k, v in stats.items()}
+
+
+def _diff(actual: dict, expect: dict) -> str:
+    keys = sorted(set(actual) | set(expect), key=repr)
+    return "; ".join(f"{k}: {actual.get(k)} (expected {expect.get(k)})" for k in keys
+                     if actual.get(k) != expect.get(k))
