@@ -108,6 +108,8 @@ VLLM_SUITES = ["properties/test_encoder_cache.py",
                "properties/test_backpressure.py", "properties/test_linearizability.py",
                "properties/test_tiered_lookup.py", "properties/test_tiered_lookup_policies.py",
                "properties/test_tiered_lookup_vllm_scans.py", "properties/test_tier_poll_thread.py",
+               "properties/test_tiering_manager.py", "properties/test_tier_poll_loop.py",
+               "lch/test_tiering_checks_fail.py",
                "properties/test_vllm_target.py",
                "properties/test_upstream_reproducer.py", "fixtures/reproducers"]
 

@@ -1,7 +1,9 @@
 """The tiering checks can fail: each runs against vLLM 0.33.0's ``TieringOffloadingManager``
 with one planted bug (a mutant of the real class, applied in memory by ``lch.mutate``) and
 must report it. The checks are vLLM-only, so the native catalogue
-(``fixtures/known_bugs.py``) cannot plant these; this list is their ``bad machines``.
+(``fixtures/known_bugs.py``) cannot plant these; this list is their ``bad machines``. It
+lives in ``lch/`` because it plants the bugs with ``lch.mutate`` (``properties`` sits below
+``lch`` in the layers).
 
 Each bug is a plausible slip, and each names the check it must trip: a tier never told a
 request finished, a tier's own stats dropped, a finished cascade that never unpins its
