@@ -34,6 +34,19 @@ scheduler orders them, while token budget is left. A request with ``c`` computed
   are encoded too); a shorter one ends right before the item that could not be placed.
 ``get_freed_mm_hashes()`` ends the pass.
 
+An encoder-cache (EC) connector may hold some items' encoder outputs outside the engine
+(``ec_cached_mm_hashes``: another instance encoded them). Such an item, when the pass would
+encode it, is loaded instead: it takes room in the cache like an encoded one (it is allocated,
+and evictions make room for it) but costs no encoder compute; the pass still admits it only
+within the compute budget left, as for an item it would encode (vLLM 0.33.0 asks
+``can_allocate`` before it asks the connector). A loaded input is named in the output's
+``loaded_encoder_inputs``, not in ``scheduled_encoder_inputs``. The connector hears of every
+input the pass allocates, encoded or loaded (``update_state_after_alloc``), and of every input
+the update frees once its tokens are computed (``update_state_after_free``); a preemption, a
+finish and a reset free inputs without a per-input notice (vLLM 0.33.0 tells the connector of
+a finished request through ``request_finished`` instead). ``ec_notifications()`` lists what
+it heard since the last call, as ``(verb, request_id, input_id)``.
+
 An identifier reused for different content (a client-provided multimodal UUID sent with
 another image: the same ``mm_hash``, another embed count) is refused, not encoded: before a
 request is granted, its wanted range is read item by item as far as the pass would get (the
@@ -101,6 +114,7 @@ class PassNotes:
     read_ahead_read: bool = False                  # the drafter read an item past its range
     probed: bool = False           # an item with no embed in its window was judged, not encoded
     rejected: tuple[str, ...] = ()  # refused: an identifier resident with another embed count
+    loaded: bool = False           # an input loaded through the EC connector, not encoded
 
 
 @frozen(eq=False)
@@ -112,6 +126,7 @@ class Placement:
     encoded: tuple[int, ...]       # those that were not resident: the encoder runs them
     compute: int                   # their embeds
     probed: tuple[int, ...] = ()   # not resident, no embed in the range: judged, not encoded
+    loaded: tuple[int, ...] = ()   # not resident, held by the EC connector: loaded, not encoded
 
 
 @frozen(eq=False)
@@ -136,6 +151,7 @@ class SchedulerPassModel:
     encoder_compute_budget: int
     read_ahead: int = 0
     disable_chunked_mm_input: bool = False
+    ec_cached_mm_hashes: frozenset[str] = field(default=frozenset(), converter=frozenset)
     cache: EncoderCacheModel = field(init=False)
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     notes: PassNotes = field(factory=PassNotes)
@@ -145,6 +161,7 @@ class SchedulerPassModel:
     preemptions: int = 0
     rejected: list[str] = field(factory=list)   # refused this pass, finished by the update
     released_together: set[str] = field(factory=set)   # turned freeable in one unordered go
+    heard: list[tuple[str, str, int]] = field(factory=list)   # the EC connector's notices
 
     def __attrs_post_init__(self) -> None:
         self.cache = EncoderCacheModel(self.cache_size)
@@ -182,6 +199,13 @@ class SchedulerPassModel:
 
     def get_num_unfinished_requests(self) -> int:
         return len(self.requests)
+
+    def ec_notifications(self) -> list[tuple[str, str, int]]:
+        """What the EC connector heard since the last call: ``("alloc", rid, input_id)`` for
+        each input a pass allocated, ``("free", rid, input_id)`` for each input an update
+        freed. Sorted: which of one step's notices comes first is not promised."""
+        heard, self.heard = sorted(self.heard), []
+        return heard
 
     def resident_mm_hashes(self) -> set[str]:
         return set(self.cache.entries)
@@ -233,6 +257,9 @@ class SchedulerPassModel:
                     self.starts += 1
                     state.started_at = self.starts
         granted = [g for g in grants if g.tokens]
+        if self.ec_cached_mm_hashes:           # an engine with a connector: it hears
+            self.heard += [("alloc", g.request.request_id, i) for g in granted
+                           for i in (*g.placement.encoded, *g.placement.loaded)]
         self._check_pass(granted)
         self.notes = self._notes(grants)
         self.notes.rejected = tuple(self.rejected)
@@ -241,7 +268,8 @@ class SchedulerPassModel:
             {g.request.request_id: g.tokens for g in granted},
             {g.request.request_id: g.placement.encoded for g in granted if g.placement.encoded},
             self.cache.get_freed_mm_hashes(),
-            {g.request.request_id: g.read_ahead for g in granted} if self.read_ahead else {})
+            {g.request.request_id: g.read_ahead for g in granted} if self.read_ahead else {},
+            {g.request.request_id: g.placement.loaded for g in granted if g.placement.loaded})
 
     def gathered(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
         """What the worker gathers for ``output`` (call before ``update_from_output``): each
@@ -353,34 +381,38 @@ class SchedulerPassModel:
         when the whole set cannot be resident at once or its encoding exceeds the budget.
 
         An item resident when reached is held; one with an embed in ``[c, end)`` is encoded
-        (allocated on the scratch: it takes room from the next ones). One that is neither
+        (allocated on the scratch: it takes room from the next ones), or loaded when the EC
+        connector holds its hash (allocated too, but spending no compute). One that is neither
         (its embeds all lie outside the range: only leading, trailing or gap positions are
         scheduled) is not encoded, yet vLLM 0.33.0 still asks the cache for room for its
         embeds and the budget for their compute (``can_allocate`` comes before the embed
         test in ``_try_schedule_encoder_inputs``) and evicts for it: the model judges it
         where it stands, against what the range placed before it. The compute budget is
         charged in embeds, for the encoded set as a whole."""
-        scratch, encoded, probed = copy.deepcopy(self.cache), [], []
+        scratch, encoded, probed, loaded = copy.deepcopy(self.cache), [], [], []
         for i in _overlapping(request, c, end):
             if scratch.check_and_update_cache(request, i):
                 continue
             embeds = request.num_embeds(i)
             needed = _embeds_in(request.items[i], c, end) > 0
+            external = needed and request.mm_hash(i) in self.ec_cached_mm_hashes
             spent = sum(request.num_embeds(j) for j in encoded)
-            # can_allocate here only tests room (and evicts): compute is judged below.
-            if (not needed and embeds > compute_left - spent) \
+            # can_allocate here only tests room (and evicts): compute is judged below for
+            # what is encoded, here for what is only judged (probed or loaded): it must fit
+            # the budget left though it spends none.
+            if ((not needed or external) and embeds > compute_left - spent) \
                     or not scratch.can_allocate(request, i, embeds, 0):
                 return None
             if needed:
                 scratch.allocate(request, i)
-                encoded.append(i)
+                (loaded if external else encoded).append(i)
             else:
                 probed.append(i)
         compute = sum(request.num_embeds(i) for i in encoded)
         if compute > compute_left:
             return None
         return Placement(scratch, tuple(_overlapping(request, c, end)), tuple(encoded), compute,
-                         tuple(probed))
+                         tuple(probed), tuple(loaded))
 
     # -- facts about the pass ------------------------------------------------------------------
 
@@ -389,7 +421,8 @@ class SchedulerPassModel:
         assert sum(g.tokens for g in granted) <= self.token_budget, "model: token budget"
         assert sum(g.placement.compute for g in granted) <= self.encoder_compute_budget, \
             "model: compute budget"
-        encoded = [g.request.mm_hash(i) for g in granted for i in g.placement.encoded]
+        encoded = [g.request.mm_hash(i) for g in granted
+                   for i in (*g.placement.encoded, *g.placement.loaded)]
         assert len(encoded) == len(set(encoded)), f"model: {encoded} encodes a hash twice"
         assert self.cache.num_free_slots >= 0, "model: resident embeds exceed the cache"
         for g in granted:
@@ -418,7 +451,8 @@ class SchedulerPassModel:
             read_ahead_cut=any(g.tokens == g.wanted and g.read_ahead < self.read_ahead
                                for g in granted),
             blocked=len(granted) < len(grants),
-            probed=any(g.placement.probed for g in granted))
+            probed=any(g.placement.probed for g in granted),
+            loaded=any(g.placement.loaded for g in granted))
 
     def _advance(self, state: RequestState, k: int) -> None:
         state.num_computed_tokens += k
@@ -427,6 +461,8 @@ class SchedulerPassModel:
         # In prompt order: the order entries turn freeable is the order they are evicted.
         for input_id in sorted(computed & self.cache.get_cached_input_ids(state.request)):
             self.cache.free_encoder_input(state.request, input_id)
+            if self.ec_cached_mm_hashes:
+                self.heard.append(("free", state.request.request_id, input_id))
         if state.num_computed_tokens == state.num_tokens:
             state.num_output_tokens += 1       # the step completed the known tokens: sample
 
@@ -438,10 +474,11 @@ class SchedulerPassModel:
 
 
 def _unallocated(placement: Placement, request: SchedRequest) -> EncoderCacheModel:
-    """``placement``'s cache without what it allocated: a refused request allocates nothing,
-    yet keeps its holds on resident items and the evictions made while placing."""
+    """``placement``'s cache without what it allocated: a refused request allocates nothing
+    (neither what it would encode nor what it would load), yet keeps its holds on resident
+    items and the evictions made while placing."""
     cache = placement.cache
-    encoded = {request.mm_hash(i) for i in placement.encoded}
+    encoded = {request.mm_hash(i) for i in (*placement.encoded, *placement.loaded)}
     for mm_hash in encoded:
         del cache.entries[mm_hash]
     inputs = cache.recorded.get(request.request_id, {})

@@ -49,6 +49,7 @@ HAZARDS = (
     "encoder cache reset while requests hold inputs",
     "request refused for a reused identifier",
     "text-only request scheduled beside a multimodal one",
+    "input loaded through the EC connector",
 )
 
 
@@ -61,6 +62,7 @@ PROPERTIES = {
     "worker-agrees-with-manager": "the worker's tensors are exactly the resident entries",
     "liveness": "with the cache fitting the largest item, every request finishes",
     "slots-agree": "the manager's free and freeable embeds equal the model's after each call",
+    "ec-connector-agrees": "the EC connector hears of each allocated and each freed input once",
 }
 
 
@@ -93,6 +95,11 @@ class SchedulerPassMachine(HarnessMachine):
             # design before embeddings were counted: not the spec's budget for masked items.
             self.recorder.note_missing("no embed-counting encoder budget for is_embed masks")
             reject()
+        if world.ec_cached and not getattr(self.sched, "drives_ec_connector", True):
+            # A release whose connector is asked per request, or never told of a free.
+            world = evolve(world, ec_cached=())
+            self.recorder.note_missing("no per-item EC connector (has_cache_item and "
+                                       "update_state_after_free)")
         if not getattr(self.sched, "can_preempt", True):
             world = evolve(world, preempts=False)   # a release that preempts only inline
             self.recorder.note_missing("no Scheduler._preempt_request (preempts only inline)")
@@ -102,6 +109,7 @@ class SchedulerPassMachine(HarnessMachine):
         self.next_id = 0
         self.history: dict[str, SchedRequest] = {}
         self.preempted: set[str] = set()          # preempted and not yet scheduled again
+        self.ec_heard: list = []                  # the connector's notices checked so far
         self.trace.config.update(world.config(), target=self.target_name)
         self.trace.world = world
 
@@ -234,6 +242,11 @@ class SchedulerPassMachine(HarnessMachine):
         actual = StepView(out, gathered, self.sched.update_from_output(out))
         self._accept_release_order()
         self._check_step(actual, expect)
+        if self.world.ec_cached:
+            heard, want = self.sched.ec_notifications(), self.model.ec_notifications()
+            self.ec_heard += want
+            self.check("ec-connector-agrees", heard == want,
+                       lambda: f"the EC connector heard {heard}, expected {want}")
 
     # -- checks ------------------------------------------------------------------------------
 
@@ -320,7 +333,9 @@ class SchedulerPassMachine(HarnessMachine):
         return [f"assert sched.resident_mm_hashes() == {shown}",
                 f"assert sched.worker_mm_hashes() == {shown}",
                 f"assert sched.manager_slots() == {self.model.manager_slots()}",
-                f"assert sched.get_num_unfinished_requests() == {len(self.model.requests)}"]
+                f"assert sched.get_num_unfinished_requests() == {len(self.model.requests)}"] \
+            + ([f"assert sched.ec_notifications() == "            # all since the start
+                f"{sorted(self.ec_heard + self.model.heard)}"] if self.world.ec_cached else [])
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -341,6 +356,8 @@ class SchedulerPassMachine(HarnessMachine):
             self.hazard("masked item encoded")
         if notes.rejected:
             self.hazard("request refused for a reused identifier")
+        if notes.loaded:
+            self.hazard("input loaded through the EC connector")
         scheduled = [self.history[rid] for rid in expect.output.num_scheduled_tokens]
         if any(not r.items for r in scheduled) and any(r.items for r in scheduled):
             self.hazard("text-only request scheduled beside a multimodal one")

@@ -29,6 +29,11 @@ def simpler_worlds(world: SchedWorld, actions: list[tuple]):
     for name, verb in (("preempts", "preempt_request"), ("resets", "reset_encoder_cache")):
         if getattr(world, name):
             yield evolve(world, **{name: False}), [a for a in actions if a[0] != verb]
+    if world.ec_cached:            # no connector, then a connector holding fewer hashes
+        yield evolve(world, ec_cached=()), actions
+        for mm_hash in world.ec_cached if len(world.ec_cached) > 1 else ():
+            yield evolve(world, ec_cached=tuple(h for h in world.ec_cached
+                                                if h != mm_hash)), actions
     # A larger token budget is a smaller program: prefills take fewer passes.
     yield evolve(world, token_budget=2 * world.token_budget), actions
     for mm_hash in sorted({it.mm_hash for t in world.templates for it in t.items}):

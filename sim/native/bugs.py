@@ -20,6 +20,8 @@ BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "sched-text-charged": "scheduler_pass",
     "sched-mismatch-scheduled": "scheduler_pass",
     "sched-mismatch-kept": "scheduler_pass",
+    "sched-ec-charged": "scheduler_pass",
+    "sched-ec-free-silent": "scheduler_pass",
     "offload-id-reuse": "offload_engine",
     "offload-partial-block": "offload_engine",
     "offload-dropped-decode": "offload_engine",

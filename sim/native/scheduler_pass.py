@@ -31,6 +31,14 @@ finished with an error by the update. Bug switches: ``sched-mismatch-scheduled``
 are not compared: the request is scheduled on the other content's embeddings) and
 ``sched-mismatch-kept`` (refused but never finished: it is refused again every pass).
 
+An encoder-cache connector (``ec_cached_mm_hashes``: the hashes another instance encoded) is
+asked after the embeds test: an input it holds is loaded, not encoded (allocated, no compute
+spent), and named in the output's ``loaded_encoder_inputs``; the worker loads it. The
+connector hears of each allocation and of each input freed after its tokens are computed
+(``ec_notifications()``). Bug switches: ``sched-ec-charged`` (a loaded input is charged to the
+encoder compute budget as if encoded: later items are cut or blocked) and
+``sched-ec-free-silent`` (the update frees inputs without telling the connector).
+
 Text-only requests (no item) take tokens only. Bug switch ``sched-text-charged``: the pass
 charges a text-only request's tokens to the encoder budget, so multimodal requests after it
 in the pass are cut or blocked (and it is itself capped by the budget left).
@@ -77,12 +85,15 @@ class _Running:
 class NativeSchedulerPass:
     def __init__(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
                  read_ahead: int = 0, disable_chunked_mm_input: bool = False,
+                 ec_cached_mm_hashes: frozenset[str] = frozenset(),
                  bugs: frozenset[str] = frozenset(), device: torch.device | None = None):
         self.cache_size = cache_size
         self.max_num_batched_tokens = token_budget
         self.max_num_encoder_input_tokens = encoder_compute_budget
         self.num_lookahead_tokens = read_ahead
         self.disable_chunked_mm_input = disable_chunked_mm_input
+        self.external = frozenset(ec_cached_mm_hashes)    # what the EC connector holds
+        self.notices: list[tuple[str, str, int]] = []     # what the EC connector heard
         self.bugs = bugs
         self.encoder_cache_manager = NativeEncoderCache(cache_size, bugs=bugs)
         self.worker = EncoderWorker(device)
@@ -128,6 +139,7 @@ class NativeSchedulerPass:
         encoder_budget = self.max_num_encoder_input_tokens
         num_scheduled: dict[str, int] = {}
         encoder_inputs: dict[str, tuple[int, ...]] = {}
+        loaded: dict[str, tuple[int, ...]] = {}
         lookahead: dict[str, int] = {}
         started: list[_Running] = []
         self._rejected = []
@@ -136,13 +148,15 @@ class NativeSchedulerPass:
                 break
             want = min(entry.remaining(), token_budget)
             plan = self._plan_encoder(entry, want, encoder_budget)
-            new_tokens, reads, inputs, duplicates, budget_after = plan
+            new_tokens, reads, inputs, duplicates, budget_after, loads = plan
             if new_tokens <= 0:
                 continue                       # approvals lapse: nothing allocated
             if entry in self.waiting:
                 started.append(entry)
-            for input_id in inputs:
+            for input_id in (*inputs, *loads):
                 self.encoder_cache_manager.allocate(entry.req, input_id)
+                if self.external:              # an engine with a connector: it hears
+                    self.notices.append(("alloc", entry.req.request_id, input_id))
             for input_id in duplicates:        # the duplicate input holds the entry too
                 self.encoder_cache_manager.check_and_update_cache(entry.req, input_id)
             encoder_budget = budget_after
@@ -151,6 +165,8 @@ class NativeSchedulerPass:
             num_scheduled[rid] = new_tokens
             if inputs:
                 encoder_inputs[rid] = tuple(inputs)
+            if loads:
+                loaded[rid] = tuple(loads)
             if self.num_lookahead_tokens > 0:
                 lookahead[rid] = reads
         for entry in started:
@@ -160,7 +176,8 @@ class NativeSchedulerPass:
         return SchedulerOutputView(num_scheduled_tokens=num_scheduled,
                                    scheduled_encoder_inputs=encoder_inputs,
                                    free_encoder_mm_hashes=tuple(freed),
-                                   num_read_ahead_tokens=lookahead)
+                                   num_read_ahead_tokens=lookahead,
+                                   loaded_encoder_inputs=loaded)
 
     def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
         done = []
@@ -170,6 +187,8 @@ class NativeSchedulerPass:
             for input_id in sorted(self.encoder_cache_manager.get_cached_input_ids(entry.req)):
                 if entry.req.items[input_id].end <= entry.computed:
                     self.encoder_cache_manager.free_encoder_input(entry.req, input_id)
+                    if self.external and "sched-ec-free-silent" not in self.bugs:
+                        self.notices.append(("free", rid, input_id))
             if entry.remaining() == 0:
                 entry.generated += 1           # one token sampled
             if entry.generated >= entry.req.max_tokens:
@@ -191,6 +210,10 @@ class NativeSchedulerPass:
             req = self._find(rid).req
             for input_id in input_ids:
                 self.worker.encode(req.items[input_id].mm_item())
+        for rid, input_ids in output.loaded_encoder_inputs.items():       # (2) by the connector
+            req = self._find(rid).req
+            for input_id in input_ids:
+                self.worker.load(req.items[input_id].mm_item())
         gathered, tensors = [], []
         for rid, n in output.num_scheduled_tokens.items():                        # (3)
             entry = self._find(rid)
@@ -229,6 +252,10 @@ class NativeSchedulerPass:
     def get_num_unfinished_requests(self) -> int:
         return len(self.running) + len(self.waiting)
 
+    def ec_notifications(self) -> list[tuple[str, str, int]]:
+        heard, self.notices = sorted(self.notices), []
+        return heard
+
     def manager_slots(self) -> tuple[int, int]:
         manager = self.encoder_cache_manager
         return manager.num_free_slots, manager.num_freeable_slots
@@ -252,13 +279,14 @@ class NativeSchedulerPass:
         raise KeyError(f"no running request {request_id!r}")
 
     def _plan_encoder(self, entry: _Running, new_tokens: int,
-                      budget: int) -> tuple[int, int, list[int], list[int], int]:
+                      budget: int) -> tuple[int, int, list[int], list[int], int, list[int]]:
         """(new tokens, read-ahead tokens, encoder inputs to run, duplicate inputs, encoder
-        budget after)."""
+        budget after, inputs the EC connector loads)."""
         req, start = entry.req, entry.computed
         reads = self.num_lookahead_tokens
         inputs: list[int] = []
         duplicates: list[int] = []
+        loads: list[int] = []
         seen: dict[str, int] = {}             # hash -> embeds, encoded earlier in this walk
         pending = 0
         manager = self.encoder_cache_manager
@@ -267,7 +295,7 @@ class NativeSchedulerPass:
             # BUG: a text-only request's tokens are charged to the encoder budget as if each
             # were an embed (and it gets no more tokens than the budget has left).
             new_tokens = min(new_tokens, budget)
-            return new_tokens, reads, inputs, duplicates, budget - new_tokens
+            return new_tokens, reads, inputs, duplicates, budget - new_tokens, loads
         for input_id, item in enumerate(req.items):
             scheduled_end = start + new_tokens
             if item.offset >= min(scheduled_end + reads, req.prompt_len):
@@ -277,7 +305,7 @@ class NativeSchedulerPass:
             tail_only = item.offset >= scheduled_end
             if (not tail_only and self.disable_chunked_mm_input
                     and item.offset >= start and item.end > scheduled_end):
-                return item.offset - start, 0, inputs, duplicates, budget
+                return item.offset - start, 0, inputs, duplicates, budget, loads
             known = seen.get(item.mm_hash,
                              manager.get_cached_num_encoder_embeds(req, input_id))
             if known is not None and known != item.num_embeds \
@@ -285,7 +313,7 @@ class NativeSchedulerPass:
                 # The identifier was reused for other content: refuse the request (it is
                 # finished with an error after the step), allocating nothing.
                 self._rejected.append(req.request_id)
-                return 0, 0, [], [], self.max_num_encoder_input_tokens
+                return 0, 0, [], [], self.max_num_encoder_input_tokens, []
             if item.mm_hash in seen:
                 duplicates.append(input_id)
                 continue
@@ -303,9 +331,16 @@ class NativeSchedulerPass:
             lo, hi = entry.embed_rows(input_id, start, window_end)
             if lo == hi and "sched-encode-embedless" not in self.bugs:
                 continue                       # no embed in the window: encode it later
+            if item.mm_hash in self.external:  # another instance encoded it: load it
+                loads.append(input_id)
+                seen[item.mm_hash] = item.num_embeds
+                pending += item.num_embeds
+                if "sched-ec-charged" in self.bugs:
+                    budget -= item.num_embeds      # BUG: a load spends encoder compute
+                continue
             inputs.append(input_id)
             seen[item.mm_hash] = item.num_embeds
             cost = item.length if "sched-budget-in-tokens" in self.bugs else item.num_embeds
             pending += cost
             budget -= cost
-        return new_tokens, reads, inputs, duplicates, budget
+        return new_tokens, reads, inputs, duplicates, budget, loads

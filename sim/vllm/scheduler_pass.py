@@ -18,6 +18,12 @@ An item's ``is_embed`` mask goes to ``PlaceholderRange.is_embed`` as a torch boo
 worker maps scheduled positions to rows of the encoder output through the range's own
 ``get_embeds_indices_in_range``, as vLLM's GPU model runner does.
 
+An encoder-cache connector (``ec_cached_mm_hashes``) is the recording connector of
+``sim/vllm/ec_connector.py``, named in ``ec_transfer_config`` while this target's ``Scheduler``
+is built, so the Scheduler creates it through ``ECConnectorFactory`` as it would any
+connector; the test then tells it which hashes it holds. Its metadata names the inputs the
+worker loads (the native worker stores the same output the encoder would have made).
+
 ``preempt_request`` does what ``schedule()`` does to the last running request when it runs
 out of KV blocks (pop it from ``running``, then ``_preempt_request``); the harness gives this
 scheduler a KV pool too large for that to happen on its own, so the rule calls the same two
@@ -70,6 +76,16 @@ def _vllm_config() -> Any:
                                  cache_config=cache_config)
 
 
+def _ec_transfer_config() -> Any:
+    """Names the recording connector (``sim/vllm/ec_connector.py``) for the factory; a
+    consumer: this instance loads what others encoded."""
+    from sim.vllm import ec_connector
+    config_mod = release.import_module("vllm.config")
+    return config_mod.ECTransferConfig(ec_connector=ec_connector.CLASS_NAME,
+                                       ec_connector_module_path=ec_connector.__name__,
+                                       ec_role="ec_consumer")
+
+
 def _kv_cache_config() -> Any:
     import torch
     kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -82,7 +98,8 @@ class VllmSchedulerPass:
     """The scheduler-pass port over a real ``Scheduler`` and the native ``EncoderWorker``."""
 
     def __init__(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
-                 read_ahead: int = 0, disable_chunked_mm_input: bool = False):
+                 read_ahead: int = 0, disable_chunked_mm_input: bool = False,
+                 ec_cached_mm_hashes: frozenset[str] = frozenset()):
         if read_ahead:
             raise HarnessError("the vllm scheduler_pass target runs no drafter: read_ahead "
                                f"must be 0, got {read_ahead}")
@@ -99,10 +116,20 @@ class VllmSchedulerPass:
             inputs=release.import_module("vllm.multimodal.inputs"),
             sampling=release.import_module("vllm.sampling_params"),
             outputs=release.import_module("vllm.v1.outputs"))
-        self.scheduler = sched_mod.Scheduler(
-            vllm_config=vllm_config, kv_cache_config=_kv_cache_config(), log_stats=False,
-            structured_output_manager=structured.StructuredOutputManager(vllm_config),
-            **compat.scheduler_kwargs(sched_mod.Scheduler, 16))
+        self.drives_ec_connector = bool(ec_cached_mm_hashes) and compat.ec_connector_per_item()
+        # The config is shared by every target of the process: the connector is named only
+        # while this Scheduler is built (it reads ec_transfer_config in __init__ alone).
+        if self.drives_ec_connector:
+            vllm_config.ec_transfer_config = _ec_transfer_config()
+        try:
+            self.scheduler = sched_mod.Scheduler(
+                vllm_config=vllm_config, kv_cache_config=_kv_cache_config(), log_stats=False,
+                structured_output_manager=structured.StructuredOutputManager(vllm_config),
+                **compat.scheduler_kwargs(sched_mod.Scheduler, 16))
+        finally:
+            vllm_config.ec_transfer_config = None
+        if self.drives_ec_connector:
+            self.scheduler.ec_connector.external = frozenset(ec_cached_mm_hashes)
         # The tiny OPT is a text model, so the Scheduler built no multimodal budget: give it
         # the encoder budget and a real EncoderCacheManager of the sizes MultiModalBudget
         # would compute (compute_mm_encoder_budget: max(configured, largest item); the
@@ -153,11 +180,13 @@ class VllmSchedulerPass:
         self._last = self.scheduler.schedule()
         self._computed_before = before
         out = self._last
+        meta = getattr(out, "ec_connector_metadata", None)
         return SchedulerOutputView(
             num_scheduled_tokens=dict(out.num_scheduled_tokens),
             scheduled_encoder_inputs={r: tuple(ids)
                                       for r, ids in out.scheduled_encoder_inputs.items()},
-            free_encoder_mm_hashes=tuple(out.free_encoder_mm_hashes))
+            free_encoder_mm_hashes=tuple(out.free_encoder_mm_hashes),
+            loaded_encoder_inputs=dict(meta.loads) if meta is not None else {})
 
     def execute_model(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
         """The native worker runs the output (delete, encode, gather), as on a GPU."""
@@ -165,6 +194,9 @@ class VllmSchedulerPass:
         for rid, input_ids in output.scheduled_encoder_inputs.items():
             for input_id in input_ids:
                 self.worker.encode(self._requests[rid].items[input_id].mm_item())
+        for rid, input_ids in output.loaded_encoder_inputs.items():   # the connector's loads
+            for input_id in input_ids:
+                self.worker.load(self._requests[rid].items[input_id].mm_item())
         gathered, tensors = [], []
         for rid, n in output.num_scheduled_tokens.items():
             start = self._computed_before[rid]
@@ -223,6 +255,14 @@ class VllmSchedulerPass:
 
     def get_num_unfinished_requests(self) -> int:
         return self.scheduler.get_num_unfinished_requests()
+
+    def ec_notifications(self) -> list[tuple[str, str, int]]:
+        """What the recording connector heard since the last call, sorted."""
+        connector = self.scheduler.ec_connector
+        if not self.drives_ec_connector:
+            return []
+        heard, connector.notices = sorted(connector.notices), []
+        return heard
 
     # -- translation ---------------------------------------------------------------------
 
