@@ -61,6 +61,19 @@ in one pass are finished in an order vLLM leaves open (a ``set``): the model fre
 request id and says which entries turned freeable together (``released_together``), so a
 caller can accept any order among those.
 
+An encoder-decoder model (Whisper: ``encoder_decoder``) runs its encoder once, before the
+decoder's first token: the pass that starts a request (no computed token) encodes all of its
+inputs whole (however long, against a short decoder prompt), and the request gets no token
+unless they all fit the compute budget left and the cache's unreserved embeds (nothing is
+shared or evicted: the encoder-decoder manager, ``models/encoder_decoder_cache.py``); later
+passes schedule decoder tokens only. Its decoder prefill is not chunked (vLLM turns chunked
+prefill off for these models): a waiting request whose tokens do not all fit the token
+budget left is not started, and no waiting request after it is either. The decoder reads
+each encoder output whole in the step that encodes it (its cross-attention keys and values
+are kept in the KV cache from then on), so the update frees all of a request's inputs once
+it has a computed token, and the worker deletes an output one pass after the pass that
+encoded it (``get_freed_mm_hashes``).
+
 The read-ahead is gated: the output says how far each request's drafter may read, and that
 range only covers items the pass made resident. The seed says the fix for #38551 left the
 drafter able to read an entry evicted in an earlier pass and that the scheduler should gate
@@ -85,6 +98,7 @@ from collections import Counter
 from attrs import define, field, frozen
 
 from models.encoder_cache import EncoderCacheModel
+from models.encoder_decoder_cache import EncoderDecoderCacheModel
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 
 
@@ -152,7 +166,8 @@ class SchedulerPassModel:
     read_ahead: int = 0
     disable_chunked_mm_input: bool = False
     ec_cached_mm_hashes: frozenset[str] = field(default=frozenset(), converter=frozenset)
-    cache: EncoderCacheModel = field(init=False)
+    encoder_decoder: bool = False
+    cache: EncoderCacheModel | EncoderDecoderCacheModel = field(init=False)
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     notes: PassNotes = field(factory=PassNotes)
     passes: int = 0
@@ -164,7 +179,8 @@ class SchedulerPassModel:
     heard: list[tuple[str, str, int]] = field(factory=list)   # the EC connector's notices
 
     def __attrs_post_init__(self) -> None:
-        self.cache = EncoderCacheModel(self.cache_size)
+        self.cache = (EncoderDecoderCacheModel if self.encoder_decoder
+                      else EncoderCacheModel)(self.cache_size)
 
     # -- the API -----------------------------------------------------------------------------
 
@@ -200,6 +216,13 @@ class SchedulerPassModel:
     def get_num_unfinished_requests(self) -> int:
         return len(self.requests)
 
+    def holds_inputs(self, request_id: str) -> bool:
+        """Whether the request holds (or, encoder-decoder, reserves) an encoder input."""
+        request = self.requests[request_id].request
+        if self.encoder_decoder:
+            return any(self.cache.holds(request, i) for i in range(len(request.items)))
+        return bool(self.cache.get_cached_input_ids(request))
+
     def ec_notifications(self) -> list[tuple[str, str, int]]:
         """What the EC connector heard since the last call: ``("alloc", rid, input_id)`` for
         each input a pass allocated, ``("free", rid, input_id)`` for each input an update
@@ -208,6 +231,8 @@ class SchedulerPassModel:
         return heard
 
     def resident_mm_hashes(self) -> set[str]:
+        if self.encoder_decoder:           # encoded and not yet named freed to the worker
+            return set(self.cache.allocated_this_pass) | set(self.cache.allocated_last_pass)
         return set(self.cache.entries)
 
     def worker_mm_hashes(self) -> set[str]:
@@ -215,7 +240,10 @@ class SchedulerPassModel:
         return self.resident_mm_hashes()
 
     def manager_slots(self) -> tuple[int, int]:
-        """(free, freeable) embeds of the encoder cache: what is held shows here first."""
+        """(free, freeable) embeds of the encoder cache: what is held shows here first. An
+        encoder-decoder cache reserves and releases, it keeps nothing freeable: both free."""
+        if self.encoder_decoder:
+            return self.cache.num_free_slots, self.cache.num_free_slots
         return self.cache.num_free_slots, self.cache.num_freeable_slots
 
     def freeable_order(self) -> list[str]:
@@ -244,12 +272,16 @@ class SchedulerPassModel:
                 break
             compute_left = self.encoder_compute_budget - sum(g.placement.compute for g in spent)
             wanted = min(state.num_tokens - state.num_computed_tokens, tokens_left)
-            refused = self._refusal(state, wanted, compute_left)
+            if self.encoder_decoder and state.started_at is None \
+                    and wanted < state.num_tokens - state.num_computed_tokens:
+                break          # its prefill is not chunked: the waiting queue stops here
+            refused = None if self.encoder_decoder else self._refusal(state, wanted, compute_left)
             if refused is not None:
                 self.cache = refused
                 self.rejected.append(state.request.request_id)
                 continue
-            grant = self._grant(state, wanted, compute_left)
+            grant = (self._grant_whole if self.encoder_decoder else self._grant)(
+                state, wanted, compute_left)
             grants.append(grant)
             if grant.tokens:                 # a skipped request's trials are dropped
                 self.cache = grant.placement.cache
@@ -276,6 +308,11 @@ class SchedulerPassModel:
         item's embeddings (rows of its encoder output) at the positions of the scheduled range
         plus the granted read-ahead; an item with no embed there is not read at all."""
         rows = []
+        if self.encoder_decoder:           # cross-attention reads each new output whole
+            return tuple(Gathered(rid, self.requests[rid].request.mm_hash(i), 0,
+                                  self.requests[rid].request.num_embeds(i))
+                         for rid in output.num_scheduled_tokens
+                         for i in output.scheduled_encoder_inputs.get(rid, ()))
         for rid, k in output.num_scheduled_tokens.items():
             state = self.requests[rid]
             first, scheduled_end = state.num_computed_tokens, state.num_computed_tokens + k
@@ -303,7 +340,7 @@ class SchedulerPassModel:
             self.finish_request(rid)
         # Rejected requests finish with an error; which entries that frees does not depend on
         # the order, the freeable queue's order among them does (see the module docstring).
-        idle_before = set(self.cache.freeable_order())
+        idle_before = set(self.cache.freeable_order()) if self.rejected else set()
         for rid in sorted(self.rejected):
             self.finish_request(rid)
         self.released_together = set(self.cache.freeable_order()) - idle_before \
@@ -317,6 +354,22 @@ class SchedulerPassModel:
         arguments are evaluated left to right), update from it."""
         output = self.schedule()
         return StepView(output, self.gathered(output), self.update_from_output(output))
+
+    # -- encoder-decoder: the encoder runs once, first ---------------------------------------
+
+    def _grant_whole(self, state: RequestState, wanted: int, compute_left: int) -> Grant:
+        """An encoder-decoder request's grant: all its inputs encoded whole when it starts
+        (they must fit the compute left and the unreserved embeds together), else no token;
+        once started, its decoder tokens need no encoder."""
+        request, c = state.request, state.num_computed_tokens
+        scratch = copy.deepcopy(self.cache)
+        inputs = tuple(range(len(request.items))) if c == 0 else ()
+        compute = sum(request.num_embeds(i) for i in inputs)
+        fits = compute <= min(compute_left, scratch.num_free_slots)
+        for i in inputs if fits else ():
+            scratch.allocate(request, i)
+        placement = Placement(scratch, inputs, inputs if fits else (), compute if fits else 0)
+        return Grant(request, c, wanted, wanted if fits else 0, 0, placement, not fits)
 
     # -- a reused identifier -------------------------------------------------------------------
 
@@ -423,9 +476,11 @@ class SchedulerPassModel:
             "model: compute budget"
         encoded = [g.request.mm_hash(i) for g in granted
                    for i in (*g.placement.encoded, *g.placement.loaded)]
-        assert len(encoded) == len(set(encoded)), f"model: {encoded} encodes a hash twice"
+        # Encoder-decoder inputs are never shared: two requests with one audio encode it twice.
+        assert self.encoder_decoder or len(encoded) == len(set(encoded)), \
+            f"model: {encoded} encodes a hash twice"
         assert self.cache.num_free_slots >= 0, "model: resident embeds exceed the cache"
-        for g in granted:
+        for g in granted if not self.encoder_decoder else ():
             read_end = g.computed + g.tokens + g.read_ahead
             read = [i for i in _overlapping(g.request, g.computed, read_end)
                     if _embeds_in(g.request.items[i], g.computed, read_end)]
@@ -445,7 +500,8 @@ class SchedulerPassModel:
         uses = Counter(g.request.mm_hash(i) for g in granted for i in g.placement.held)
         encoded = {g.request.mm_hash(i) for g in granted for i in g.placement.encoded}
         return PassNotes(
-            reallocated=[h for h in self.cache.evicted_this_pass if self.cache.is_resident(h)],
+            reallocated=[] if self.encoder_decoder else
+            [h for h in self.cache.evicted_this_pass if self.cache.is_resident(h)],
             shared=any(n > 1 for n in holders.values()) or any(uses[h] > 1 for h in encoded),
             cut=any(g.refused_for_room and g.tokens < g.wanted for g in granted),
             read_ahead_cut=any(g.tokens == g.wanted and g.read_ahead < self.read_ahead
@@ -457,7 +513,7 @@ class SchedulerPassModel:
     def _advance(self, state: RequestState, k: int) -> None:
         state.num_computed_tokens += k
         computed = {i for i, x in enumerate(state.request.items)
-                    if x.end <= state.num_computed_tokens}
+                    if x.end <= state.num_computed_tokens or self.encoder_decoder}
         # In prompt order: the order entries turn freeable is the order they are evicted.
         for input_id in sorted(computed & self.cache.get_cached_input_ids(state.request)):
             self.cache.free_encoder_input(state.request, input_id)

@@ -17,9 +17,11 @@ from properties.scheduler_pass_worlds import SchedWorld
 def simpler_worlds(world: SchedWorld, actions: list[tuple]):
     """Calmer configurations and smaller templates that may fail the same way."""
     largest = world.largest_item
-    for name, low in (("cache_size", largest), ("encoder_compute_budget", largest),
-                      ("token_budget",
-                       world.longest_item if world.disable_chunked_mm_input else 1),
+    # Encoder-decoder worlds keep the cache at least the compute budget (see the worlds).
+    for name, low in (("cache_size", world.encoder_compute_budget if world.encoder_decoder
+                       else largest), ("encoder_compute_budget", largest),
+                      ("token_budget", world.longest_item
+                       if world.disable_chunked_mm_input or world.encoder_decoder else 1),
                       ("read_ahead", 0)):
         if getattr(world, name) > low:
             yield evolve(world, **{name: low}), actions
@@ -55,14 +57,18 @@ def simpler_worlds(world: SchedWorld, actions: list[tuple]):
         yield evolve(world, templates=templates), \
             [(n, index[a[0]], a[1]) if n == "add_request" else (n, *a) for n, *a in actions]
     for k, t in enumerate(world.templates):
-        for simpler in _simpler_templates(t):
+        for simpler in _simpler_templates(t, world.encoder_decoder):
             yield evolve(world, templates=(*world.templates[:k], simpler,
                                            *world.templates[k + 1:])), actions
 
 
-def _simpler_templates(t: SchedRequest):
+def _simpler_templates(t: SchedRequest, encoder_decoder: bool = False):
     if t.max_tokens > 1:
         yield evolve(t, max_tokens=1)
+    if encoder_decoder:            # its one input stays at 0; the decoder prompt shrinks
+        if t.prompt_len > 1:
+            yield evolve(t, prompt_len=t.prompt_len - 1)
+        return
     end = t.items[-1].end if t.items else 1
     if t.prompt_len > max(1, end):
         yield evolve(t, prompt_len=max(1, end))

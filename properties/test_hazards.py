@@ -176,3 +176,30 @@ def test_policy_hazards_are_reached(name):
              for h in POLICY_MIN_RATE_PER_100[name]}
     low = {h: round(r, 1) for h, r in rates.items() if r < POLICY_MIN_RATE_PER_100[name][h]}
     assert not low, f"policy hazards reached too rarely (per 100 examples): {low}"
+
+
+# The encoder-decoder scheduler-pass machine's hazards (issue 9, Whisper-shaped worlds),
+# measured native, seeds 0-2 / 3-5 x 150 examples: encoded whole at the start 48.2 / 50.0, a
+# pass inside the input's span 25.4 / 28.2, blocked 29.1 / 29.7, frees 40.0 / 43.1, preempted
+# rescheduled 5.1 / 10.2. Pinned at about a third of the lower.
+ENCODER_DECODER_MIN_RATE_PER_100 = {
+    "encoder-decoder input encoded whole at the start": 16,
+    "encoder-decoder pass after the start, within the input's span": 8.5,
+    "request blocked for a pass": 9.7,
+    "pass frees hashes": 13,
+    "preempted request rescheduled": 1.7,
+}
+
+
+def test_encoder_decoder_scheduler_pass_hazards_are_reached():
+    from properties.scheduler_pass_machine import EncoderDecoderSchedulerPassMachine as machine
+    assert set(ENCODER_DECODER_MIN_RATE_PER_100) == set(machine.HAZARDS)
+    recorder = Recorder()
+    profile = settings(settings.get_profile("ci"), derandomize=False, max_examples=150)
+    for seed in SEEDS:
+        assert run_machine(machine, "native", profile, seed=seed, recorder=recorder).failure \
+            is None
+    rates = {h: 100 * recorder.events[h] / recorder.examples for h in machine.HAZARDS}
+    low = {h: round(r, 1) for h, r in rates.items()
+           if r < ENCODER_DECODER_MIN_RATE_PER_100[h]}
+    assert not low, f"hazards reached too rarely (per 100 examples): {low}; all: {rates}"

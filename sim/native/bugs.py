@@ -22,6 +22,8 @@ BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "sched-mismatch-kept": "scheduler_pass",
     "sched-ec-charged": "scheduler_pass",
     "sched-ec-free-silent": "scheduler_pass",
+    "sched-encdec-reencode": "scheduler_pass",
+    "sched-encdec-held": "scheduler_pass",
     "offload-id-reuse": "offload_engine",
     "offload-partial-block": "offload_engine",
     "offload-dropped-decode": "offload_engine",

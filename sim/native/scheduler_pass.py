@@ -39,6 +39,15 @@ connector hears of each allocation and of each input freed after its tokens are 
 encoder compute budget as if encoded: later items are cut or blocked) and
 ``sched-ec-free-silent`` (the update frees inputs without telling the connector).
 
+Encoder-decoder mode (``encoder_decoder``, Whisper) runs on ``NativeEncoderDecoderCache``: a
+request's inputs are all encoded whole in the pass that starts it (or it gets no token),
+its prefill is not chunked (a waiting request that does not fit stops the queue), later
+passes schedule decoder tokens only, the update frees its inputs once it has a computed
+token, and the worker's decoder reads each new output whole. Bug switches:
+``sched-encdec-reencode`` (every pass of a request with an input in its window encodes it
+again, as for a decoder-only model) and ``sched-encdec-held`` (the inputs stay reserved
+until the request finishes: requests behind it wait for the cache).
+
 Text-only requests (no item) take tokens only. Bug switch ``sched-text-charged``: the pass
 charges a text-only request's tokens to the encoder budget, so multimodal requests after it
 in the pass are cut or blocked (and it is itself capped by the budget left).
@@ -51,6 +60,7 @@ import torch
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
 from sim.native.encoder_cache import NativeEncoderCache
+from sim.native.encoder_decoder_cache import NativeEncoderDecoderCache
 
 __all__ = ["EncoderCacheMiss", "NativeSchedulerPass"]
 
@@ -86,6 +96,7 @@ class NativeSchedulerPass:
     def __init__(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
                  read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
+                 encoder_decoder: bool = False,
                  bugs: frozenset[str] = frozenset(), device: torch.device | None = None):
         self.cache_size = cache_size
         self.max_num_batched_tokens = token_budget
@@ -95,7 +106,9 @@ class NativeSchedulerPass:
         self.external = frozenset(ec_cached_mm_hashes)    # what the EC connector holds
         self.notices: list[tuple[str, str, int]] = []     # what the EC connector heard
         self.bugs = bugs
-        self.encoder_cache_manager = NativeEncoderCache(cache_size, bugs=bugs)
+        self.encoder_decoder = encoder_decoder
+        self.encoder_cache_manager = (NativeEncoderDecoderCache if encoder_decoder
+                                      else NativeEncoderCache)(cache_size, bugs=bugs)
         self.worker = EncoderWorker(device)
         self.running: list[_Running] = []        # scheduled at least once, in that order
         self.waiting: list[_Running] = []        # never scheduled yet, in arrival order
@@ -147,6 +160,8 @@ class NativeSchedulerPass:
             if token_budget <= 0:
                 break
             want = min(entry.remaining(), token_budget)
+            if self.encoder_decoder and entry in self.waiting and want < entry.remaining():
+                break                          # no chunked prefill: the queue waits here
             plan = self._plan_encoder(entry, want, encoder_budget)
             new_tokens, reads, inputs, duplicates, budget_after, loads = plan
             if new_tokens <= 0:
@@ -185,7 +200,10 @@ class NativeSchedulerPass:
             entry = self._find(rid)
             entry.computed += n
             for input_id in sorted(self.encoder_cache_manager.get_cached_input_ids(entry.req)):
-                if entry.req.items[input_id].end <= entry.computed:
+                # Encoder-decoder: the first step computed the cross-attention KV from them.
+                computed = entry.computed > 0 and "sched-encdec-held" not in self.bugs \
+                    if self.encoder_decoder else entry.req.items[input_id].end <= entry.computed
+                if computed:
                     self.encoder_cache_manager.free_encoder_input(entry.req, input_id)
                     if self.external and "sched-ec-free-silent" not in self.bugs:
                         self.notices.append(("free", rid, input_id))
@@ -215,6 +233,15 @@ class NativeSchedulerPass:
             for input_id in input_ids:
                 self.worker.load(req.items[input_id].mm_item())
         gathered, tensors = [], []
+        if self.encoder_decoder:               # (3) the decoder's cross-attention
+            for rid in output.num_scheduled_tokens:
+                req = self._find(rid).req
+                for input_id in output.scheduled_encoder_inputs.get(rid, ()):
+                    item = req.items[input_id].mm_item()
+                    tensors.append(self.worker.gather(item))
+                    gathered.append(Gathered(rid, item.mm_hash, 0, item.num_embeds))
+            self.last_gathered_tensors = tensors
+            return tuple(gathered)
         for rid, n in output.num_scheduled_tokens.items():                        # (3)
             entry = self._find(rid)
             start = entry.computed
@@ -247,7 +274,10 @@ class NativeSchedulerPass:
     # -- views ---------------------------------------------------------------------------
 
     def resident_mm_hashes(self) -> set[str]:
-        return self.encoder_cache_manager.resident_hashes()
+        manager = self.encoder_cache_manager
+        if self.encoder_decoder:               # encoded, not yet named freed to the worker
+            return set(manager._encoding) | set(manager._to_free)
+        return manager.resident_hashes()
 
     def get_num_unfinished_requests(self) -> int:
         return len(self.running) + len(self.waiting)
@@ -258,6 +288,8 @@ class NativeSchedulerPass:
 
     def manager_slots(self) -> tuple[int, int]:
         manager = self.encoder_cache_manager
+        if self.encoder_decoder:               # reserved or free, nothing freeable
+            return manager.num_free_slots, manager.num_free_slots
         return manager.num_free_slots, manager.num_freeable_slots
 
     def freeable_order(self) -> list[str]:
@@ -278,6 +310,26 @@ class NativeSchedulerPass:
                 return entry
         raise KeyError(f"no running request {request_id!r}")
 
+    def _plan_whole(self, entry: _Running, new_tokens: int,
+                    budget: int) -> tuple[int, int, list[int], list[int], int, list[int]]:
+        """Encoder-decoder: every input when the request starts (all or no token), none
+        after; with ``sched-encdec-reencode`` also after, for inputs in the window."""
+        req, manager = entry.req, self.encoder_cache_manager
+        reencode = "sched-encdec-reencode" in self.bugs
+        if entry.computed > 0 and not reencode:
+            return new_tokens, 0, [], [], budget, []
+        inputs, pending = [], 0
+        for input_id, item in enumerate(req.items):
+            if entry.computed > 0 and item.end <= entry.computed:
+                continue                       # (the bug's window test, a decoder model's)
+            if not manager.can_allocate(req, input_id, encoder_compute_budget=budget,
+                                        num_embeds_to_schedule=pending):
+                return 0, 0, [], [], budget, []
+            inputs.append(input_id)
+            pending += item.num_embeds
+            budget -= item.num_embeds
+        return new_tokens, 0, inputs, [], budget, []
+
     def _plan_encoder(self, entry: _Running, new_tokens: int,
                       budget: int) -> tuple[int, int, list[int], list[int], int, list[int]]:
         """(new tokens, read-ahead tokens, encoder inputs to run, duplicate inputs, encoder
@@ -291,6 +343,8 @@ class NativeSchedulerPass:
         pending = 0
         manager = self.encoder_cache_manager
         window_end = start + new_tokens + reads    # the embeds test's window (fixed per pass)
+        if self.encoder_decoder and req.items:
+            return self._plan_whole(entry, new_tokens, budget)
         if not req.items and "sched-text-charged" in self.bugs:
             # BUG: a text-only request's tokens are charged to the encoder budget as if each
             # were an embed (and it gets no more tokens than the budget has left).
