@@ -109,7 +109,10 @@ class SchedulerPassMachine(HarnessMachine):
             self.recorder.note_missing("no per-item EC connector (has_cache_item and "
                                        "update_state_after_free)")
         if world.encoder_decoder and not getattr(self.sched, "drives_encoder_decoder", True):
-            self.recorder.note_missing("no offline encoder-decoder Scheduler")
+            # Could not run: the offline build failed (the reason names what the release's
+            # Scheduler asked that the stub registry or the tiny Whisper config lacks).
+            why = getattr(self.sched, "why_no_encoder_decoder", "")
+            self.recorder.note_missing(f"no offline encoder-decoder Scheduler ({why[:120]})")
             reject()
         if not getattr(self.sched, "can_preempt", True):
             world = evolve(world, preempts=False)   # a release that preempts only inline
