@@ -106,7 +106,7 @@ CLASSES: dict[str, Subject] = {
         upstream=("tests/v1/core/test_scheduler.py",),
         support=("tests/v1/core/utils.py", "tests/v1/core/test_prefix_caching.py",
                  "tests/v1/kv_connector/unit/utils.py"),
-        warm=("sim.vllm.scheduler_pass:_vllm_config",),
+        warm=("sim.vllm.scheduler_pass:warm",),
         methods=("_try_schedule_encoder_inputs", "_allocate_encoder_inputs",
                  "_reject_on_encoder_cache_embed_mismatch", "_free_encoder_inputs",
                  "_free_encoder_input", "reset_encoder_cache")),
@@ -258,7 +258,7 @@ def harness_args(subj: Subject) -> list[str]:
 def disable_minimizing() -> None:
     """A mutant needs a kill, not a minimal reproducer: skip the program minimizer."""
     from properties import run
-    run.minimize = lambda machine, failure, target: failure
+    run.minimize = lambda machine, failure, target, **_: failure
 
 
 # -- the upstream tests, from the release's sdist ------------------------------------------------

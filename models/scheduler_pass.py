@@ -34,6 +34,19 @@ scheduler orders them, while token budget is left. A request with ``c`` computed
   are encoded too); a shorter one ends right before the item that could not be placed.
 ``get_freed_mm_hashes()`` ends the pass.
 
+An encoder-cache (EC) connector may hold some items' encoder outputs outside the engine
+(``ec_cached_mm_hashes``: another instance encoded them). Such an item, when the pass would
+encode it, is loaded instead: it takes room in the cache like an encoded one (it is allocated,
+and evictions make room for it) but costs no encoder compute; the pass still admits it only
+within the compute budget left, as for an item it would encode (vLLM 0.33.0 asks
+``can_allocate`` before it asks the connector). A loaded input is named in the output's
+``loaded_encoder_inputs``, not in ``scheduled_encoder_inputs``. The connector hears of every
+input the pass allocates, encoded or loaded (``update_state_after_alloc``), and of every input
+the update frees once its tokens are computed (``update_state_after_free``); a preemption, a
+finish and a reset free inputs without a per-input notice (vLLM 0.33.0 tells the connector of
+a finished request through ``request_finished`` instead). ``ec_notifications()`` lists what
+it heard since the last call, as ``(verb, request_id, input_id)``.
+
 An identifier reused for different content (a client-provided multimodal UUID sent with
 another image: the same ``mm_hash``, another embed count) is refused, not encoded: before a
 request is granted, its wanted range is read item by item as far as the pass would get (the
@@ -47,6 +60,19 @@ finishes it with an error, freeing its inputs (vLLM 0.33.0:
 in one pass are finished in an order vLLM leaves open (a ``set``): the model frees them by
 request id and says which entries turned freeable together (``released_together``), so a
 caller can accept any order among those.
+
+An encoder-decoder model (Whisper: ``encoder_decoder``) runs its encoder once, before the
+decoder's first token: the pass that starts a request (no computed token) encodes all of its
+inputs whole (however long, against a short decoder prompt), and the request gets no token
+unless they all fit the compute budget left and the cache's unreserved embeds (nothing is
+shared or evicted: the encoder-decoder manager, ``models/encoder_decoder_cache.py``); later
+passes schedule decoder tokens only. Its decoder prefill is not chunked (vLLM turns chunked
+prefill off for these models): a waiting request whose tokens do not all fit the token
+budget left is not started, and no waiting request after it is either. The decoder reads
+each encoder output whole in the step that encodes it (its cross-attention keys and values
+are kept in the KV cache from then on), so the update frees all of a request's inputs once
+it has a computed token, and the worker deletes an output one pass after the pass that
+encoded it (``get_freed_mm_hashes``).
 
 The read-ahead is gated: the output says how far each request's drafter may read, and that
 range only covers items the pass made resident. The seed says the fix for #38551 left the
@@ -72,6 +98,7 @@ from collections import Counter
 from attrs import define, field, frozen
 
 from models.encoder_cache import EncoderCacheModel
+from models.encoder_decoder_cache import EncoderDecoderCacheModel
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 
 
@@ -101,6 +128,7 @@ class PassNotes:
     read_ahead_read: bool = False                  # the drafter read an item past its range
     probed: bool = False           # an item with no embed in its window was judged, not encoded
     rejected: tuple[str, ...] = ()  # refused: an identifier resident with another embed count
+    loaded: bool = False           # an input loaded through the EC connector, not encoded
 
 
 @frozen(eq=False)
@@ -112,6 +140,7 @@ class Placement:
     encoded: tuple[int, ...]       # those that were not resident: the encoder runs them
     compute: int                   # their embeds
     probed: tuple[int, ...] = ()   # not resident, no embed in the range: judged, not encoded
+    loaded: tuple[int, ...] = ()   # not resident, held by the EC connector: loaded, not encoded
 
 
 @frozen(eq=False)
@@ -136,7 +165,9 @@ class SchedulerPassModel:
     encoder_compute_budget: int
     read_ahead: int = 0
     disable_chunked_mm_input: bool = False
-    cache: EncoderCacheModel = field(init=False)
+    ec_cached_mm_hashes: frozenset[str] = field(default=frozenset(), converter=frozenset)
+    encoder_decoder: bool = False
+    cache: EncoderCacheModel | EncoderDecoderCacheModel = field(init=False)
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     notes: PassNotes = field(factory=PassNotes)
     passes: int = 0
@@ -145,9 +176,11 @@ class SchedulerPassModel:
     preemptions: int = 0
     rejected: list[str] = field(factory=list)   # refused this pass, finished by the update
     released_together: set[str] = field(factory=set)   # turned freeable in one unordered go
+    heard: list[tuple[str, str, int]] = field(factory=list)   # the EC connector's notices
 
     def __attrs_post_init__(self) -> None:
-        self.cache = EncoderCacheModel(self.cache_size)
+        self.cache = (EncoderDecoderCacheModel if self.encoder_decoder
+                      else EncoderCacheModel)(self.cache_size)
 
     # -- the API -----------------------------------------------------------------------------
 
@@ -183,7 +216,23 @@ class SchedulerPassModel:
     def get_num_unfinished_requests(self) -> int:
         return len(self.requests)
 
+    def holds_inputs(self, request_id: str) -> bool:
+        """Whether the request holds (or, encoder-decoder, reserves) an encoder input."""
+        request = self.requests[request_id].request
+        if self.encoder_decoder:
+            return any(self.cache.holds(request, i) for i in range(len(request.items)))
+        return bool(self.cache.get_cached_input_ids(request))
+
+    def ec_notifications(self) -> list[tuple[str, str, int]]:
+        """What the EC connector heard since the last call: ``("alloc", rid, input_id)`` for
+        each input a pass allocated, ``("free", rid, input_id)`` for each input an update
+        freed. Sorted: which of one step's notices comes first is not promised."""
+        heard, self.heard = sorted(self.heard), []
+        return heard
+
     def resident_mm_hashes(self) -> set[str]:
+        if self.encoder_decoder:           # encoded and not yet named freed to the worker
+            return set(self.cache.allocated_this_pass) | set(self.cache.allocated_last_pass)
         return set(self.cache.entries)
 
     def worker_mm_hashes(self) -> set[str]:
@@ -191,7 +240,10 @@ class SchedulerPassModel:
         return self.resident_mm_hashes()
 
     def manager_slots(self) -> tuple[int, int]:
-        """(free, freeable) embeds of the encoder cache: what is held shows here first."""
+        """(free, freeable) embeds of the encoder cache: what is held shows here first. An
+        encoder-decoder cache reserves and releases, it keeps nothing freeable: both free."""
+        if self.encoder_decoder:
+            return self.cache.num_free_slots, self.cache.num_free_slots
         return self.cache.num_free_slots, self.cache.num_freeable_slots
 
     def freeable_order(self) -> list[str]:
@@ -220,12 +272,16 @@ class SchedulerPassModel:
                 break
             compute_left = self.encoder_compute_budget - sum(g.placement.compute for g in spent)
             wanted = min(state.num_tokens - state.num_computed_tokens, tokens_left)
-            refused = self._refusal(state, wanted, compute_left)
+            if self.encoder_decoder and state.started_at is None \
+                    and wanted < state.num_tokens - state.num_computed_tokens:
+                break          # its prefill is not chunked: the waiting queue stops here
+            refused = None if self.encoder_decoder else self._refusal(state, wanted, compute_left)
             if refused is not None:
                 self.cache = refused
                 self.rejected.append(state.request.request_id)
                 continue
-            grant = self._grant(state, wanted, compute_left)
+            grant = (self._grant_whole if self.encoder_decoder else self._grant)(
+                state, wanted, compute_left)
             grants.append(grant)
             if grant.tokens:                 # a skipped request's trials are dropped
                 self.cache = grant.placement.cache
@@ -233,6 +289,9 @@ class SchedulerPassModel:
                     self.starts += 1
                     state.started_at = self.starts
         granted = [g for g in grants if g.tokens]
+        if self.ec_cached_mm_hashes:           # an engine with a connector: it hears
+            self.heard += [("alloc", g.request.request_id, i) for g in granted
+                           for i in (*g.placement.encoded, *g.placement.loaded)]
         self._check_pass(granted)
         self.notes = self._notes(grants)
         self.notes.rejected = tuple(self.rejected)
@@ -241,13 +300,19 @@ class SchedulerPassModel:
             {g.request.request_id: g.tokens for g in granted},
             {g.request.request_id: g.placement.encoded for g in granted if g.placement.encoded},
             self.cache.get_freed_mm_hashes(),
-            {g.request.request_id: g.read_ahead for g in granted} if self.read_ahead else {})
+            {g.request.request_id: g.read_ahead for g in granted} if self.read_ahead else {},
+            {g.request.request_id: g.placement.loaded for g in granted if g.placement.loaded})
 
     def gathered(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
         """What the worker gathers for ``output`` (call before ``update_from_output``): each
         item's embeddings (rows of its encoder output) at the positions of the scheduled range
         plus the granted read-ahead; an item with no embed there is not read at all."""
         rows = []
+        if self.encoder_decoder:           # cross-attention reads each new output whole
+            return tuple(Gathered(rid, self.requests[rid].request.mm_hash(i), 0,
+                                  self.requests[rid].request.num_embeds(i))
+                         for rid in output.num_scheduled_tokens
+                         for i in output.scheduled_encoder_inputs.get(rid, ()))
         for rid, k in output.num_scheduled_tokens.items():
             state = self.requests[rid]
             first, scheduled_end = state.num_computed_tokens, state.num_computed_tokens + k
@@ -275,7 +340,7 @@ class SchedulerPassModel:
             self.finish_request(rid)
         # Rejected requests finish with an error; which entries that frees does not depend on
         # the order, the freeable queue's order among them does (see the module docstring).
-        idle_before = set(self.cache.freeable_order())
+        idle_before = set(self.cache.freeable_order()) if self.rejected else set()
         for rid in sorted(self.rejected):
             self.finish_request(rid)
         self.released_together = set(self.cache.freeable_order()) - idle_before \
@@ -289,6 +354,22 @@ class SchedulerPassModel:
         arguments are evaluated left to right), update from it."""
         output = self.schedule()
         return StepView(output, self.gathered(output), self.update_from_output(output))
+
+    # -- encoder-decoder: the encoder runs once, first ---------------------------------------
+
+    def _grant_whole(self, state: RequestState, wanted: int, compute_left: int) -> Grant:
+        """An encoder-decoder request's grant: all its inputs encoded whole when it starts
+        (they must fit the compute left and the unreserved embeds together), else no token;
+        once started, its decoder tokens need no encoder."""
+        request, c = state.request, state.num_computed_tokens
+        scratch = copy.deepcopy(self.cache)
+        inputs = tuple(range(len(request.items))) if c == 0 else ()
+        compute = sum(request.num_embeds(i) for i in inputs)
+        fits = compute <= min(compute_left, scratch.num_free_slots)
+        for i in inputs if fits else ():
+            scratch.allocate(request, i)
+        placement = Placement(scratch, inputs, inputs if fits else (), compute if fits else 0)
+        return Grant(request, c, wanted, wanted if fits else 0, 0, placement, not fits)
 
     # -- a reused identifier -------------------------------------------------------------------
 
@@ -353,34 +434,38 @@ class SchedulerPassModel:
         when the whole set cannot be resident at once or its encoding exceeds the budget.
 
         An item resident when reached is held; one with an embed in ``[c, end)`` is encoded
-        (allocated on the scratch: it takes room from the next ones). One that is neither
+        (allocated on the scratch: it takes room from the next ones), or loaded when the EC
+        connector holds its hash (allocated too, but spending no compute). One that is neither
         (its embeds all lie outside the range: only leading, trailing or gap positions are
         scheduled) is not encoded, yet vLLM 0.33.0 still asks the cache for room for its
         embeds and the budget for their compute (``can_allocate`` comes before the embed
         test in ``_try_schedule_encoder_inputs``) and evicts for it: the model judges it
         where it stands, against what the range placed before it. The compute budget is
         charged in embeds, for the encoded set as a whole."""
-        scratch, encoded, probed = copy.deepcopy(self.cache), [], []
+        scratch, encoded, probed, loaded = copy.deepcopy(self.cache), [], [], []
         for i in _overlapping(request, c, end):
             if scratch.check_and_update_cache(request, i):
                 continue
             embeds = request.num_embeds(i)
             needed = _embeds_in(request.items[i], c, end) > 0
+            external = needed and request.mm_hash(i) in self.ec_cached_mm_hashes
             spent = sum(request.num_embeds(j) for j in encoded)
-            # can_allocate here only tests room (and evicts): compute is judged below.
-            if (not needed and embeds > compute_left - spent) \
+            # can_allocate here only tests room (and evicts): compute is judged below for
+            # what is encoded, here for what is only judged (probed or loaded): it must fit
+            # the budget left though it spends none.
+            if ((not needed or external) and embeds > compute_left - spent) \
                     or not scratch.can_allocate(request, i, embeds, 0):
                 return None
             if needed:
                 scratch.allocate(request, i)
-                encoded.append(i)
+                (loaded if external else encoded).append(i)
             else:
                 probed.append(i)
         compute = sum(request.num_embeds(i) for i in encoded)
         if compute > compute_left:
             return None
         return Placement(scratch, tuple(_overlapping(request, c, end)), tuple(encoded), compute,
-                         tuple(probed))
+                         tuple(probed), tuple(loaded))
 
     # -- facts about the pass ------------------------------------------------------------------
 
@@ -389,10 +474,13 @@ class SchedulerPassModel:
         assert sum(g.tokens for g in granted) <= self.token_budget, "model: token budget"
         assert sum(g.placement.compute for g in granted) <= self.encoder_compute_budget, \
             "model: compute budget"
-        encoded = [g.request.mm_hash(i) for g in granted for i in g.placement.encoded]
-        assert len(encoded) == len(set(encoded)), f"model: {encoded} encodes a hash twice"
+        encoded = [g.request.mm_hash(i) for g in granted
+                   for i in (*g.placement.encoded, *g.placement.loaded)]
+        # Encoder-decoder inputs are never shared: two requests with one audio encode it twice.
+        assert self.encoder_decoder or len(encoded) == len(set(encoded)), \
+            f"model: {encoded} encodes a hash twice"
         assert self.cache.num_free_slots >= 0, "model: resident embeds exceed the cache"
-        for g in granted:
+        for g in granted if not self.encoder_decoder else ():
             read_end = g.computed + g.tokens + g.read_ahead
             read = [i for i in _overlapping(g.request, g.computed, read_end)
                     if _embeds_in(g.request.items[i], g.computed, read_end)]
@@ -412,21 +500,25 @@ class SchedulerPassModel:
         uses = Counter(g.request.mm_hash(i) for g in granted for i in g.placement.held)
         encoded = {g.request.mm_hash(i) for g in granted for i in g.placement.encoded}
         return PassNotes(
-            reallocated=[h for h in self.cache.evicted_this_pass if self.cache.is_resident(h)],
+            reallocated=[] if self.encoder_decoder else
+            [h for h in self.cache.evicted_this_pass if self.cache.is_resident(h)],
             shared=any(n > 1 for n in holders.values()) or any(uses[h] > 1 for h in encoded),
             cut=any(g.refused_for_room and g.tokens < g.wanted for g in granted),
             read_ahead_cut=any(g.tokens == g.wanted and g.read_ahead < self.read_ahead
                                for g in granted),
             blocked=len(granted) < len(grants),
-            probed=any(g.placement.probed for g in granted))
+            probed=any(g.placement.probed for g in granted),
+            loaded=any(g.placement.loaded for g in granted))
 
     def _advance(self, state: RequestState, k: int) -> None:
         state.num_computed_tokens += k
         computed = {i for i, x in enumerate(state.request.items)
-                    if x.end <= state.num_computed_tokens}
+                    if x.end <= state.num_computed_tokens or self.encoder_decoder}
         # In prompt order: the order entries turn freeable is the order they are evicted.
         for input_id in sorted(computed & self.cache.get_cached_input_ids(state.request)):
             self.cache.free_encoder_input(state.request, input_id)
+            if self.ec_cached_mm_hashes:
+                self.heard.append(("free", state.request.request_id, input_id))
         if state.num_computed_tokens == state.num_tokens:
             state.num_output_tokens += 1       # the step completed the known tokens: sample
 
@@ -438,10 +530,11 @@ class SchedulerPassModel:
 
 
 def _unallocated(placement: Placement, request: SchedRequest) -> EncoderCacheModel:
-    """``placement``'s cache without what it allocated: a refused request allocates nothing,
-    yet keeps its holds on resident items and the evictions made while placing."""
+    """``placement``'s cache without what it allocated: a refused request allocates nothing
+    (neither what it would encode nor what it would load), yet keeps its holds on resident
+    items and the evictions made while placing."""
     cache = placement.cache
-    encoded = {request.mm_hash(i) for i in placement.encoded}
+    encoded = {request.mm_hash(i) for i in (*placement.encoded, *placement.loaded)}
     for mm_hash in encoded:
         del cache.entries[mm_hash]
     inputs = cache.recorded.get(request.request_id, {})

@@ -82,14 +82,18 @@ class SchedRequest:
 class SchedulerOutputView:
     """What one scheduling pass hands the worker (vLLM's ``SchedulerOutput``, the encoder
     part): tokens per request, encoder inputs to run per request, hashes the worker must
-    delete, and how many tokens past its range each scheduled request's drafter may read
-    (empty when the engine runs no drafter).
+    delete, how many tokens past its range each scheduled request's drafter may read
+    (empty when the engine runs no drafter), and the encoder inputs the worker loads through
+    an encoder-cache connector instead of encoding them (empty without one; vLLM carries
+    these in ``ec_connector_metadata``).
     """
 
     num_scheduled_tokens: dict[str, int] = field(converter=_frozen_dict)
     scheduled_encoder_inputs: dict[str, tuple[int, ...]] = field(converter=_frozen_dict)
     free_encoder_mm_hashes: tuple[str, ...] = field(converter=tuple)
     num_read_ahead_tokens: dict[str, int] = field(converter=_frozen_dict, factory=dict)
+    loaded_encoder_inputs: dict[str, tuple[int, ...]] = field(converter=_frozen_dict,
+                                                              factory=dict)
 
     @property
     def total_num_scheduled_tokens(self) -> int:

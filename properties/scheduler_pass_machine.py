@@ -27,7 +27,7 @@ from models.scheduler_pass import SchedulerPassModel
 from models.scheduler_pass_values import SchedRequest, StepView
 from properties.harness import HarnessMachine, InvalidAction, draw_integer, pick
 from properties.scheduler_pass_shrink import simpler_worlds
-from properties.scheduler_pass_worlds import SchedWorld, scheduler_worlds
+from properties.scheduler_pass_worlds import SchedWorld, encoder_decoder_worlds, scheduler_worlds
 from sim import targets
 from sim.encoder_worker import EncoderCacheMiss, encoder_output
 
@@ -49,6 +49,15 @@ HAZARDS = (
     "encoder cache reset while requests hold inputs",
     "request refused for a reused identifier",
     "text-only request scheduled beside a multimodal one",
+    "input loaded through the EC connector",
+)
+
+ENCODER_DECODER_HAZARDS = (
+    "encoder-decoder input encoded whole at the start",
+    "encoder-decoder pass after the start, within the input's span",
+    "request blocked for a pass",
+    "pass frees hashes",
+    "preempted request rescheduled",
 )
 
 
@@ -61,6 +70,7 @@ PROPERTIES = {
     "worker-agrees-with-manager": "the worker's tensors are exactly the resident entries",
     "liveness": "with the cache fitting the largest item, every request finishes",
     "slots-agree": "the manager's free and freeable embeds equal the model's after each call",
+    "ec-connector-agrees": "the EC connector hears of each allocated and each freed input once",
 }
 
 
@@ -93,6 +103,17 @@ class SchedulerPassMachine(HarnessMachine):
             # design before embeddings were counted: not the spec's budget for masked items.
             self.recorder.note_missing("no embed-counting encoder budget for is_embed masks")
             reject()
+        if world.ec_cached and not getattr(self.sched, "drives_ec_connector", True):
+            # A release whose connector is asked per request, or never told of a free.
+            world = evolve(world, ec_cached=())
+            self.recorder.note_missing("no per-item EC connector (has_cache_item and "
+                                       "update_state_after_free)")
+        if world.encoder_decoder and not getattr(self.sched, "drives_encoder_decoder", True):
+            # Could not run: the offline build failed (the reason names what the release's
+            # Scheduler asked that the stub registry or the tiny Whisper config lacks).
+            why = getattr(self.sched, "why_no_encoder_decoder", "")
+            self.recorder.note_missing(f"no offline encoder-decoder Scheduler ({why[:120]})")
+            reject()
         if not getattr(self.sched, "can_preempt", True):
             world = evolve(world, preempts=False)   # a release that preempts only inline
             self.recorder.note_missing("no Scheduler._preempt_request (preempts only inline)")
@@ -102,6 +123,7 @@ class SchedulerPassMachine(HarnessMachine):
         self.next_id = 0
         self.history: dict[str, SchedRequest] = {}
         self.preempted: set[str] = set()          # preempted and not yet scheduled again
+        self.ec_heard: list = []                  # the connector's notices checked so far
         self.trace.config.update(world.config(), target=self.target_name)
         self.trace.world = world
 
@@ -170,8 +192,7 @@ class SchedulerPassMachine(HarnessMachine):
         if rid not in self.open:
             raise InvalidAction("finish_request: no such open request")
         self.open.remove(rid)
-        request = self.model.requests[rid].request
-        if self.model.cache.get_cached_input_ids(request):
+        if self.model.holds_inputs(rid):
             self.hazard("aborted while holding an input")
         self.model.finish_request(rid)
         self.sched.finish_request(rid)
@@ -183,8 +204,7 @@ class SchedulerPassMachine(HarnessMachine):
         rid = f"r{n}"
         if rid not in self._running():
             raise InvalidAction("preempt_request: no such running request")
-        state = self.model.requests[rid]
-        if self.model.cache.get_cached_input_ids(state.request):
+        if self.model.holds_inputs(rid):
             self.hazard("preempted while holding an input")
         self.preempted.add(rid)
         self.model.preempt_request(rid)
@@ -194,7 +214,7 @@ class SchedulerPassMachine(HarnessMachine):
         self._check_slots()
 
     def do_reset_encoder_cache(self):
-        if any(self.model.cache.recorded.values()):
+        if any(self.model.holds_inputs(rid) for rid in self.model.requests):
             self.hazard("encoder cache reset while requests hold inputs")
         self.model.reset_encoder_cache()
         self.sched.reset_encoder_cache()
@@ -221,7 +241,12 @@ class SchedulerPassMachine(HarnessMachine):
         # the same one (a wrong output that would make the worker miss is a wrong output).
         out = self.sched.schedule()
         resident = self.sched.resident_mm_hashes()
-        stale = [h for h in out.free_encoder_mm_hashes if h in resident]
+        # An encoder-decoder pass names the outputs the previous pass encoded, even one this
+        # pass encodes again for another request (nothing is shared): the worker deletes it
+        # before it encodes it anew, and the decoder reads it only after. The model predicts
+        # that list (scheduler-output-agrees).
+        stale = [h for h in out.free_encoder_mm_hashes
+                 if h in resident and not self.world.encoder_decoder]
         self.check("freed-not-resident", not stale,
                    f"{stale} in free_encoder_mm_hashes but resident")
         self._check_budgets(out)
@@ -234,6 +259,11 @@ class SchedulerPassMachine(HarnessMachine):
         actual = StepView(out, gathered, self.sched.update_from_output(out))
         self._accept_release_order()
         self._check_step(actual, expect)
+        if self.world.ec_cached:
+            heard, want = self.sched.ec_notifications(), self.model.ec_notifications()
+            self.ec_heard += want
+            self.check("ec-connector-agrees", heard == want,
+                       lambda: f"the EC connector heard {heard}, expected {want}")
 
     # -- checks ------------------------------------------------------------------------------
 
@@ -273,9 +303,14 @@ class SchedulerPassMachine(HarnessMachine):
 
     def _check_slots(self) -> None:
         # What is held (not just resident) shows only here: a request that keeps an input it
-        # should have let go of leaves the entry resident either way.
+        # should have let go of leaves the entry resident either way. Not in encoder-decoder
+        # worlds: vLLM's encoder-decoder manager releases an input's embeds each time it is
+        # freed, held or not, and the Scheduler frees every input after each decoding step
+        # (issue #55733, all releases to 0.33.0: the encoder-decoder cache machine's
+        # divergence); its free count only grows past the cache there. The worlds keep the
+        # cache at least the compute budget, so no pass's output depends on that count.
         slots = getattr(self.sched, "manager_slots", None)
-        if slots is not None:
+        if slots is not None and not self.world.encoder_decoder:
             self.check("slots-agree", slots() == self.model.manager_slots(),
                        lambda: f"(free, freeable) embeds {slots()} != "
                        f"{self.model.manager_slots()}: an input held or freed out of turn")
@@ -287,7 +322,8 @@ class SchedulerPassMachine(HarnessMachine):
         # Budgets count embeds: a masked item costs its True positions, not its span.
         # A reused identifier names two counts: the resident one is the model's entry's.
         sizes = {it.mm_hash: it.num_embeds for t in world.templates for it in t.items}
-        sizes.update({h: e.num_embeds for h, e in self.model.cache.entries.items()})
+        sizes.update({h: e.num_embeds
+                      for h, e in getattr(self.model.cache, "entries", {}).items()})
         compute = sum(self.history[rid].items[i].num_embeds
                       for rid, ids in out.scheduled_encoder_inputs.items() for i in ids)
         self.check("budgets-hold", compute <= world.encoder_compute_budget,
@@ -319,13 +355,19 @@ class SchedulerPassMachine(HarnessMachine):
         shown = "{" + ", ".join(map(repr, resident)) + "}" if resident else "set()"
         return [f"assert sched.resident_mm_hashes() == {shown}",
                 f"assert sched.worker_mm_hashes() == {shown}",
-                f"assert sched.manager_slots() == {self.model.manager_slots()}",
-                f"assert sched.get_num_unfinished_requests() == {len(self.model.requests)}"]
+                *([] if self.world.encoder_decoder else          # see _check_slots
+                  [f"assert sched.manager_slots() == {self.model.manager_slots()}"]),
+                f"assert sched.get_num_unfinished_requests() == {len(self.model.requests)}"] \
+            + ([f"assert sched.ec_notifications() == "            # all since the start
+                f"{sorted(self.ec_heard + self.model.heard)}"] if self.world.ec_cached else [])
 
     # -- helpers -----------------------------------------------------------------------------
 
     def _count_hazards(self, expect: StepView) -> None:
         notes = self.model.notes
+        if self.world.encoder_decoder:
+            self._count_encoder_decoder_hazards(expect)
+            return
         for flag, name in ((notes.reallocated, "evicted then reallocated in one pass"),
                            (notes.shared, "item shared within a pass"),
                            (notes.cut, "tokens cut before an item"),
@@ -341,6 +383,8 @@ class SchedulerPassMachine(HarnessMachine):
             self.hazard("masked item encoded")
         if notes.rejected:
             self.hazard("request refused for a reused identifier")
+        if notes.loaded:
+            self.hazard("input loaded through the EC connector")
         scheduled = [self.history[rid] for rid in expect.output.num_scheduled_tokens]
         if any(not r.items for r in scheduled) and any(r.items for r in scheduled):
             self.hazard("text-only request scheduled beside a multimodal one")
@@ -348,9 +392,39 @@ class SchedulerPassMachine(HarnessMachine):
             self.hazard("preempted request rescheduled")
         self.preempted -= set(expect.output.num_scheduled_tokens)
 
+    def _count_encoder_decoder_hazards(self, expect: StepView) -> None:
+        out = expect.output
+        for flag, name in ((out.scheduled_encoder_inputs,
+                            "encoder-decoder input encoded whole at the start"),
+                           # A decoder pass while its computed tokens are inside the input's
+                           # span: a scheduler that judged it by position would encode again.
+                           (any(0 < self._computed_before[rid] < self.history[rid].items[0].end
+                                for rid in out.num_scheduled_tokens),
+                            "encoder-decoder pass after the start, within the input's span"),
+                           (self.model.notes.blocked, "request blocked for a pass"),
+                           (out.free_encoder_mm_hashes, "pass frees hashes"),
+                           (self.preempted & set(out.num_scheduled_tokens),
+                            "preempted request rescheduled")):
+            if flag:
+                self.hazard(name)
+        self.preempted -= set(out.num_scheduled_tokens)
+
     @classmethod
     def simpler_worlds(cls, world: SchedWorld, actions):
         return simpler_worlds(world, actions)
+
+
+class EncoderDecoderSchedulerPassMachine(SchedulerPassMachine):
+    """The same rules and checks on an encoder-decoder model's worlds (Whisper): a request's
+    one input is encoded whole when it starts and freed after its first step (see
+    ``models/scheduler_pass.py``). A machine of its own, so the decoder-only worlds keep the
+    draws their hazards and the catalogue's finds were pinned at."""
+
+    HAZARDS = ENCODER_DECODER_HAZARDS
+
+    @initialize(world=encoder_decoder_worlds())
+    def setup(self, world: SchedWorld):
+        SchedulerPassMachine.setup(self, world)
 
 
 def _describe(request: SchedRequest) -> str:

@@ -17,9 +17,11 @@ from properties.scheduler_pass_worlds import SchedWorld
 def simpler_worlds(world: SchedWorld, actions: list[tuple]):
     """Calmer configurations and smaller templates that may fail the same way."""
     largest = world.largest_item
-    for name, low in (("cache_size", largest), ("encoder_compute_budget", largest),
-                      ("token_budget",
-                       world.longest_item if world.disable_chunked_mm_input else 1),
+    # Encoder-decoder worlds keep the cache at least the compute budget (see the worlds).
+    for name, low in (("cache_size", world.encoder_compute_budget if world.encoder_decoder
+                       else largest), ("encoder_compute_budget", largest),
+                      ("token_budget", world.longest_item
+                       if world.disable_chunked_mm_input or world.encoder_decoder else 1),
                       ("read_ahead", 0)):
         if getattr(world, name) > low:
             yield evolve(world, **{name: low}), actions
@@ -29,6 +31,11 @@ def simpler_worlds(world: SchedWorld, actions: list[tuple]):
     for name, verb in (("preempts", "preempt_request"), ("resets", "reset_encoder_cache")):
         if getattr(world, name):
             yield evolve(world, **{name: False}), [a for a in actions if a[0] != verb]
+    if world.ec_cached:            # no connector, then a connector holding fewer hashes
+        yield evolve(world, ec_cached=()), actions
+        for mm_hash in world.ec_cached if len(world.ec_cached) > 1 else ():
+            yield evolve(world, ec_cached=tuple(h for h in world.ec_cached
+                                                if h != mm_hash)), actions
     # A larger token budget is a smaller program: prefills take fewer passes.
     yield evolve(world, token_budget=2 * world.token_budget), actions
     for mm_hash in sorted({it.mm_hash for t in world.templates for it in t.items}):
@@ -50,14 +57,18 @@ def simpler_worlds(world: SchedWorld, actions: list[tuple]):
         yield evolve(world, templates=templates), \
             [(n, index[a[0]], a[1]) if n == "add_request" else (n, *a) for n, *a in actions]
     for k, t in enumerate(world.templates):
-        for simpler in _simpler_templates(t):
+        for simpler in _simpler_templates(t, world.encoder_decoder):
             yield evolve(world, templates=(*world.templates[:k], simpler,
                                            *world.templates[k + 1:])), actions
 
 
-def _simpler_templates(t: SchedRequest):
+def _simpler_templates(t: SchedRequest, encoder_decoder: bool = False):
     if t.max_tokens > 1:
         yield evolve(t, max_tokens=1)
+    if encoder_decoder:            # its one input stays at 0; the decoder prompt shrinks
+        if t.prompt_len > 1:
+            yield evolve(t, prompt_len=t.prompt_len - 1)
+        return
     end = t.items[-1].end if t.items else 1
     if t.prompt_len > max(1, end):
         yield evolve(t, prompt_len=max(1, end))

@@ -7,8 +7,15 @@ with the property's message and the reproducer's path.
 from __future__ import annotations
 
 from properties.run import check_machine
-from properties.scheduler_pass_machine import SchedulerPassMachine
+from properties.scheduler_pass_machine import (
+    EncoderDecoderSchedulerPassMachine,
+    SchedulerPassMachine,
+)
 
 
 def test_scheduler_pass_machine(target, reproducer_dir):
     check_machine(SchedulerPassMachine, target, reproducer_dir)
+
+
+def test_scheduler_pass_encoder_decoder(target, reproducer_dir):
+    check_machine(EncoderDecoderSchedulerPassMachine, target, reproducer_dir)

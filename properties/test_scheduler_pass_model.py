@@ -167,3 +167,58 @@ def test_reused_identifier_within_one_request(target):
     assert sched.update_from_output(out) == ("r1", "r0")
     assert sched.manager_slots() == (8, 8)
     assert sched.get_num_unfinished_requests() == 0
+
+
+def build_with_connector(target: str, **config):
+    """A target whose engine has an encoder-cache connector (vLLM 0.30.0 on: per-item
+    ``has_cache_item`` and the free notice)."""
+    sched = build(target, **config)
+    if not getattr(sched, "drives_ec_connector", True):
+        pytest.skip("this release's EC connector is not asked per item or told of frees")
+    return sched
+
+
+@pytest.mark.parametrize("target", WITH_VLLM)
+def test_ec_connector_load_spends_room_not_compute(target):
+    """Scenario (issue 9): the connector holds ``ext`` (another instance encoded it).
+    - r0's pass loads ``ext`` (1 embed): it is allocated but spends no compute, so ``img``
+      (2 embeds, the whole compute budget) is encoded in the same pass;
+    - the connector hears both allocations, then both frees once the prompt is computed;
+    - r1 repeats ``ext`` while it is still resident (freeable): a hit, neither loaded nor
+      allocated, so the connector hears nothing of it."""
+    sched = build_with_connector(target, cache_size=4, token_budget=8, encoder_compute_budget=2,
+                                 ec_cached_mm_hashes=("ext",))
+    sched.add_request(SchedRequest("r0", 4, 1, (PlacedItem("ext", 0, 1), PlacedItem("img", 1, 2))))
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 4}, {"r0": (1,)}, (),
+                                              loaded_encoder_inputs={"r0": (0,)})
+    assert step.gathered == (Gathered("r0", "ext", 0, 1), Gathered("r0", "img", 0, 2))
+    assert step.finished == ("r0",)
+    assert sched.ec_notifications() == [("alloc", "r0", 0), ("alloc", "r0", 1),
+                                        ("free", "r0", 0), ("free", "r0", 1)]
+    sched.add_request(SchedRequest("r1", 2, 1, (PlacedItem("ext", 0, 1),)))
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r1": 2}, {}, ())
+    assert sched.ec_notifications() == [("free", "r1", 0)]
+    assert sched.manager_slots() == (1, 4)
+
+
+@pytest.mark.parametrize("target", WITH_VLLM)
+def test_ec_connector_load_needs_cache_room(target):
+    """Scenario (issue 9): a load takes cache room as an encode does.
+    - pass 1: r0 encodes ``a`` (3 of the cache's 4 embeds); r1's ``ext`` (2 embeds, held by
+      the connector) does not fit beside it, so r1 gets no token although the load would
+      spend no compute; r0 computes its prompt and finishes, ``a`` turns freeable;
+    - pass 2: r1 loads ``ext``, evicting ``a`` for the room (the worker deletes it)."""
+    sched = build_with_connector(target, cache_size=4, token_budget=6, encoder_compute_budget=8,
+                                 ec_cached_mm_hashes=("ext",))
+    sched.add_request(SchedRequest("r0", 5, 1, (PlacedItem("a", 0, 3),)))
+    sched.add_request(SchedRequest("r1", 2, 1, (PlacedItem("ext", 0, 2),)))
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r0": 5}, {"r0": (0,)}, ())
+    assert step.finished == ("r0",)
+    step = sched.step()
+    assert step.output == SchedulerOutputView({"r1": 2}, {}, ("a",),
+                                              loaded_encoder_inputs={"r1": (0,)})
+    assert step.gathered == (Gathered("r1", "ext", 0, 2),)
+    assert sched.resident_mm_hashes() == {"ext"} == sched.worker_mm_hashes()

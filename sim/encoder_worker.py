@@ -47,6 +47,11 @@ class EncoderWorker:
         self.encoder_cache[item.mm_hash] = encoder_output(item, self.device).clone()
         self.encoded_count += 1
 
+    def load(self, item: MmItem) -> None:
+        """An encoder-cache connector's load: the output another instance encoded (the same
+        function of the hash), stored without running the encoder here."""
+        self.encoder_cache[item.mm_hash] = encoder_output(item, self.device).clone()
+
     def gather(self, item: MmItem, start: int = 0, end: int | None = None) -> torch.Tensor:
         out = self.encoder_cache.get(item.mm_hash)
         if out is None:

@@ -212,13 +212,19 @@ def _vllm_secondary_tier(target: Target, num_chunks: int, tier: str = "fs",
 
 
 def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget: int,
-                      read_ahead: int = 0, disable_chunked_mm_input: bool = False) -> dict:
-    return dict(cache_size=check_size("cache_size", cache_size),
-                token_budget=check_size("token_budget", token_budget),
-                encoder_compute_budget=check_size("encoder_compute_budget",
-                                                  encoder_compute_budget),
-                read_ahead=check_size("read_ahead", read_ahead, minimum=0),
-                disable_chunked_mm_input=bool(disable_chunked_mm_input))
+                      read_ahead: int = 0, disable_chunked_mm_input: bool = False,
+                      ec_cached_mm_hashes: Any = (), encoder_decoder: bool = False) -> dict:
+    config = dict(cache_size=check_size("cache_size", cache_size),
+                  token_budget=check_size("token_budget", token_budget),
+                  encoder_compute_budget=check_size("encoder_compute_budget",
+                                                    encoder_compute_budget),
+                  read_ahead=check_size("read_ahead", read_ahead, minimum=0),
+                  disable_chunked_mm_input=bool(disable_chunked_mm_input))
+    if ec_cached_mm_hashes:        # only then: a target without a connector is not asked
+        config["ec_cached_mm_hashes"] = frozenset(ec_cached_mm_hashes)
+    if encoder_decoder:
+        config["encoder_decoder"] = True
+    return config
 
 
 def _model_scheduler_pass(target: Target, **config: Any) -> Any:

@@ -31,6 +31,23 @@ finished with an error by the update. Bug switches: ``sched-mismatch-scheduled``
 are not compared: the request is scheduled on the other content's embeddings) and
 ``sched-mismatch-kept`` (refused but never finished: it is refused again every pass).
 
+An encoder-cache connector (``ec_cached_mm_hashes``: the hashes another instance encoded) is
+asked after the embeds test: an input it holds is loaded, not encoded (allocated, no compute
+spent), and named in the output's ``loaded_encoder_inputs``; the worker loads it. The
+connector hears of each allocation and of each input freed after its tokens are computed
+(``ec_notifications()``). Bug switches: ``sched-ec-charged`` (a loaded input is charged to the
+encoder compute budget as if encoded: later items are cut or blocked) and
+``sched-ec-free-silent`` (the update frees inputs without telling the connector).
+
+Encoder-decoder mode (``encoder_decoder``, Whisper) runs on ``NativeEncoderDecoderCache``: a
+request's inputs are all encoded whole in the pass that starts it (or it gets no token),
+its prefill is not chunked (a waiting request that does not fit stops the queue), later
+passes schedule decoder tokens only, the update frees its inputs once it has a computed
+token, and the worker's decoder reads each new output whole. Bug switches:
+``sched-encdec-reencode`` (every pass of a request with an input in its window encodes it
+again, as for a decoder-only model) and ``sched-encdec-held`` (the inputs stay reserved
+until the request finishes: requests behind it wait for the cache).
+
 Text-only requests (no item) take tokens only. Bug switch ``sched-text-charged``: the pass
 charges a text-only request's tokens to the encoder budget, so multimodal requests after it
 in the pass are cut or blocked (and it is itself capped by the budget left).
@@ -43,6 +60,7 @@ import torch
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
 from sim.native.encoder_cache import NativeEncoderCache
+from sim.native.encoder_decoder_cache import NativeEncoderDecoderCache
 
 __all__ = ["EncoderCacheMiss", "NativeSchedulerPass"]
 
@@ -77,14 +95,20 @@ class _Running:
 class NativeSchedulerPass:
     def __init__(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
                  read_ahead: int = 0, disable_chunked_mm_input: bool = False,
+                 ec_cached_mm_hashes: frozenset[str] = frozenset(),
+                 encoder_decoder: bool = False,
                  bugs: frozenset[str] = frozenset(), device: torch.device | None = None):
         self.cache_size = cache_size
         self.max_num_batched_tokens = token_budget
         self.max_num_encoder_input_tokens = encoder_compute_budget
         self.num_lookahead_tokens = read_ahead
         self.disable_chunked_mm_input = disable_chunked_mm_input
+        self.external = frozenset(ec_cached_mm_hashes)    # what the EC connector holds
+        self.notices: list[tuple[str, str, int]] = []     # what the EC connector heard
         self.bugs = bugs
-        self.encoder_cache_manager = NativeEncoderCache(cache_size, bugs=bugs)
+        self.encoder_decoder = encoder_decoder
+        self.encoder_cache_manager = (NativeEncoderDecoderCache if encoder_decoder
+                                      else NativeEncoderCache)(cache_size, bugs=bugs)
         self.worker = EncoderWorker(device)
         self.running: list[_Running] = []        # scheduled at least once, in that order
         self.waiting: list[_Running] = []        # never scheduled yet, in arrival order
@@ -128,6 +152,7 @@ class NativeSchedulerPass:
         encoder_budget = self.max_num_encoder_input_tokens
         num_scheduled: dict[str, int] = {}
         encoder_inputs: dict[str, tuple[int, ...]] = {}
+        loaded: dict[str, tuple[int, ...]] = {}
         lookahead: dict[str, int] = {}
         started: list[_Running] = []
         self._rejected = []
@@ -135,14 +160,18 @@ class NativeSchedulerPass:
             if token_budget <= 0:
                 break
             want = min(entry.remaining(), token_budget)
+            if self.encoder_decoder and entry in self.waiting and want < entry.remaining():
+                break                          # no chunked prefill: the queue waits here
             plan = self._plan_encoder(entry, want, encoder_budget)
-            new_tokens, reads, inputs, duplicates, budget_after = plan
+            new_tokens, reads, inputs, duplicates, budget_after, loads = plan
             if new_tokens <= 0:
                 continue                       # approvals lapse: nothing allocated
             if entry in self.waiting:
                 started.append(entry)
-            for input_id in inputs:
+            for input_id in (*inputs, *loads):
                 self.encoder_cache_manager.allocate(entry.req, input_id)
+                if self.external:              # an engine with a connector: it hears
+                    self.notices.append(("alloc", entry.req.request_id, input_id))
             for input_id in duplicates:        # the duplicate input holds the entry too
                 self.encoder_cache_manager.check_and_update_cache(entry.req, input_id)
             encoder_budget = budget_after
@@ -151,6 +180,8 @@ class NativeSchedulerPass:
             num_scheduled[rid] = new_tokens
             if inputs:
                 encoder_inputs[rid] = tuple(inputs)
+            if loads:
+                loaded[rid] = tuple(loads)
             if self.num_lookahead_tokens > 0:
                 lookahead[rid] = reads
         for entry in started:
@@ -160,7 +191,8 @@ class NativeSchedulerPass:
         return SchedulerOutputView(num_scheduled_tokens=num_scheduled,
                                    scheduled_encoder_inputs=encoder_inputs,
                                    free_encoder_mm_hashes=tuple(freed),
-                                   num_read_ahead_tokens=lookahead)
+                                   num_read_ahead_tokens=lookahead,
+                                   loaded_encoder_inputs=loaded)
 
     def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
         done = []
@@ -168,8 +200,13 @@ class NativeSchedulerPass:
             entry = self._find(rid)
             entry.computed += n
             for input_id in sorted(self.encoder_cache_manager.get_cached_input_ids(entry.req)):
-                if entry.req.items[input_id].end <= entry.computed:
+                # Encoder-decoder: the first step computed the cross-attention KV from them.
+                computed = entry.computed > 0 and "sched-encdec-held" not in self.bugs \
+                    if self.encoder_decoder else entry.req.items[input_id].end <= entry.computed
+                if computed:
                     self.encoder_cache_manager.free_encoder_input(entry.req, input_id)
+                    if self.external and "sched-ec-free-silent" not in self.bugs:
+                        self.notices.append(("free", rid, input_id))
             if entry.remaining() == 0:
                 entry.generated += 1           # one token sampled
             if entry.generated >= entry.req.max_tokens:
@@ -191,7 +228,20 @@ class NativeSchedulerPass:
             req = self._find(rid).req
             for input_id in input_ids:
                 self.worker.encode(req.items[input_id].mm_item())
+        for rid, input_ids in output.loaded_encoder_inputs.items():       # (2) by the connector
+            req = self._find(rid).req
+            for input_id in input_ids:
+                self.worker.load(req.items[input_id].mm_item())
         gathered, tensors = [], []
+        if self.encoder_decoder:               # (3) the decoder's cross-attention
+            for rid in output.num_scheduled_tokens:
+                req = self._find(rid).req
+                for input_id in output.scheduled_encoder_inputs.get(rid, ()):
+                    item = req.items[input_id].mm_item()
+                    tensors.append(self.worker.gather(item))
+                    gathered.append(Gathered(rid, item.mm_hash, 0, item.num_embeds))
+            self.last_gathered_tensors = tensors
+            return tuple(gathered)
         for rid, n in output.num_scheduled_tokens.items():                        # (3)
             entry = self._find(rid)
             start = entry.computed
@@ -224,13 +274,22 @@ class NativeSchedulerPass:
     # -- views ---------------------------------------------------------------------------
 
     def resident_mm_hashes(self) -> set[str]:
-        return self.encoder_cache_manager.resident_hashes()
+        manager = self.encoder_cache_manager
+        if self.encoder_decoder:               # encoded, not yet named freed to the worker
+            return set(manager._encoding) | set(manager._to_free)
+        return manager.resident_hashes()
 
     def get_num_unfinished_requests(self) -> int:
         return len(self.running) + len(self.waiting)
 
+    def ec_notifications(self) -> list[tuple[str, str, int]]:
+        heard, self.notices = sorted(self.notices), []
+        return heard
+
     def manager_slots(self) -> tuple[int, int]:
         manager = self.encoder_cache_manager
+        if self.encoder_decoder:               # reserved or free, nothing freeable
+            return manager.num_free_slots, manager.num_free_slots
         return manager.num_free_slots, manager.num_freeable_slots
 
     def freeable_order(self) -> list[str]:
@@ -251,23 +310,46 @@ class NativeSchedulerPass:
                 return entry
         raise KeyError(f"no running request {request_id!r}")
 
+    def _plan_whole(self, entry: _Running, new_tokens: int,
+                    budget: int) -> tuple[int, int, list[int], list[int], int, list[int]]:
+        """Encoder-decoder: every input when the request starts (all or no token), none
+        after; with ``sched-encdec-reencode`` also after, for inputs in the window."""
+        req, manager = entry.req, self.encoder_cache_manager
+        reencode = "sched-encdec-reencode" in self.bugs
+        if entry.computed > 0 and not reencode:
+            return new_tokens, 0, [], [], budget, []
+        inputs, pending = [], 0
+        for input_id, item in enumerate(req.items):
+            if entry.computed > 0 and item.end <= entry.computed:
+                continue                       # (the bug's window test, a decoder model's)
+            if not manager.can_allocate(req, input_id, encoder_compute_budget=budget,
+                                        num_embeds_to_schedule=pending):
+                return 0, 0, [], [], budget, []
+            inputs.append(input_id)
+            pending += item.num_embeds
+            budget -= item.num_embeds
+        return new_tokens, 0, inputs, [], budget, []
+
     def _plan_encoder(self, entry: _Running, new_tokens: int,
-                      budget: int) -> tuple[int, int, list[int], list[int], int]:
+                      budget: int) -> tuple[int, int, list[int], list[int], int, list[int]]:
         """(new tokens, read-ahead tokens, encoder inputs to run, duplicate inputs, encoder
-        budget after)."""
+        budget after, inputs the EC connector loads)."""
         req, start = entry.req, entry.computed
         reads = self.num_lookahead_tokens
         inputs: list[int] = []
         duplicates: list[int] = []
+        loads: list[int] = []
         seen: dict[str, int] = {}             # hash -> embeds, encoded earlier in this walk
         pending = 0
         manager = self.encoder_cache_manager
         window_end = start + new_tokens + reads    # the embeds test's window (fixed per pass)
+        if self.encoder_decoder and req.items:
+            return self._plan_whole(entry, new_tokens, budget)
         if not req.items and "sched-text-charged" in self.bugs:
             # BUG: a text-only request's tokens are charged to the encoder budget as if each
             # were an embed (and it gets no more tokens than the budget has left).
             new_tokens = min(new_tokens, budget)
-            return new_tokens, reads, inputs, duplicates, budget - new_tokens
+            return new_tokens, reads, inputs, duplicates, budget - new_tokens, loads
         for input_id, item in enumerate(req.items):
             scheduled_end = start + new_tokens
             if item.offset >= min(scheduled_end + reads, req.prompt_len):
@@ -277,7 +359,7 @@ class NativeSchedulerPass:
             tail_only = item.offset >= scheduled_end
             if (not tail_only and self.disable_chunked_mm_input
                     and item.offset >= start and item.end > scheduled_end):
-                return item.offset - start, 0, inputs, duplicates, budget
+                return item.offset - start, 0, inputs, duplicates, budget, loads
             known = seen.get(item.mm_hash,
                              manager.get_cached_num_encoder_embeds(req, input_id))
             if known is not None and known != item.num_embeds \
@@ -285,7 +367,7 @@ class NativeSchedulerPass:
                 # The identifier was reused for other content: refuse the request (it is
                 # finished with an error after the step), allocating nothing.
                 self._rejected.append(req.request_id)
-                return 0, 0, [], [], self.max_num_encoder_input_tokens
+                return 0, 0, [], [], self.max_num_encoder_input_tokens, []
             if item.mm_hash in seen:
                 duplicates.append(input_id)
                 continue
@@ -303,9 +385,16 @@ class NativeSchedulerPass:
             lo, hi = entry.embed_rows(input_id, start, window_end)
             if lo == hi and "sched-encode-embedless" not in self.bugs:
                 continue                       # no embed in the window: encode it later
+            if item.mm_hash in self.external:  # another instance encoded it: load it
+                loads.append(input_id)
+                seen[item.mm_hash] = item.num_embeds
+                pending += item.num_embeds
+                if "sched-ec-charged" in self.bugs:
+                    budget -= item.num_embeds      # BUG: a load spends encoder compute
+                continue
             inputs.append(input_id)
             seen[item.mm_hash] = item.num_embeds
             cost = item.length if "sched-budget-in-tokens" in self.bugs else item.num_embeds
             pending += cost
             budget -= cost
-        return new_tokens, reads, inputs, duplicates, budget
+        return new_tokens, reads, inputs, duplicates, budget, loads

@@ -136,6 +136,24 @@ def refuses_reused_identifier(scheduler: Any) -> bool:
     return hasattr(scheduler, "_reject_on_encoder_cache_embed_mismatch")
 
 
+def ec_connector_per_item() -> bool:
+    """Whether the release's encoder-cache connector is asked per item and told of frees.
+
+    # vLLM >=0.30.0: ``has_cache_item(identifier)`` and ``update_state_after_free``.
+    # vLLM 0.18.0-0.26.x: ``has_cache_item`` but no free notice (read in 0.18.0, 0.22.0,
+    #   0.24.0, 0.26.0). 0.14.0: ``has_caches(request)``, one answer list per request.
+    # 0.10.2: no EC connector. Only the first is the spec's connector; the others are
+    #   reported absent.
+    """
+    try:
+        base_module = release.import_module("vllm.distributed.ec_transfer.ec_connector.base")
+    except Exception:  # noqa: BLE001 - the release has no EC connector package
+        return False
+    base = getattr(base_module, "ECConnectorBase", None)
+    return base is not None and hasattr(base, "has_cache_item") \
+        and hasattr(base, "update_state_after_free")
+
+
 def preempt(scheduler: Any, request: Any) -> None:
     """Preempt a running request between passes, as ``schedule()`` does to the last running
     request when it runs out of KV blocks, and ``reset_prefix_cache`` to every running one

@@ -18,6 +18,22 @@ An item's ``is_embed`` mask goes to ``PlaceholderRange.is_embed`` as a torch boo
 worker maps scheduled positions to rows of the encoder output through the range's own
 ``get_embeds_indices_in_range``, as vLLM's GPU model runner does.
 
+An encoder-cache connector (``ec_cached_mm_hashes``) is the recording connector of
+``sim/vllm/ec_connector.py``, named in ``ec_transfer_config`` while this target's ``Scheduler``
+is built, so the Scheduler creates it through ``ECConnectorFactory`` as it would any
+connector; the test then tells it which hashes it holds. Its metadata names the inputs the
+worker loads (the native worker stores the same output the encoder would have made).
+
+An encoder-decoder world (``encoder_decoder``) builds the Scheduler from a tiny local Whisper
+``config.json`` (``ModelConfig.is_encoder_decoder`` is then true: the Scheduler takes its
+encoder-decoder path and ``EncoderDecoderCacheManager``). Whisper is multimodal, so
+``MultiModalBudget`` asks the registry for a processor, which needs a tokenizer; a stub
+registry answers instead (``specs/vllm-drive.md`` section 4's way around it, for audio),
+and the budgets and the manager are then set as for the text model. Requests carry one audio
+feature at offset 0; the worker's decoder reads each encoded output whole in the step that
+encodes it (cross-attention). A release whose Scheduler cannot be built that way reports the
+world absent (``drives_encoder_decoder``).
+
 ``preempt_request`` does what ``schedule()`` does to the last running request when it runs
 out of KV blocks (pop it from ``running``, then ``_preempt_request``); the harness gives this
 scheduler a KV pool too large for that to happen on its own, so the rule calls the same two
@@ -50,13 +66,38 @@ TINY_OPT = {
 }
 
 
+TINY_WHISPER = {
+    "architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper",
+    "d_model": 16, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2, "encoder_ffn_dim": 32, "decoder_ffn_dim": 32,
+    "vocab_size": 128, "num_mel_bins": 8, "max_source_positions": 16,
+    "max_target_positions": MAX_MODEL_LEN, "is_encoder_decoder": True,
+    "torch_dtype": "float16", "bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1,
+    "decoder_start_token_id": 3,
+}
+
+
+class _StubAudioRegistry:
+    """What ``MultiModalBudget`` reads of a multimodal registry, for one audio per prompt;
+    one token per item, so its checks against the token budget pass for any world (the
+    adapter sets the real budgets on the built Scheduler)."""
+
+    def create_processor(self, model_config: Any, *args: Any, **kwargs: Any) -> Any:
+        info = SimpleNamespace(
+            supported_mm_limits={"audio": 1}, allowed_mm_limits={"audio": 1},
+            ctx=SimpleNamespace(model_config=model_config),
+            get_mm_max_tokens_per_item=lambda seq_len, mm_counts: {"audio": 1})
+        return SimpleNamespace(info=info)
+
+
 @functools.cache
-def _vllm_config() -> Any:
-    """One ``VllmConfig`` per process (the model inspection is the slow part)."""
+def _vllm_config(encoder_decoder: bool = False) -> Any:
+    """One ``VllmConfig`` per process and model (the model inspection is the slow part)."""
     config_mod = release.import_module("vllm.config")
-    model_dir = tempfile.mkdtemp(prefix="lch-tiny-opt-")
+    model_dir = tempfile.mkdtemp(prefix="lch-tiny-whisper-" if encoder_decoder
+                                 else "lch-tiny-opt-")
     with open(os.path.join(model_dir, "config.json"), "w") as handle:
-        json.dump(TINY_OPT, handle)
+        json.dump(TINY_WHISPER if encoder_decoder else TINY_OPT, handle)
     model_config = config_mod.ModelConfig(model=model_dir, dtype="float16", seed=42,
                                           skip_tokenizer_init=True,
                                           max_model_len=MAX_MODEL_LEN)
@@ -68,6 +109,27 @@ def _vllm_config() -> Any:
     cache_config.num_gpu_blocks = 1000
     return config_mod.VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
                                  cache_config=cache_config)
+
+
+def warm() -> None:
+    """Build both configs (the first ModelConfig per architecture inspects it, ~24 s): what a
+    forked mutation worker should find done. A release without the Whisper path is left to
+    report it absent."""
+    _vllm_config(False)
+    try:
+        _vllm_config(True)
+    except Exception:  # noqa: BLE001, S110 - the target says why when it is built
+        pass
+
+
+def _ec_transfer_config() -> Any:
+    """Names the recording connector (``sim/vllm/ec_connector.py``) for the factory; a
+    consumer: this instance loads what others encoded."""
+    from sim.vllm import ec_connector
+    config_mod = release.import_module("vllm.config")
+    return config_mod.ECTransferConfig(ec_connector=ec_connector.CLASS_NAME,
+                                       ec_connector_module_path=ec_connector.__name__,
+                                       ec_role="ec_consumer")
 
 
 def _kv_cache_config() -> Any:
@@ -82,16 +144,34 @@ class VllmSchedulerPass:
     """The scheduler-pass port over a real ``Scheduler`` and the native ``EncoderWorker``."""
 
     def __init__(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
-                 read_ahead: int = 0, disable_chunked_mm_input: bool = False):
+                 read_ahead: int = 0, disable_chunked_mm_input: bool = False,
+                 ec_cached_mm_hashes: frozenset[str] = frozenset(),
+                 encoder_decoder: bool = False):
         if read_ahead:
             raise HarnessError("the vllm scheduler_pass target runs no drafter: read_ahead "
                                f"must be 0, got {read_ahead}")
-        vllm_config = _vllm_config()
+        self.encoder_decoder = self.drives_encoder_decoder = encoder_decoder
+        if encoder_decoder:
+            try:
+                self._build(cache_size, token_budget, encoder_compute_budget, False,
+                            frozenset(), True)
+                return
+            except Exception as why:  # noqa: BLE001 - any release that cannot build it
+                self.drives_encoder_decoder, self.encoder_decoder = False, False
+                self.why_no_encoder_decoder = f"{type(why).__name__}: {why}"
+        self._build(cache_size, token_budget, encoder_compute_budget,
+                    disable_chunked_mm_input, ec_cached_mm_hashes, False)
+
+    def _build(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
+               disable_chunked_mm_input: bool, ec_cached_mm_hashes: frozenset[str],
+               encoder_decoder: bool) -> None:
+        vllm_config = _vllm_config(encoder_decoder)
         sc = vllm_config.scheduler_config
         sc.max_num_batched_tokens = token_budget
         sc.encoder_cache_size = cache_size
         sc.max_num_encoder_input_tokens = encoder_compute_budget
-        sc.disable_chunked_mm_input = disable_chunked_mm_input
+        if not encoder_decoder:       # the encoder-decoder config keeps its own (on)
+            sc.disable_chunked_mm_input = disable_chunked_mm_input
         sched_mod = release.import_module("vllm.v1.core.sched.scheduler")
         structured = release.import_module("vllm.v1.structured_output")
         self._mods = SimpleNamespace(
@@ -99,10 +179,21 @@ class VllmSchedulerPass:
             inputs=release.import_module("vllm.multimodal.inputs"),
             sampling=release.import_module("vllm.sampling_params"),
             outputs=release.import_module("vllm.v1.outputs"))
-        self.scheduler = sched_mod.Scheduler(
-            vllm_config=vllm_config, kv_cache_config=_kv_cache_config(), log_stats=False,
-            structured_output_manager=structured.StructuredOutputManager(vllm_config),
-            **compat.scheduler_kwargs(sched_mod.Scheduler, 16))
+        self.drives_ec_connector = bool(ec_cached_mm_hashes) and compat.ec_connector_per_item()
+        # The config is shared by every target of the process: the connector is named only
+        # while this Scheduler is built (it reads ec_transfer_config in __init__ alone).
+        if self.drives_ec_connector:
+            vllm_config.ec_transfer_config = _ec_transfer_config()
+        try:
+            self.scheduler = sched_mod.Scheduler(
+                vllm_config=vllm_config, kv_cache_config=_kv_cache_config(), log_stats=False,
+                structured_output_manager=structured.StructuredOutputManager(vllm_config),
+                **compat.scheduler_kwargs(sched_mod.Scheduler, 16),
+                **({"mm_registry": _StubAudioRegistry()} if encoder_decoder else {}))
+        finally:
+            vllm_config.ec_transfer_config = None
+        if self.drives_ec_connector:
+            self.scheduler.ec_connector.external = frozenset(ec_cached_mm_hashes)
         # The tiny OPT is a text model, so the Scheduler built no multimodal budget: give it
         # the encoder budget and a real EncoderCacheManager of the sizes MultiModalBudget
         # would compute (compute_mm_encoder_budget: max(configured, largest item); the
@@ -110,7 +201,8 @@ class VllmSchedulerPass:
         ecm = release.import_module("vllm.v1.core.encoder_cache_manager")
         self.scheduler.max_num_encoder_input_tokens = encoder_compute_budget
         self.scheduler.encoder_cache_manager = compat.make_manager(
-            ecm.EncoderCacheManager, cache_size, vllm_config)
+            compat.encoder_decoder_manager_cls(ecm) if encoder_decoder
+            else ecm.EncoderCacheManager, cache_size, vllm_config)
         self.release = release.release()
         self.worker = EncoderWorker()
         self._requests: dict[str, SchedRequest] = {}
@@ -153,11 +245,13 @@ class VllmSchedulerPass:
         self._last = self.scheduler.schedule()
         self._computed_before = before
         out = self._last
+        meta = getattr(out, "ec_connector_metadata", None)
         return SchedulerOutputView(
             num_scheduled_tokens=dict(out.num_scheduled_tokens),
             scheduled_encoder_inputs={r: tuple(ids)
                                       for r, ids in out.scheduled_encoder_inputs.items()},
-            free_encoder_mm_hashes=tuple(out.free_encoder_mm_hashes))
+            free_encoder_mm_hashes=tuple(out.free_encoder_mm_hashes),
+            loaded_encoder_inputs=dict(meta.loads) if meta is not None else {})
 
     def execute_model(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
         """The native worker runs the output (delete, encode, gather), as on a GPU."""
@@ -165,7 +259,18 @@ class VllmSchedulerPass:
         for rid, input_ids in output.scheduled_encoder_inputs.items():
             for input_id in input_ids:
                 self.worker.encode(self._requests[rid].items[input_id].mm_item())
+        for rid, input_ids in output.loaded_encoder_inputs.items():   # the connector's loads
+            for input_id in input_ids:
+                self.worker.load(self._requests[rid].items[input_id].mm_item())
         gathered, tensors = [], []
+        if self.encoder_decoder:      # the decoder's cross-attention reads them whole
+            for rid in output.num_scheduled_tokens:
+                for input_id in output.scheduled_encoder_inputs.get(rid, ()):
+                    item = self._requests[rid].items[input_id].mm_item()
+                    tensors.append(self.worker.gather(item))
+                    gathered.append(Gathered(rid, item.mm_hash, 0, item.num_embeds))
+            self.last_gathered_tensors = tensors
+            return tuple(gathered)
         for rid, n in output.num_scheduled_tokens.items():
             start = self._computed_before[rid]
             stop = start + n
@@ -208,10 +313,15 @@ class VllmSchedulerPass:
         return StepView(output, gathered, self.update_from_output(output))
 
     def resident_mm_hashes(self) -> set[str]:
-        return set(self.scheduler.encoder_cache_manager.cached)
+        manager = self.scheduler.encoder_cache_manager
+        if self.encoder_decoder:      # allocated this pass, or the last (not yet reported)
+            return set(manager.allocated) | set(manager.to_free)
+        return set(manager.cached)
 
     def manager_slots(self) -> tuple[int, int]:
         manager = self.scheduler.encoder_cache_manager
+        if self.encoder_decoder:      # no freeable count: reserved or free
+            return manager.num_free_slots, manager.num_free_slots
         return manager.num_free_slots, manager.num_freeable_slots
 
     def freeable_order(self) -> list[str]:
@@ -224,13 +334,22 @@ class VllmSchedulerPass:
     def get_num_unfinished_requests(self) -> int:
         return self.scheduler.get_num_unfinished_requests()
 
+    def ec_notifications(self) -> list[tuple[str, str, int]]:
+        """What the recording connector heard since the last call, sorted."""
+        connector = self.scheduler.ec_connector
+        if not self.drives_ec_connector:
+            return []
+        heard, connector.notices = sorted(connector.notices), []
+        return heard
+
     # -- translation ---------------------------------------------------------------------
 
     def _vllm_request(self, request: SchedRequest) -> Any:
         import torch
         inputs = self._mods.inputs
         features = [inputs.MultiModalFeatureSpec(
-            data=None, modality="image", identifier=item.mm_hash,
+            data=None, modality="audio" if self.encoder_decoder else "image",
+            identifier=item.mm_hash,
             mm_position=inputs.PlaceholderRange(
                 offset=item.offset, length=item.length,
                 is_embed=None if item.is_embed is None
