@@ -621,8 +621,14 @@ TieredLookupNoChunksMachine = policy_machine("lru", max_chunks=0, name="NoChunks
 class TieredLookupLongPromptMachine(TieredLookupLRUMachine):
     """LRU over a prompt of 64 or more blocks (``long_prompt_worlds``): the connector stores
     and looks up runs of a request's blocks, so the rules draw a chain's prefixes and
-    suffixes (every slice of a 70-block chain would make each step quadratic)."""
+    suffixes (every slice of a 70-block chain would make each step quadratic). Its rules are
+    the ones that move blocks and recency (stores, completions, loads, touches, finishes,
+    resets): lookups, scans and step ends, which the short worlds already cover, would leave
+    a 40-step program too few stores to fill 64 chunks."""
     MIN_STATEFUL_STEPS = 40
+    # Not rules here (a name bound to something other than a rule hides the inherited one).
+    lookup = connector_lookup = on_schedule_end = complete_job = complete_job_failed = None
+    promotion_failed = on_reset_flushed = ghost_store = None
 
     @initialize(world=long_prompt_worlds())
     def setup(self, world: TieredWorld):
@@ -632,6 +638,9 @@ class TieredLookupLongPromptMachine(TieredLookupLRUMachine):
         return sorted({s for _, s in self._own_slices()})
 
     def _own_slices(self) -> list[tuple[int, tuple[int, ...]]]:
+        # Runs cut every 8 blocks (a step's worth of a chunked prefill) and the whole chain:
+        # a store or touch of 64 blocks at once comes often enough for the heap's rebuild.
         return [(r, run) for r, chain in enumerate(self.world.requests)
-                for run in dict.fromkeys([chain[:j] for j in range(1, len(chain) + 1)]
-                                         + [chain[i:] for i in range(len(chain))])]
+                for run in dict.fromkeys([chain] + [chain[:j] for j in range(8, len(chain), 8)]
+                                         + [chain[i:] for i in range(0, len(chain), 8)]
+                                         + [chain[-1:]])]
