@@ -26,6 +26,7 @@ from types import SimpleNamespace
 import pytest
 
 from models.tiering_manager import Tier
+from properties.run import unavailable
 from sim.errors import TargetUnavailable
 
 ROUND_S = 0.25          # the test's clock advances this much at each pause between rounds
@@ -39,7 +40,7 @@ def _module(target: str):
         from sim.vllm import release
         module = release.import_module("vllm.v1.kv_offload.tiering.manager")
     except TargetUnavailable as why:
-        pytest.fail(f"target {target} is required here but unavailable: {why}")
+        unavailable(target, why)
     if not hasattr(module.TieringOffloadingManager, "poll_tiers"):
         pytest.skip("this release's tiering manager has no tier-poll thread (from 0.33.0)")
     return module

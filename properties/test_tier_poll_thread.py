@@ -12,12 +12,12 @@ model have no thread: on those targets the test skips.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 import pytest
 
+from properties.run import unavailable
 from sim.errors import CapabilityMissing, TargetUnavailable
 
 NOTICE_S = 5.0          # the thread polls every 1 ms; 5 s absorbs a loaded machine
@@ -32,10 +32,10 @@ def _tiered(target: str, polled: bool):
         from sim.vllm import release
         from sim.vllm.tiered_lookup import VllmTieredLookup
         mgr = VllmTieredLookup(2, "memory", polled=polled)
-    except (TargetUnavailable, CapabilityMissing) as why:
-        if os.environ.get("LCH_REQUIRE_TARGETS") and not isinstance(why, CapabilityMissing):
-            pytest.fail(f"target {target} is required here but unavailable: {why}")
+    except CapabilityMissing as why:
         pytest.skip(str(why))
+    except TargetUnavailable as why:
+        unavailable(target, why)
     if not hasattr(mgr.manager, "poll_tiers"):
         pytest.skip(f"vLLM {release.release()}'s tiering manager has no tier-poll thread "
                     "(from 0.33.0)")

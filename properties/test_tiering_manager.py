@@ -4,13 +4,12 @@ tiers, peers served through a ``ParentManager``, the tiering metrics); other tar
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from hypothesis import Phase, settings
 
 from models.tiered_lookup_values import LookupResult
 from models.tiering_manager import JobOutcome, Tier
+from properties.run import unavailable
 from properties.tiering_manager_machine import TieringManagerMachine
 from sim.errors import TargetUnavailable
 
@@ -25,9 +24,7 @@ def _world_maker(target: str):
         from sim.vllm.tiering_world import VllmTieringWorld
         manager = release.import_module("vllm.v1.kv_offload.tiering.manager")
     except TargetUnavailable as why:
-        if os.environ.get("LCH_REQUIRE_TARGETS"):
-            pytest.fail(f"target {target} is required here but unavailable: {why}")
-        pytest.skip(str(why))
+        unavailable(target, why)
     if not hasattr(manager.TieringOffloadingManager, "poll_tiers"):
         pytest.skip(f"vLLM {release.release()}: the machine drives 0.33.0's tiering API "
                     "(peers served off-step, request-level tiers, the tiering metrics)")
