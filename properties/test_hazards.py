@@ -161,8 +161,13 @@ def test_every_hazard_is_reached_often(subsystem):
 # under an adapted target 2.2, 9.4, 3.0. Pinned at about half the lowest.
 POLICY_MIN_RATE_PER_100 = {
     "TieredLookupLRUMachine": {"policy: a request's positioned block evicted": 2.5},
-    "TieredLookupARCMachine": {"policy: ghost offered": 3.5,
-                               "policy: eviction under an adapted target": 1},
+    # Issue 9's third round (thresholds of 3, peers without positions, finishes twice and
+    # across resets in the worlds) moved ARC's: seeds 0-2 x 50 measured ghost offered 9.5
+    # and adapted eviction 1.1 in the dev virtualenv (7.0 and 2.2 before), 2.8 and 0.6 in
+    # nox's (Hypothesis's constant pool differs with the environment's modules); pinned
+    # under the lower. ARC's ghost lists and target are now also checked after every step.
+    "TieredLookupARCMachine": {"policy: ghost offered": 1.4,
+                               "policy: eviction under an adapted target": 0.3},
 }
 
 
