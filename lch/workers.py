@@ -65,7 +65,11 @@ def run_workers(argv_common: list[str], subsystems: list[str], workers: int, see
         print(f"worker {w.index}: seed {w.seed}, {', '.join(w.subsystems)}", flush=True)
     began = time.monotonic()
     # SIGTERM (a CI timeout) stops the workers as Ctrl-C does: they write partial reports.
+    # Ctrl-C gets the same handler, not Python's default: a process started with SIGINT
+    # ignored (a background job, a test runner's worker) would otherwise never stop on it,
+    # where a one-worker hunt (``interrupts_as_keyboard_interrupt``) does.
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous_int = signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         _watch(crew, out, began + budget_s + GRACE_S)
     except KeyboardInterrupt:
@@ -82,6 +86,7 @@ def run_workers(argv_common: list[str], subsystems: list[str], workers: int, see
                 w.process.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     return merge(crew, seed, budget_s, time.monotonic() - began, planned)
 
 
