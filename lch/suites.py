@@ -45,6 +45,8 @@ ENCODER_REPRODUCERS = tuple(f"fixtures/reproducers/test_encoder_cache_vllm_{name
 
 POLICY_SUITES = tuple(f"properties/test_tiered_lookup_policies.py::test_tiered_lookup_{p}"
                       for p in ("lru", "arc"))
+# ARC's longer rules (B2's recency, a T2 chunk whose store fails) under churn.
+ARC_CHURN_SUITE = "properties/test_tiered_lookup_policies.py::test_tiered_lookup_arc_churn"
 # LRU's heap rebuild and compaction, past 64 chunks (a prompt of 64 or more blocks).
 LONG_PROMPT_SUITE = "properties/test_tiered_lookup_policies.py::test_tiered_lookup_long_prompt"
 TIERING_REPRODUCERS = tuple(f"fixtures/reproducers/test_tiered_lookup_{name}.py" for name in (
@@ -80,7 +82,7 @@ CLASSES: dict[str, Subject] = {
                  "properties/test_tiered_lookup.py"),
         upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
     "vllm.v1.kv_offload.cpu.policies.arc:ARCCachePolicy": Subject(
-        harness=(POLICY_SUITES[1],),
+        harness=(POLICY_SUITES[1], ARC_CHURN_SUITE),
         upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
     "vllm.v1.kv_offload.tiering.manager:TieringOffloadingManager": Subject(
         harness=("properties/test_tier_poll_thread.py", "properties/test_tier_poll_loop.py",

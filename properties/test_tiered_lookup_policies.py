@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from properties.run import check_machine
 from properties.tiered_lookup_machine import (
+    TieredLookupARCChurnMachine,
     TieredLookupARCMachine,
     TieredLookupLongPromptMachine,
     TieredLookupLRUMachine,
@@ -24,6 +25,10 @@ def test_tiered_lookup_lru(target, reproducer_dir):
 
 def test_tiered_lookup_arc(target, reproducer_dir):
     check_machine(TieredLookupARCMachine, target, reproducer_dir)
+
+
+def test_tiered_lookup_arc_churn(target, reproducer_dir):
+    check_machine(TieredLookupARCChurnMachine, target, reproducer_dir)
 
 
 def test_tiered_lookup_no_chunks(target, reproducer_dir):
