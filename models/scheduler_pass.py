@@ -81,6 +81,21 @@ it; vLLM 0.33.0 lets the drafter fall back to token embeddings for an input it c
 encode (``_try_schedule_encoder_inputs``), which this output states explicitly. So a correct
 scheduler never makes the worker miss.
 
+Async scheduling (``async_scheduling``, vLLM's ``AsyncScheduler``): the engine schedules
+step N+1 before it applies step N's output (its batch queue holds two steps), so a pass
+starts each running request where its steps in flight end, and counts the tokens they will
+sample as known: a request whose pending sample is its last (``max_tokens``) is not
+scheduled again. ``step()`` is then one turn of that engine: schedule (and run) a step, then
+apply the oldest step in flight once two are; with no request open it applies the oldest
+one only. The update of a step frees each input whose positions are all scheduled, as
+without async, except one: an input ending at the prompt's end stays held until an update
+that begins with a sampled token of the request known. The update runs before it resolves
+its own step's sample, and vLLM 0.33.0 treats the newest positions as unsettled while a
+sample is pending (``_free_encoder_inputs`` subtracts ``num_output_placeholders``, for a
+rejected draft could roll back into them); an item in the prompt is affected only while no
+output token is known. A preempted request must have no step in flight (the stale outputs
+of vLLM's mid-flight preemption are not modelled).
+
 How the model computes it: candidate ranges are tried longest first (the wanted end and the
 item offsets below it: between two offsets the items, hence the outcome, do not change); a
 range's items are placed on a scratch copy of the cache model in prompt order (held when
@@ -102,18 +117,38 @@ from models.encoder_decoder_cache import EncoderDecoderCacheModel
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 
 
+@frozen
+class Flight:
+    """A request's share of a step that was scheduled and not yet updated."""
+
+    start: int                     # its first scheduled position
+    tokens: int
+    samples: bool                  # it reaches the last token known or to come: one is sampled
+
+
 @define
 class RequestState:
     request: SchedRequest
-    num_computed_tokens: int = 0
-    num_output_tokens: int = 0
+    num_computed_tokens: int = 0        # by steps already updated
+    num_output_tokens: int = 0          # sampled, and known to the scheduler
     started_at: int | None = None       # its rank among starts (None: waiting)
     queued_at: int = 0                  # its rank in the waiting queue (lower: nearer the head)
+    in_flight: list[Flight] = field(factory=list)   # oldest first
 
     @property
     def num_tokens(self) -> int:
         """Tokens known so far: the prompt and the sampled tokens."""
         return self.request.prompt_len + self.num_output_tokens
+
+    @property
+    def scheduled_upto(self) -> int:
+        """Where its next step starts: computed, or scheduled in a step still in flight."""
+        return self.num_computed_tokens + sum(f.tokens for f in self.in_flight)
+
+    @property
+    def num_tokens_to_come(self) -> int:
+        """Known tokens and those the steps in flight will sample."""
+        return self.num_tokens + sum(f.samples for f in self.in_flight)
 
 
 @define
@@ -129,6 +164,7 @@ class PassNotes:
     probed: bool = False           # an item with no embed in its window was judged, not encoded
     rejected: tuple[str, ...] = ()  # refused: an identifier resident with another embed count
     loaded: bool = False           # an input loaded through the EC connector, not encoded
+    held_for_sample: bool = False  # async: an update kept an input ending at the prompt's end
 
 
 @frozen(eq=False)
@@ -167,6 +203,7 @@ class SchedulerPassModel:
     disable_chunked_mm_input: bool = False
     ec_cached_mm_hashes: frozenset[str] = field(default=frozenset(), converter=frozenset)
     encoder_decoder: bool = False
+    async_scheduling: bool = False
     cache: EncoderCacheModel | EncoderDecoderCacheModel = field(init=False)
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     notes: PassNotes = field(factory=PassNotes)
@@ -174,11 +211,15 @@ class SchedulerPassModel:
     starts: int = 0                # requests started (or restarted after a preemption) so far
     arrivals: int = 0
     preemptions: int = 0
-    rejected: list[str] = field(factory=list)   # refused this pass, finished by the update
+    rejected: list[str] = field(factory=list)   # refused since the last update, finished by it
     released_together: set[str] = field(factory=set)   # turned freeable in one unordered go
     heard: list[tuple[str, str, int]] = field(factory=list)   # the EC connector's notices
+    pending: list[SchedulerOutputView] = field(factory=list)  # outputs not yet applied
 
     def __attrs_post_init__(self) -> None:
+        if self.async_scheduling and self.encoder_decoder:
+            raise ValueError("async_scheduling is modelled for decoder-only worlds: "
+                             "pass encoder_decoder=False")
         self.cache = (EncoderDecoderCacheModel if self.encoder_decoder
                       else EncoderCacheModel)(self.cache_size)
 
@@ -203,6 +244,9 @@ class SchedulerPassModel:
         state = self.requests[request_id]
         if state.started_at is None:
             raise ValueError(f"request {request_id!r} is waiting: only a running one is preempted")
+        if state.in_flight:
+            raise ValueError(f"request {request_id!r} has a step in flight: apply its output "
+                             "first (a mid-flight preemption's stale outputs are not modelled)")
         self.cache.free(state.request)
         self.preemptions += 1
         state.num_computed_tokens, state.started_at = 0, None
@@ -264,47 +308,58 @@ class SchedulerPassModel:
     def schedule(self) -> SchedulerOutputView:
         self.passes += 1
         grants: list[Grant] = []
-        self.rejected = []
+        refused_now = []
         for state in self._in_order():
             spent = [g for g in grants if g.tokens]
             tokens_left = self.token_budget - sum(g.tokens for g in spent)
             if tokens_left == 0:
                 break
+            if state.num_output_tokens + sum(f.samples for f in state.in_flight) \
+                    >= state.request.max_tokens:
+                continue       # its last token is being sampled: nothing more to schedule
             compute_left = self.encoder_compute_budget - sum(g.placement.compute for g in spent)
-            wanted = min(state.num_tokens - state.num_computed_tokens, tokens_left)
-            if self.encoder_decoder and state.started_at is None \
-                    and wanted < state.num_tokens - state.num_computed_tokens:
+            left = state.num_tokens_to_come - state.scheduled_upto
+            wanted = min(left, tokens_left)
+            if self.encoder_decoder and state.started_at is None and wanted < left:
                 break          # its prefill is not chunked: the waiting queue stops here
             refused = None if self.encoder_decoder else self._refusal(state, wanted, compute_left)
             if refused is not None:
                 self.cache = refused
-                self.rejected.append(state.request.request_id)
+                refused_now.append(state.request.request_id)
                 continue
             grant = (self._grant_whole if self.encoder_decoder else self._grant)(
                 state, wanted, compute_left)
             grants.append(grant)
             if grant.tokens:                 # a skipped request's trials are dropped
                 self.cache = grant.placement.cache
+                state.in_flight.append(Flight(grant.computed, grant.tokens,
+                                              grant.tokens == left))
                 if state.started_at is None:
                     self.starts += 1
                     state.started_at = self.starts
+        # Refused since the last update (a request refused again counts once): the next
+        # update finishes them, whichever step it applies.
+        self.rejected += [rid for rid in refused_now if rid not in self.rejected]
         granted = [g for g in grants if g.tokens]
         if self.ec_cached_mm_hashes:           # an engine with a connector: it hears
             self.heard += [("alloc", g.request.request_id, i) for g in granted
                            for i in (*g.placement.encoded, *g.placement.loaded)]
         self._check_pass(granted)
         self.notes = self._notes(grants)
-        self.notes.rejected = tuple(self.rejected)
-        self.notes.blocked |= bool(self.rejected)
-        return SchedulerOutputView(
+        self.notes.rejected = tuple(refused_now)
+        self.notes.blocked |= bool(refused_now)
+        output = SchedulerOutputView(
             {g.request.request_id: g.tokens for g in granted},
             {g.request.request_id: g.placement.encoded for g in granted if g.placement.encoded},
             self.cache.get_freed_mm_hashes(),
             {g.request.request_id: g.read_ahead for g in granted} if self.read_ahead else {},
             {g.request.request_id: g.placement.loaded for g in granted if g.placement.loaded})
+        self.pending.append(output)
+        return output
 
     def gathered(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
-        """What the worker gathers for ``output`` (call before ``update_from_output``): each
+        """What the worker gathers for ``output`` (call right after the ``schedule`` that made
+        it, the worker runs steps in order): each
         item's embeddings (rows of its encoder output) at the positions of the scheduled range
         plus the granted read-ahead; an item with no embed there is not read at all."""
         rows = []
@@ -315,7 +370,8 @@ class SchedulerPassModel:
                          for i in output.scheduled_encoder_inputs.get(rid, ()))
         for rid, k in output.num_scheduled_tokens.items():
             state = self.requests[rid]
-            first, scheduled_end = state.num_computed_tokens, state.num_computed_tokens + k
+            first = state.in_flight[-1].start
+            scheduled_end = first + k
             read_end = scheduled_end + output.num_read_ahead_tokens.get(rid, 0)
             for item in state.request.items:
                 lo, hi = item.embeds_before(first), item.embeds_before(read_end)
@@ -327,33 +383,53 @@ class SchedulerPassModel:
     execute_model = gathered      # the worker's part of a step, as the model predicts it
 
     def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
-        """The step ran: advance computed tokens, free fully computed items' inputs, sample
-        one token where the known tokens are all computed, finish at max tokens."""
-        for rid, k in output.num_scheduled_tokens.items():
-            self._advance(self.requests[rid], k)
-        # A finished request has computed its whole prompt, so ``_advance`` already freed all
-        # its inputs: finishing after every request advanced frees nothing out of order.
-        finished = tuple(rid for rid in output.num_scheduled_tokens
-                         if self.requests[rid].num_output_tokens
-                         >= self.requests[rid].request.max_tokens)
-        for rid in finished:
-            self.finish_request(rid)
+        """The oldest step in flight ran: advance its computed tokens, free fully computed
+        items' inputs, take the token it sampled, finish at max tokens (each request in the
+        step's order: a finish frees what its inputs still held). A request aborted while
+        the step was in flight is passed over."""
+        if not self.pending or self.pending[0] != output:
+            raise ValueError("update_from_output applies the oldest output in flight first")
+        self.pending.pop(0)
+        finished = []
+        for rid in output.num_scheduled_tokens:
+            state = self.requests.get(rid)
+            if state is None:
+                continue
+            self._advance(state, state.in_flight.pop(0))
+            if state.num_output_tokens >= state.request.max_tokens:
+                self.finish_request(rid)
+                finished.append(rid)
         # Rejected requests finish with an error; which entries that frees does not depend on
         # the order, the freeable queue's order among them does (see the module docstring).
-        idle_before = set(self.cache.freeable_order()) if self.rejected else set()
-        for rid in sorted(self.rejected):
+        rejected = sorted(rid for rid in self.rejected if rid in self.requests)
+        idle_before = set(self.cache.freeable_order()) if rejected else set()
+        for rid in rejected:
             self.finish_request(rid)
         self.released_together = set(self.cache.freeable_order()) - idle_before \
-            if len(self.rejected) > 1 else set()
-        finished += tuple(sorted(self.rejected))
+            if len(rejected) > 1 else set()
         self.rejected = []
-        return finished
+        # Listed as the target reports them: the step's own requests in its order, then
+        # the others by id.
+        done = {*finished, *rejected}
+        return (*(rid for rid in output.num_scheduled_tokens if rid in done),
+                *(rid for rid in rejected if rid not in output.num_scheduled_tokens))
 
     def step(self) -> StepView:
         """One engine step: schedule, the worker runs the output (gathers before the update,
-        arguments are evaluated left to right), update from it."""
-        output = self.schedule()
-        return StepView(output, self.gathered(output), self.update_from_output(output))
+        arguments are evaluated left to right), update from it. Under async scheduling the
+        update applies the oldest step in flight, once two are (or when no request is open
+        and nothing is scheduled: the output is then empty)."""
+        if not self.async_scheduling:
+            output = self.schedule()
+            return StepView(output, self.gathered(output), self.update_from_output(output))
+        output, gathered = SchedulerOutputView({}, {}, ()), ()
+        if self.requests:
+            output = self.schedule()
+            gathered = self.gathered(output)
+            if len(self.pending) < 2:
+                return StepView(output, gathered, ())
+        return StepView(output, gathered,
+                        self.update_from_output(self.pending[0]) if self.pending else ())
 
     # -- encoder-decoder: the encoder runs once, first ---------------------------------------
 
@@ -361,7 +437,7 @@ class SchedulerPassModel:
         """An encoder-decoder request's grant: all its inputs encoded whole when it starts
         (they must fit the compute left and the unreserved embeds together), else no token;
         once started, its decoder tokens need no encoder."""
-        request, c = state.request, state.num_computed_tokens
+        request, c = state.request, state.scheduled_upto
         scratch = copy.deepcopy(self.cache)
         inputs = tuple(range(len(request.items))) if c == 0 else ()
         compute = sum(request.num_embeds(i) for i in inputs)
@@ -381,7 +457,7 @@ class SchedulerPassModel:
         range up to its offset places (the items before it all fit: a failure there cuts the
         range before the item) and, with unchunked input, the item is not cut. It refuses when
         its identifier is then resident with another embed count."""
-        request, c = state.request, state.num_computed_tokens
+        request, c = state.request, state.scheduled_upto
         for j in _overlapping(request, c, c + wanted):
             item = request.items[j]
             if self.disable_chunked_mm_input and c <= item.offset and c + wanted < item.end:
@@ -397,7 +473,7 @@ class SchedulerPassModel:
     # -- one request's grant -----------------------------------------------------------------
 
     def _grant(self, state: RequestState, wanted: int, compute_left: int) -> Grant:
-        request, c = state.request, state.num_computed_tokens
+        request, c = state.request, state.scheduled_upto
         end, placement, for_room = self._longest(request, c, c + wanted, c, compute_left,
                                                  self.disable_chunked_mm_input)
         read_ahead = 0
@@ -510,16 +586,24 @@ class SchedulerPassModel:
             probed=any(g.placement.probed for g in granted),
             loaded=any(g.placement.loaded for g in granted))
 
-    def _advance(self, state: RequestState, k: int) -> None:
-        state.num_computed_tokens += k
-        computed = {i for i, x in enumerate(state.request.items)
-                    if x.end <= state.num_computed_tokens or self.encoder_decoder}
+    def _advance(self, state: RequestState, flight: Flight) -> None:
+        state.num_computed_tokens += flight.tokens
+        items = state.request.items
+        computed = {i for i, x in enumerate(items)
+                    if x.end <= state.scheduled_upto or self.encoder_decoder}
+        if self.async_scheduling and not state.num_output_tokens:
+            # No sample is known yet: the last prompt position is not settled (module
+            # docstring), so an input ending there waits for a later update.
+            held = {i for i in computed if items[i].end == state.request.prompt_len}
+            self.notes.held_for_sample |= bool(held & self.cache.get_cached_input_ids(
+                state.request))
+            computed -= held
         # In prompt order: the order entries turn freeable is the order they are evicted.
         for input_id in sorted(computed & self.cache.get_cached_input_ids(state.request)):
             self.cache.free_encoder_input(state.request, input_id)
             if self.ec_cached_mm_hashes:
                 self.heard.append(("free", state.request.request_id, input_id))
-        if state.num_computed_tokens == state.num_tokens:
+        if flight.samples:
             state.num_output_tokens += 1       # the step completed the known tokens: sample
 
     def _in_order(self) -> list[RequestState]:

@@ -7,13 +7,21 @@ small pool of hashes, so items are shared across requests and repeated inside on
 inputs and gathering every scheduled range plus the drafter's read-ahead, then the update
 from the output), ``finish_request`` (an abort between passes), ``preempt_request`` (a
 running request loses its computed tokens and its encoder inputs and waits at the head of the
-queue, as under KV pressure) and ``reset_encoder_cache`` (weights updated while requests run:
+queue, as under KV pressure; under async scheduling only one with no step in flight) and
+``reset_encoder_cache`` (weights updated while requests run:
 the manager and the worker forget every encoder output). Items may carry an ``is_embed``
 mask (fewer embeds than placeholder tokens). After every step: the
 worker did not miss, the pass kept its budgets and named no resident hash as freed, the
 gathered rows are the encoder's output, the output equals the model's FCFS prediction, and
 the worker's tensors are exactly the manager's resident entries. A run ends by stepping until
 every request finished (liveness: the cache and compute budget fit the largest item).
+
+In async-scheduling worlds (``AsyncSchedulerPassMachine``) a ``step`` is one turn of an
+engine with a two-step batch queue (vLLM's ``step_with_batch_queue``): it schedules the next
+step, which the worker runs at once (the worker runs steps in order), and applies the oldest
+step's output once two are in flight, the order vLLM's engine drives ``AsyncScheduler`` in.
+Aborts and resets fall between turns, with a step in flight, as the engine's input queue
+delivers them.
 """
 
 from __future__ import annotations
@@ -24,10 +32,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
 from models.scheduler_pass import SchedulerPassModel
-from models.scheduler_pass_values import SchedRequest, StepView
+from models.scheduler_pass_values import SchedRequest, SchedulerOutputView, StepView
 from properties.harness import HarnessMachine, InvalidAction, draw_integer, pick
 from properties.scheduler_pass_shrink import simpler_worlds
-from properties.scheduler_pass_worlds import SchedWorld, encoder_decoder_worlds, scheduler_worlds
+from properties.scheduler_pass_worlds import (
+    SchedWorld,
+    async_scheduler_worlds,
+    encoder_decoder_worlds,
+    scheduler_worlds,
+)
 from sim import targets
 from sim.encoder_worker import EncoderCacheMiss, encoder_output
 
@@ -51,6 +64,8 @@ HAZARDS = (
     "text-only request scheduled beside a multimodal one",
     "input loaded through the EC connector",
 )
+
+ASYNC_HAZARDS = (*HAZARDS, "input held for a pending sample")
 
 ENCODER_DECODER_HAZARDS = (
     "encoder-decoder input encoded whole at the start",
@@ -114,6 +129,11 @@ class SchedulerPassMachine(HarnessMachine):
             why = getattr(self.sched, "why_no_encoder_decoder", "")
             self.recorder.note_missing(f"no offline encoder-decoder Scheduler ({why[:120]})")
             reject()
+        if world.async_scheduling and not getattr(self.sched, "drives_async_scheduling", True):
+            # A release whose async scheduler frees an input as soon as its tokens are
+            # scheduled (see compat.async_scheduler_cls): not the spec's.
+            self.recorder.note_missing("no AsyncScheduler holding inputs for pending samples")
+            reject()
         if not getattr(self.sched, "can_preempt", True):
             world = evolve(world, preempts=False)   # a release that preempts only inline
             self.recorder.note_missing("no Scheduler._preempt_request (preempts only inline)")
@@ -124,6 +144,7 @@ class SchedulerPassMachine(HarnessMachine):
         self.history: dict[str, SchedRequest] = {}
         self.preempted: set[str] = set()          # preempted and not yet scheduled again
         self.ec_heard: list = []                  # the connector's notices checked so far
+        self.in_flight: list = []                 # the target's outputs not yet applied
         self.trace.config.update(world.config(), target=self.target_name)
         self.trace.world = world
 
@@ -149,10 +170,10 @@ class SchedulerPassMachine(HarnessMachine):
         self.act("finish_request", int(rid[1:]))
 
     @precondition(lambda self: getattr(self, "open", None) and self.world.preempts
-                  and self._running())
+                  and self._preemptible())
     @rule(data=st.data())
     def preempt_request(self, data):
-        rid = pick(data, self._running())
+        rid = pick(data, self._preemptible())
         self.act("preempt_request", int(rid[1:]))
 
     @precondition(lambda self: getattr(self, "open", None) and self.world.resets)
@@ -163,10 +184,12 @@ class SchedulerPassMachine(HarnessMachine):
     def end_of_run(self):
         # Liveness: every open request finishes within the passes its tokens need (each pass
         # gives some request at least one token while the cache fits the largest item).
+        # Under async scheduling a turn may only apply the step before it (every open
+        # request's last sample in flight), and the last step in flight is applied after.
         bound = sum(s.request.prompt_len - s.num_computed_tokens + s.request.max_tokens
-                    for s in self.model.requests.values()) + 1
+                    for s in self.model.requests.values()) + 1 + 2 * self.world.async_scheduling
         for _ in range(bound):
-            if not self.open:
+            if not self.open and not self.model.pending:
                 break
             self.act("step")
         self.check("liveness", not self.open, f"{self.open} unfinished after {bound} more passes")
@@ -202,8 +225,9 @@ class SchedulerPassMachine(HarnessMachine):
 
     def do_preempt_request(self, n: int):
         rid = f"r{n}"
-        if rid not in self._running():
-            raise InvalidAction("preempt_request: no such running request")
+        if rid not in self._preemptible():
+            raise InvalidAction("preempt_request: no such running request with no step in "
+                                "flight")
         if self.model.holds_inputs(rid):
             self.hazard("preempted while holding an input")
         self.preempted.add(rid)
@@ -223,15 +247,27 @@ class SchedulerPassMachine(HarnessMachine):
         self._check_slots()
         self._check_worker()
 
-    def _running(self) -> list[str]:
-        return [rid for rid in self.open if self.model.requests[rid].started_at is not None]
+    def _preemptible(self) -> list[str]:
+        """Running requests with no step in flight (a mid-flight preemption's stale outputs
+        are not modelled)."""
+        return [rid for rid in self.open if self.model.requests[rid].started_at is not None
+                and not self.model.requests[rid].in_flight]
 
     def do_step(self):
-        self._computed_before = {rid: st.num_computed_tokens
+        self._computed_before = {rid: st.scheduled_upto
                                  for rid, st in self.model.requests.items()}
-        output = self.model.schedule()
-        gathered = self.model.gathered(output)
-        expect = StepView(output, gathered, self.model.update_from_output(output))
+        pipelined = self.world.async_scheduling
+        # The engine's turn (see the module docstring): schedule while a request is open,
+        # apply the oldest output in flight once two are (at once when not pipelined).
+        schedules = bool(self.model.requests) or not pipelined
+        output, gathered = SchedulerOutputView({}, {}, ()), ()
+        if schedules:
+            output = self.model.schedule()
+            gathered = self.model.gathered(output)
+        applies = bool(self.model.pending) and (
+            not pipelined or len(self.model.pending) >= 2 or not schedules)
+        expect = StepView(output, gathered, self.model.update_from_output(
+            self.model.pending[0]) if applies else ())
         for rid in expect.finished:
             self.open.remove(rid)
         self.record_step("sched.step()", repr(expect), _step_effect(expect))
@@ -239,7 +275,24 @@ class SchedulerPassMachine(HarnessMachine):
         # What ``sched.step()`` does, call by call, so the pass's output is checked before the
         # worker runs it: every property then has one meaning and a bug is always reported by
         # the same one (a wrong output that would make the worker miss is a wrong output).
+        out, gathered = output, ()
+        if schedules:
+            out, gathered = self._schedule_and_run(expect)
+        actual = StepView(out, gathered,
+                          self.sched.update_from_output(self.in_flight.pop(0)) if applies else ())
+        self._accept_release_order()
+        self._check_step(actual, expect)
+        if self.world.ec_cached:
+            heard, want = self.sched.ec_notifications(), self.model.ec_notifications()
+            self.ec_heard += want
+            self.check("ec-connector-agrees", heard == want,
+                       lambda: f"the EC connector heard {heard}, expected {want}")
+
+    def _schedule_and_run(self, expect: StepView):
+        """The target's pass, checked before its worker runs it; returns the output and what
+        the worker gathered."""
         out = self.sched.schedule()
+        self.in_flight.append(out)
         resident = self.sched.resident_mm_hashes()
         # An encoder-decoder pass names the outputs the previous pass encoded, even one this
         # pass encodes again for another request (nothing is shared): the worker deletes it
@@ -253,17 +306,9 @@ class SchedulerPassMachine(HarnessMachine):
         self.check("scheduler-output-agrees", out == expect.output,
                    lambda: f"{out!r} != FCFS prediction {expect.output!r}")
         try:
-            gathered = self.sched.execute_model(out)
+            return out, self.sched.execute_model(out)
         except EncoderCacheMiss as miss:
             self.fail("no-encoder-cache-miss", str(miss))
-        actual = StepView(out, gathered, self.sched.update_from_output(out))
-        self._accept_release_order()
-        self._check_step(actual, expect)
-        if self.world.ec_cached:
-            heard, want = self.sched.ec_notifications(), self.model.ec_notifications()
-            self.ec_heard += want
-            self.check("ec-connector-agrees", heard == want,
-                       lambda: f"the EC connector heard {heard}, expected {want}")
 
     # -- checks ------------------------------------------------------------------------------
 
@@ -375,7 +420,8 @@ class SchedulerPassMachine(HarnessMachine):
                            (notes.read_ahead_cut, "read-ahead cut before an item"),
                            (notes.blocked, "request blocked for a pass"),
                            (expect.output.free_encoder_mm_hashes, "pass frees hashes"),
-                           (notes.probed, "item with no embed in its window")):
+                           (notes.probed, "item with no embed in its window"),
+                           (notes.held_for_sample, "input held for a pending sample")):
             if flag:
                 self.hazard(name)
         if any(self.history[rid].items[i].is_embed is not None
@@ -423,6 +469,18 @@ class EncoderDecoderSchedulerPassMachine(SchedulerPassMachine):
     HAZARDS = ENCODER_DECODER_HAZARDS
 
     @initialize(world=encoder_decoder_worlds())
+    def setup(self, world: SchedWorld):
+        SchedulerPassMachine.setup(self, world)
+
+
+class AsyncSchedulerPassMachine(SchedulerPassMachine):
+    """The same rules and checks under an engine that schedules asynchronously (vLLM's
+    ``AsyncScheduler``, pipelined as the module docstring says). A machine of its own, so the
+    synchronous worlds keep the draws their hazards and the catalogue's finds were pinned at."""
+
+    HAZARDS = ASYNC_HAZARDS
+
+    @initialize(world=async_scheduler_worlds())
     def setup(self, world: SchedWorld):
         SchedulerPassMachine.setup(self, world)
 

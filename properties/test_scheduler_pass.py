@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from properties.run import check_machine
 from properties.scheduler_pass_machine import (
+    AsyncSchedulerPassMachine,
     EncoderDecoderSchedulerPassMachine,
     SchedulerPassMachine,
 )
@@ -19,3 +20,7 @@ def test_scheduler_pass_machine(target, reproducer_dir):
 
 def test_scheduler_pass_encoder_decoder(target, reproducer_dir):
     check_machine(EncoderDecoderSchedulerPassMachine, target, reproducer_dir)
+
+
+def test_scheduler_pass_async_scheduling(target, reproducer_dir):
+    check_machine(AsyncSchedulerPassMachine, target, reproducer_dir)

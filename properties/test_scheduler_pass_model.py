@@ -222,3 +222,29 @@ def test_ec_connector_load_needs_cache_room(target):
                                               loaded_encoder_inputs={"r1": (0,)})
     assert step.gathered == (Gathered("r1", "ext", 0, 2),)
     assert sched.resident_mm_hashes() == {"ext"} == sched.worker_mm_hashes()
+
+
+@pytest.mark.parametrize("target", WITH_VLLM)
+def test_async_input_at_prompt_end_is_held_until_the_first_sample_is_known(target):
+    """Scenario (async scheduling, steps pipelined as vLLM's engine runs AsyncScheduler):
+    - r0's one item a fills its 4-token prompt; step 1 schedules the prompt, encodes a.
+    - step 2 schedules the pending sample's position and applies step 1: a stays held, the
+      sample step 1 took is not known when the update frees inputs.
+    - step 3 applies step 2, which begins with r0's first sample known: a turns freeable.
+    A synchronous scheduler frees a in the update of step 1."""
+    sched = build(target, cache_size=4, token_budget=8, encoder_compute_budget=4,
+                  async_scheduling=True)
+    if not getattr(sched, "drives_async_scheduling", True):
+        pytest.skip("this release's AsyncScheduler frees an input once it is scheduled")
+    sched.add_request(SchedRequest("r0", 4, 3, (PlacedItem("a", 0, 4),)))
+    step = sched.step()                              # step 1 in flight, nothing applied
+    assert step.output == SchedulerOutputView({"r0": 4}, {"r0": (0,)}, ())
+    assert sched.manager_slots() == (0, 0)
+    step = sched.step()                              # step 2 scheduled; step 1 applied
+    assert step.output.num_scheduled_tokens == {"r0": 1}
+    assert sched.manager_slots() == (0, 0)           # a held: r0's first sample pending
+    step = sched.step()                              # step 3 scheduled; step 2 applied
+    assert step.output.num_scheduled_tokens == {"r0": 1}
+    assert sched.manager_slots() == (0, 4)           # a freeable
+    assert sched.step().finished == ("r0",)          # r0 skipped: its last sample in flight
+    assert sched.get_num_unfinished_requests() == 0

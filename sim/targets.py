@@ -213,7 +213,8 @@ def _vllm_secondary_tier(target: Target, num_chunks: int, tier: str = "fs",
 
 def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget: int,
                       read_ahead: int = 0, disable_chunked_mm_input: bool = False,
-                      ec_cached_mm_hashes: Any = (), encoder_decoder: bool = False) -> dict:
+                      ec_cached_mm_hashes: Any = (), encoder_decoder: bool = False,
+                      async_scheduling: bool = False) -> dict:
     config = dict(cache_size=check_size("cache_size", cache_size),
                   token_budget=check_size("token_budget", token_budget),
                   encoder_compute_budget=check_size("encoder_compute_budget",
@@ -224,6 +225,8 @@ def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget
         config["ec_cached_mm_hashes"] = frozenset(ec_cached_mm_hashes)
     if encoder_decoder:
         config["encoder_decoder"] = True
+    if async_scheduling:           # only then: a target that cannot drive it says so
+        config["async_scheduling"] = True
     return config
 
 

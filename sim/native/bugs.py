@@ -24,6 +24,7 @@ BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "sched-ec-free-silent": "scheduler_pass",
     "sched-encdec-reencode": "scheduler_pass",
     "sched-encdec-held": "scheduler_pass",
+    "sched-async-free-early": "scheduler_pass",
     "offload-id-reuse": "offload_engine",
     "offload-partial-block": "offload_engine",
     "offload-dropped-decode": "offload_engine",

@@ -48,12 +48,25 @@ token, and the worker's decoder reads each new output whole. Bug switches:
 again, as for a decoder-only model) and ``sched-encdec-held`` (the inputs stay reserved
 until the request finishes: requests behind it wait for the cache).
 
+Async scheduling (``async_scheduling``), as an engine with a two-step batch queue runs it:
+``schedule()`` advances each request's computed tokens at once and counts a sample it
+leaves pending (``pending_samples``), the next pass starts where that left off (a request
+whose pending sample is its last gets nothing more), and ``update_from_output`` applies
+the oldest step in flight: it frees inputs behind ``computed - pending_samples`` (the
+pending samples' positions are not settled yet), then takes the sampled token. ``step()``
+schedules one step and applies the oldest once two are in flight. Bug switch
+``sched-async-free-early``: the update frees behind ``computed`` alone, as the synchronous
+scheduler does (vLLM before 0.30.0): an input ending at the prompt's end turns freeable
+while the request's first sample is still pending.
+
 Text-only requests (no item) take tokens only. Bug switch ``sched-text-charged``: the pass
 charges a text-only request's tokens to the encoder budget, so multimodal requests after it
 in the pass are cut or blocked (and it is itself capped by the budget left).
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import torch
 
@@ -66,12 +79,13 @@ __all__ = ["EncoderCacheMiss", "NativeSchedulerPass"]
 
 
 class _Running:
-    __slots__ = ("req", "computed", "generated", "embeds_upto")
+    __slots__ = ("req", "computed", "generated", "pending_samples", "embeds_upto")
 
     def __init__(self, req: SchedRequest):
         self.req = req
         self.computed = 0
         self.generated = 0
+        self.pending_samples = 0               # async: scheduled steps' samples not yet in
         # Per input: embeds_upto[i][t] = embeds among the item's first t positions (the
         # mask's prefix sums, as vLLM's PlaceholderRange.embeds_cumsum keeps them).
         self.embeds_upto = []
@@ -89,14 +103,14 @@ class _Running:
         return sums[clamp(lo)], sums[clamp(hi)]
 
     def remaining(self) -> int:
-        return self.req.prompt_len + self.generated - self.computed
+        return self.req.prompt_len + self.generated + self.pending_samples - self.computed
 
 
 class NativeSchedulerPass:
     def __init__(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
                  read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
-                 encoder_decoder: bool = False,
+                 encoder_decoder: bool = False, async_scheduling: bool = False,
                  bugs: frozenset[str] = frozenset(), device: torch.device | None = None):
         self.cache_size = cache_size
         self.max_num_batched_tokens = token_budget
@@ -107,13 +121,17 @@ class NativeSchedulerPass:
         self.notices: list[tuple[str, str, int]] = []     # what the EC connector heard
         self.bugs = bugs
         self.encoder_decoder = encoder_decoder
+        self.async_scheduling = async_scheduling
+        # Steps scheduled and not yet applied, oldest first: (output, where each request's
+        # tokens start, which requests sample).
+        self._in_flight: deque[tuple[SchedulerOutputView, dict[str, int], set[str]]] = deque()
         self.encoder_cache_manager = (NativeEncoderDecoderCache if encoder_decoder
                                       else NativeEncoderCache)(cache_size, bugs=bugs)
         self.worker = EncoderWorker(device)
         self.running: list[_Running] = []        # scheduled at least once, in that order
         self.waiting: list[_Running] = []        # never scheduled yet, in arrival order
         self.last_gathered_tensors: list[torch.Tensor] = []
-        self._rejected: list[str] = []           # refused in the last pass (reused identifier)
+        self._rejected: list[str] = []           # refused since the last update (reused id)
 
     # -- scheduler -----------------------------------------------------------------------
 
@@ -155,10 +173,14 @@ class NativeSchedulerPass:
         loaded: dict[str, tuple[int, ...]] = {}
         lookahead: dict[str, int] = {}
         started: list[_Running] = []
-        self._rejected = []
+        starts: dict[str, int] = {}
+        samples: set[str] = set()
         for entry in self.running + self.waiting:
             if token_budget <= 0:
                 break
+            if entry.pending_samples and \
+                    entry.generated + entry.pending_samples >= entry.req.max_tokens:
+                continue                       # its last token is on its way
             want = min(entry.remaining(), token_budget)
             if self.encoder_decoder and entry in self.waiting and want < entry.remaining():
                 break                          # no chunked prefill: the queue waits here
@@ -178,6 +200,12 @@ class NativeSchedulerPass:
             token_budget -= new_tokens
             rid = entry.req.request_id
             num_scheduled[rid] = new_tokens
+            starts[rid] = entry.computed
+            if self.async_scheduling:          # computed at once; the sample comes later
+                entry.computed += new_tokens
+                if entry.remaining() == 0:
+                    entry.pending_samples += 1
+                    samples.add(rid)
             if inputs:
                 encoder_inputs[rid] = tuple(inputs)
             if loads:
@@ -188,36 +216,52 @@ class NativeSchedulerPass:
             self.waiting.remove(entry)
             self.running.append(entry)
         freed = self.encoder_cache_manager.get_freed_mm_hashes()
-        return SchedulerOutputView(num_scheduled_tokens=num_scheduled,
-                                   scheduled_encoder_inputs=encoder_inputs,
-                                   free_encoder_mm_hashes=tuple(freed),
-                                   num_read_ahead_tokens=lookahead,
-                                   loaded_encoder_inputs=loaded)
+        output = SchedulerOutputView(num_scheduled_tokens=num_scheduled,
+                                     scheduled_encoder_inputs=encoder_inputs,
+                                     free_encoder_mm_hashes=tuple(freed),
+                                     num_read_ahead_tokens=lookahead,
+                                     loaded_encoder_inputs=loaded)
+        self._in_flight.append((output, starts, samples))
+        return output
 
     def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
+        if not self._in_flight or self._in_flight[0][0] != output:
+            raise ValueError("update_from_output applies the oldest output in flight first")
+        _, _, samples = self._in_flight.popleft()
         done = []
         for rid, n in output.num_scheduled_tokens.items():
-            entry = self._find(rid)
-            entry.computed += n
+            entry = self._find_open(rid)
+            if entry is None:
+                continue                       # aborted while the step was in flight
+            if not self.async_scheduling:
+                entry.computed += n
+                if entry.remaining() == 0:
+                    samples.add(rid)
+            settled = entry.computed - entry.pending_samples
+            if "sched-async-free-early" in self.bugs:
+                settled = entry.computed       # BUG: a pending sample's position counts
             for input_id in sorted(self.encoder_cache_manager.get_cached_input_ids(entry.req)):
                 # Encoder-decoder: the first step computed the cross-attention KV from them.
                 computed = entry.computed > 0 and "sched-encdec-held" not in self.bugs \
-                    if self.encoder_decoder else entry.req.items[input_id].end <= entry.computed
+                    if self.encoder_decoder else entry.req.items[input_id].end <= settled
                 if computed:
                     self.encoder_cache_manager.free_encoder_input(entry.req, input_id)
                     if self.external and "sched-ec-free-silent" not in self.bugs:
                         self.notices.append(("free", rid, input_id))
-            if entry.remaining() == 0:
+            if rid in samples:
                 entry.generated += 1           # one token sampled
+                if self.async_scheduling:
+                    entry.pending_samples -= 1
             if entry.generated >= entry.req.max_tokens:
                 self.finish_request(rid)
                 done.append(rid)
-        if "sched-mismatch-kept" not in self.bugs:
-            for rid in sorted(self._rejected):        # finished with an error
-                self.finish_request(rid)
-                done.append(rid)
+        rejected = [] if "sched-mismatch-kept" in self.bugs else \
+            sorted(rid for rid in self._rejected if self._find_open(rid) is not None)
+        for rid in rejected:                   # finished with an error
+            self.finish_request(rid)
         self._rejected = []
-        return tuple(done)
+        return (*(rid for rid in output.num_scheduled_tokens if rid in done or rid in rejected),
+                *(rid for rid in rejected if rid not in output.num_scheduled_tokens))
 
     # -- worker --------------------------------------------------------------------------
 
@@ -242,9 +286,10 @@ class NativeSchedulerPass:
                     gathered.append(Gathered(rid, item.mm_hash, 0, item.num_embeds))
             self.last_gathered_tensors = tensors
             return tuple(gathered)
+        starts = self._in_flight[-1][1]        # the newest step's: the worker runs it now
         for rid, n in output.num_scheduled_tokens.items():                        # (3)
             entry = self._find(rid)
-            start = entry.computed
+            start = starts[rid]
             stop = start + n + output.num_read_ahead_tokens.get(rid, 0)
             drafter_stop = stop
             if "sched-read-ahead-ungated" in self.bugs and rid in output.num_read_ahead_tokens:
@@ -267,9 +312,18 @@ class NativeSchedulerPass:
         return tuple(gathered)
 
     def step(self) -> StepView:
-        output = self.schedule()
-        gathered = self.execute_model(output)
-        return StepView(output, gathered, self.update_from_output(output))
+        """One engine turn: schedule and run a step, then apply the oldest step in flight
+        (at once without async scheduling; under it, once two are in flight, or when no
+        request is open: then nothing is scheduled and the output is empty)."""
+        output, gathered = SchedulerOutputView({}, {}, ()), ()
+        if self.running or self.waiting or not self.async_scheduling:
+            output = self.schedule()
+            gathered = self.execute_model(output)
+            if self.async_scheduling and len(self._in_flight) < 2:
+                return StepView(output, gathered, ())
+        if not self._in_flight:
+            return StepView(output, gathered, ())
+        return StepView(output, gathered, self.update_from_output(self._in_flight[0][0]))
 
     # -- views ---------------------------------------------------------------------------
 
@@ -303,6 +357,10 @@ class NativeSchedulerPass:
         self.encoder_cache_manager.check_valid()
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _find_open(self, request_id: str) -> _Running | None:
+        return next((e for e in self.running + self.waiting if e.req.request_id == request_id),
+                    None)
 
     def _find(self, request_id: str) -> _Running:
         for entry in self.running + self.waiting:
@@ -366,7 +424,8 @@ class NativeSchedulerPass:
                     and "sched-mismatch-scheduled" not in self.bugs:
                 # The identifier was reused for other content: refuse the request (it is
                 # finished with an error after the step), allocating nothing.
-                self._rejected.append(req.request_id)
+                if req.request_id not in self._rejected:   # refused again before an update
+                    self._rejected.append(req.request_id)
                 return 0, 0, [], [], self.max_num_encoder_input_tokens, []
             if item.mm_hash in seen:
                 duplicates.append(input_id)

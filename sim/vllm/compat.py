@@ -855,6 +855,25 @@ def runner_output(outputs: Any, ids: list[str], sampled: list[list[int]]) -> Any
                                      sampled_token_ids=sampled, **extra)
 
 
+def async_scheduler_cls(sched_module: Any) -> type | None:
+    """The release's ``AsyncScheduler`` where it holds an input ending at the prompt's end
+    until the request's first sample is known (``models/scheduler_pass.py``), else None.
+
+    # vLLM >=0.30.0: ``_free_encoder_inputs`` keeps ``num_output_placeholders`` positions
+    #   unsettled (read in 0.30.0, 0.32.0; run in 0.33.0).
+    # vLLM 0.10.2-0.26.x: an ``AsyncScheduler`` whose update frees an input once its
+    #   positions are scheduled (read in 0.10.2, 0.14.0, 0.18.0, 0.22.0, 0.26.0): not the
+    #   spec's; 0.27.0-0.29.x unread, taken as the older kind. By release, not by the
+    #   method's text: a mutated method must be driven, not reported absent.
+    """
+    module = release.import_module("vllm.v1.core.sched.async_scheduler")
+    cls = getattr(module, "AsyncScheduler", None)
+    if cls is None or release.parse_release(release.release()) < (0, 30, 0):
+        return None
+    assert issubclass(cls, sched_module.Scheduler), "AsyncScheduler is a Scheduler"
+    return cls
+
+
 def mid_prefill(request: Any) -> bool:
     """Whether ``schedule()`` left ``request`` inside its prompt (a runner samples nothing).
 

@@ -34,6 +34,16 @@ feature at offset 0; the worker's decoder reads each encoded output whole in the
 encodes it (cross-attention). A release whose Scheduler cannot be built that way reports the
 world absent (``drives_encoder_decoder``).
 
+An async-scheduling world (``async_scheduling``) builds the release's ``AsyncScheduler`` (the
+CPU platform turns ``async_scheduling`` off in the config, so the class is chosen here, as
+the engine would choose it) and drives it as the engine's batch queue does: ``step()``
+schedules a step and the worker runs it at once (it runs steps in order), and the oldest
+step's output is applied once two are in flight. The fake runner output of each step is
+decided when it is scheduled (whether the request was left inside its prompt), since a
+later pass has moved the request on by the time the output is applied. A release whose
+async scheduler frees an input as soon as its tokens are scheduled (before 0.30.0) is not
+the spec's: the target reports the world absent (``drives_async_scheduling``).
+
 ``preempt_request`` does what ``schedule()`` does to the last running request when it runs
 out of KV blocks (pop it from ``running``, then ``_preempt_request``); the harness gives this
 scheduler a KV pool too large for that to happen on its own, so the rule calls the same two
@@ -47,6 +57,7 @@ import functools
 import json
 import os
 import tempfile
+from collections import deque
 from types import SimpleNamespace
 from typing import Any
 
@@ -146,7 +157,16 @@ class VllmSchedulerPass:
     def __init__(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
                  read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
-                 encoder_decoder: bool = False):
+                 encoder_decoder: bool = False, async_scheduling: bool = False):
+        # Steps scheduled and not yet applied, oldest first: (vLLM's output, our view of it,
+        # where each request's tokens started, what the runner samples for each).
+        self._in_flight: deque[tuple[Any, SchedulerOutputView, dict[str, int],
+                                     list[list[int]]]] = deque()
+        # Where the release has no async scheduler of the spec's kind the machine reports
+        # the world absent (it never runs the world on the synchronous one).
+        self.async_scheduling = self.drives_async_scheduling = async_scheduling and \
+            compat.async_scheduler_cls(
+                release.import_module("vllm.v1.core.sched.scheduler")) is not None
         if read_ahead:
             raise HarnessError("the vllm scheduler_pass target runs no drafter: read_ahead "
                                f"must be 0, got {read_ahead}")
@@ -184,8 +204,10 @@ class VllmSchedulerPass:
         # while this Scheduler is built (it reads ec_transfer_config in __init__ alone).
         if self.drives_ec_connector:
             vllm_config.ec_transfer_config = _ec_transfer_config()
+        scheduler_cls = compat.async_scheduler_cls(sched_mod) if self.async_scheduling \
+            else sched_mod.Scheduler
         try:
-            self.scheduler = sched_mod.Scheduler(
+            self.scheduler = scheduler_cls(
                 vllm_config=vllm_config, kv_cache_config=_kv_cache_config(), log_stats=False,
                 structured_output_manager=structured.StructuredOutputManager(vllm_config),
                 **compat.scheduler_kwargs(sched_mod.Scheduler, 16),
@@ -206,7 +228,6 @@ class VllmSchedulerPass:
         self.release = release.release()
         self.worker = EncoderWorker()
         self._requests: dict[str, SchedRequest] = {}
-        self._computed_before: dict[str, int] = {}
         self.last_gathered_tensors: list = []
 
     # -- the port ------------------------------------------------------------------------
@@ -242,16 +263,20 @@ class VllmSchedulerPass:
 
     def schedule(self) -> SchedulerOutputView:
         before = {rid: r.num_computed_tokens for rid, r in self.scheduler.requests.items()}
-        self._last = self.scheduler.schedule()
-        self._computed_before = before
-        out = self._last
+        out = self.scheduler.schedule()
         meta = getattr(out, "ec_connector_metadata", None)
-        return SchedulerOutputView(
+        view = SchedulerOutputView(
             num_scheduled_tokens=dict(out.num_scheduled_tokens),
             scheduled_encoder_inputs={r: tuple(ids)
                                       for r, ids in out.scheduled_encoder_inputs.items()},
             free_encoder_mm_hashes=tuple(out.free_encoder_mm_hashes),
             loaded_encoder_inputs=dict(meta.loads) if meta is not None else {})
+        # What the runner samples is fixed now: a request left inside its prompt samples
+        # nothing (under async scheduling a later pass moves it on before the update).
+        sampled = [[] if compat.mid_prefill(self.scheduler.requests[rid]) else [SAMPLED_TOKEN]
+                   for rid in view.num_scheduled_tokens]
+        self._in_flight.append((out, view, before, sampled))
+        return view
 
     def execute_model(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
         """The native worker runs the output (delete, encode, gather), as on a GPU."""
@@ -271,8 +296,9 @@ class VllmSchedulerPass:
                     gathered.append(Gathered(rid, item.mm_hash, 0, item.num_embeds))
             self.last_gathered_tensors = tensors
             return tuple(gathered)
+        starts = self._in_flight[-1][2]        # the newest step's: the worker runs it now
         for rid, n in output.num_scheduled_tokens.items():
-            start = self._computed_before[rid]
+            start = starts[rid]
             stop = start + n
             features = self.scheduler.requests[rid].mm_features or ()
             for item, feature in zip(self._requests[rid].items, features, strict=True):
@@ -292,25 +318,38 @@ class VllmSchedulerPass:
         return tuple(gathered)
 
     def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
+        """Apply the oldest step in flight (``output`` must be it)."""
+        if not self._in_flight or self._in_flight[0][1] != output:
+            raise HarnessError("update_from_output applies the oldest output in flight first")
+        out, _, _, sampled = self._in_flight.popleft()
         ids = list(output.num_scheduled_tokens)
-        sampled = [[] if compat.mid_prefill(self.scheduler.requests[rid]) else [SAMPLED_TOKEN]
-                   for rid in ids]
         runner_output = compat.runner_output(self._mods.outputs, ids, sampled)
-        self.scheduler.update_from_output(self._last, runner_output)
-        finished = tuple(rid for rid in ids if rid not in self.scheduler.requests)
-        # A request refused for a reused multimodal identifier was not scheduled; the update
-        # finishes it with an error (vLLM 0.33.0 encoder_cache_mismatch_reqs). By id: vLLM
-        # finishes them in a set's order.
-        finished += tuple(sorted(rid for rid in self._requests
-                                 if rid not in ids and rid not in self.scheduler.requests))
+        open_before = set(self.scheduler.requests)
+        self.scheduler.update_from_output(out, runner_output)
+        gone = open_before - set(self.scheduler.requests)
+        # The step's own requests first, in its order (a request aborted while the step was
+        # in flight is not among them); then a request refused for a reused multimodal
+        # identifier, which the update finishes with an error (vLLM 0.33.0
+        # encoder_cache_mismatch_reqs). By id: vLLM finishes them in a set's order.
+        finished = (*(rid for rid in ids if rid in gone),
+                    *sorted(rid for rid in gone if rid not in output.num_scheduled_tokens))
         for rid in finished:
             self._requests.pop(rid, None)
         return finished
 
     def step(self) -> StepView:
-        output = self.schedule()
-        gathered = self.execute_model(output)
-        return StepView(output, gathered, self.update_from_output(output))
+        """One engine turn: schedule and run a step, then apply the oldest step in flight
+        (at once without async scheduling; under it once two are in flight, or when no
+        request is open: then nothing is scheduled and the output is empty)."""
+        output, gathered = SchedulerOutputView({}, {}, ()), ()
+        if self.scheduler.get_num_unfinished_requests() or not self.async_scheduling:
+            output = self.schedule()
+            gathered = self.execute_model(output)
+            if self.async_scheduling and len(self._in_flight) < 2:
+                return StepView(output, gathered, ())
+        if not self._in_flight:
+            return StepView(output, gathered, ())
+        return StepView(output, gathered, self.update_from_output(self._in_flight[0][1]))
 
     def resident_mm_hashes(self) -> set[str]:
         manager = self.scheduler.encoder_cache_manager
