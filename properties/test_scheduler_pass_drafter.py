@@ -16,6 +16,12 @@ from sim.targets import make
 TARGETS = ["model", "native", "vllm"]
 
 
+def agrees(actual, expect) -> None:
+    """The target's value is the expected one; the message shows both (mutation runs read
+    it without pytest's assertion rewriting)."""
+    assert actual == expect, f"{actual!r} != expected {expect!r}"
+
+
 def build(target: str, **config):
     try:
         sched = make(target, "scheduler_pass", **config)
@@ -34,8 +40,8 @@ def test_item_only_the_drafter_reaches_is_encoded_in_the_same_pass(target):
     sched = build(target, cache_size=4, token_budget=3, encoder_compute_budget=4, read_ahead=1)
     sched.add_request(SchedRequest("r0", 8, 1, (PlacedItem("img0", 3, 2),)))
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r0": 3}, {"r0": (0,)}, (), {"r0": 1})
-    assert step.gathered == (Gathered("r0", "img0", 0, 1),)     # the drafter's row
+    agrees(step.output, SchedulerOutputView({"r0": 3}, {"r0": (0,)}, (), {"r0": 1}))
+    agrees(step.gathered, (Gathered("r0", "img0", 0, 1),))     # the drafter's row
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -46,10 +52,13 @@ def test_unchunked_item_stops_the_chunk_a_lookahead_early(target):
     sched = build(target, cache_size=3, token_budget=4, encoder_compute_budget=3, read_ahead=1,
                   disable_chunked_mm_input=True)
     sched.add_request(SchedRequest("r0", 8, 1, (PlacedItem("img0", 3, 3),)))
-    assert sched.step().output == SchedulerOutputView({"r0": 2}, {}, (), {"r0": 1})
+    out = sched.schedule()                 # the output, before the worker gathers for it
+    agrees(out, SchedulerOutputView({"r0": 2}, {}, (), {"r0": 1}))
+    sched.execute_model(out)
+    sched.update_from_output(out)
     step = sched.step()                    # [2, 6): img0 whole, the drafter reads token 6
-    assert step.output == SchedulerOutputView({"r0": 4}, {"r0": (0,)}, (), {"r0": 1})
-    assert step.gathered == (Gathered("r0", "img0", 0, 3),)
+    agrees(step.output, SchedulerOutputView({"r0": 4}, {"r0": (0,)}, (), {"r0": 1}))
+    agrees(step.gathered, (Gathered("r0", "img0", 0, 3),))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -60,7 +69,7 @@ def test_unchunked_item_inside_the_lookahead_stops_the_chunk(target):
     sched = build(target, cache_size=2, token_budget=4, encoder_compute_budget=2, read_ahead=2,
                   disable_chunked_mm_input=True)
     sched.add_request(SchedRequest("r0", 9, 1, (PlacedItem("img0", 5, 2),)))
-    assert sched.step().output == SchedulerOutputView({"r0": 3}, {}, (), {"r0": 2})
+    agrees(sched.step().output, SchedulerOutputView({"r0": 3}, {}, (), {"r0": 2}))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -72,8 +81,8 @@ def test_refused_item_cuts_the_chunk_right_before_it(target):
     sched.add_request(SchedRequest("r0", 8, 1, (PlacedItem("img0", 0, 2),
                                                 PlacedItem("img1", 3, 2))))
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r0": 3}, {"r0": (0,)}, (), {"r0": 0})
-    assert step.gathered == (Gathered("r0", "img0", 0, 2),)
+    agrees(step.output, SchedulerOutputView({"r0": 3}, {"r0": (0,)}, (), {"r0": 0}))
+    agrees(step.gathered, (Gathered("r0", "img0", 0, 2),))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -83,5 +92,5 @@ def test_mtp_chunk_leaves_the_drafter_its_lookahead(target):
     next one finishes the prompt."""
     sched = build(target, cache_size=2, token_budget=5, encoder_compute_budget=2, read_ahead=2)
     sched.add_request(SchedRequest("r0", 6, 1, (PlacedItem("img0", 0, 2),)))
-    assert sched.step().output == SchedulerOutputView({"r0": 4}, {"r0": (0,)}, (), {"r0": 2})
-    assert sched.step().output.num_scheduled_tokens == {"r0": 2}
+    agrees(sched.step().output, SchedulerOutputView({"r0": 4}, {"r0": (0,)}, (), {"r0": 2}))
+    agrees(sched.step().output.num_scheduled_tokens, {"r0": 2})
