@@ -95,15 +95,16 @@ CLASSES: dict[str, Subject] = {
                   "tests/v1/kv_offload/tiering/test_tier_poll_thread.py",
                   "tests/v1/kv_offload/tiering/test_backpressure.py")),
     # The Scheduler's encoder-input path: choosing a pass's encoder inputs (and the
-    # disable_chunked_mm_input roll-back, the duplicate and embed-count checks in it),
-    # allocating them, freeing an input once its tokens are computed, and the encoder-cache
-    # reset. Left out: _get_encoder_input_updates (only with the V2 model runner, which the
-    # offline Scheduler does not use), _make_scheduled_encoder_input_stats (logging only),
-    # and schedule() / _preempt_request / _free_request, mostly KV and queue bookkeeping
-    # whose encoder part is one call to the manager's free().
+    # disable_chunked_mm_input roll-back, the drafter's shift, the duplicate and embed-count
+    # checks in it), allocating them, freeing an input once its tokens are computed, and the
+    # encoder-cache reset. Left out: _get_encoder_input_updates (only with the V2 model
+    # runner, which the offline Scheduler does not use), _make_scheduled_encoder_input_stats
+    # (logging only), and schedule() / _preempt_request / _free_request, mostly KV and queue
+    # bookkeeping whose encoder part is one call to the manager's free().
     "vllm.v1.core.sched.scheduler:Scheduler": Subject(
         harness=("fixtures/reproducers/test_scheduler_pass_vllm_unchunked_item.py",
                  "properties/test_scheduler_pass_model.py",
+                 "properties/test_scheduler_pass_drafter.py",
                  "properties/test_scheduler_pass.py"),
         upstream=("tests/v1/core/test_scheduler.py",),
         support=("tests/v1/core/utils.py", "tests/v1/core/test_prefix_caching.py",

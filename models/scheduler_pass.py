@@ -15,23 +15,27 @@ outside the scheduled range is not encoded that pass (see ``_place`` for what it
 The policy, stated as what each request is granted. Requests are served running first (in
 the order they were first scheduled), then waiting ones (in arrival order), as vLLM's V1
 scheduler orders them, while token budget is left. A request with ``c`` computed tokens wants
-``w = min(tokens left to compute, token budget left)`` and is granted:
-- the longest scheduled range ``[c, c + k)``, ``k <= w``, whose items (the placeholders
-  overlapping it) can all be resident at once: a resident hash is held
-  (``check_and_update_cache``), any other is allocated, all of them within the cache (held
-  entries and the range's hashes, counted once each, fit ``cache_size``; room comes from
-  evicting freeable entries oldest first) and within the compute budget left (the embeds of
-  the hashes not resident when reached: one evicted to make room for an earlier item of the
-  range is encoded again). A hash placed earlier in the pass is resident by then: a repeated
-  item costs nothing and its input holds the entry too (vLLM 0.33.0
-  ``_allocate_encoder_inputs``);
-- with ``disable_chunked_mm_input``, a range may not end inside an item it starts at or before;
-- a shorter range therefore ends right before an item; if no range qualifies (``k = 0``) the
-  request is skipped and keeps nothing it tried (a waiting one stays waiting);
-- the drafter's read-ahead (MTP / EAGLE drafters read a few positions past the scheduled
-  range, vLLM issue #38551): none when the range was shortened; otherwise the longest
-  ``r' <= read_ahead`` whose range ``[c, c + k + r')`` qualifies as above (its extra items
-  are encoded too); a shorter one ends right before the item that could not be placed.
+``w = min(tokens left to compute, token budget left)``; with a drafter reading ``s`` tokens
+ahead (``read_ahead``: MTP / EAGLE drafters, vLLM issue #38551) the pass judges the window
+``[c, c + w + s)`` (``s = 0`` without one). The request is granted:
+- the longest prefix ``[c, e)`` of the window whose items (the placeholders overlapping it)
+  can all be resident at once: a resident hash is held (``check_and_update_cache``), any
+  other is allocated, all of them within the cache (held entries and the range's hashes,
+  counted once each, fit ``cache_size``; room comes from evicting freeable entries oldest
+  first) and within the compute budget left (the embeds of the hashes not resident when
+  reached: one evicted to make room for an earlier item of the range is encoded again). A
+  hash placed earlier in the pass is resident by then: a repeated item costs nothing and its
+  input holds the entry too (vLLM 0.33.0 ``_allocate_encoder_inputs``); the tokens
+  ``[c, c + min(w, e - c))``: a shorter prefix ends right before an item, and one that ends
+  inside the lookahead part leaves the tokens whole;
+- with ``disable_chunked_mm_input``, the first item of the window starting at or after ``c``
+  that ``[c, c + w)`` does not cover whole, when every item before it placed, instead stops
+  the tokens ``s`` before its start (its items are those before it);
+- a chunk ending within ``s`` of the known tokens' end moves back to ``s`` before it (MTP);
+- no token (``k = 0``): the request is skipped (a waiting one stays waiting); the holds
+  and evictions reaching its items made stay, nothing is allocated;
+- the drafter's read-ahead: the ``s`` tokens past the granted ones, cut at the first embed of
+  an input the request does not hold (``models/scheduler_pass_drafter.py``).
 ``get_freed_mm_hashes()`` ends the pass.
 
 An encoder-cache (EC) connector may hold some items' encoder outputs outside the engine
@@ -96,13 +100,13 @@ rejected draft could roll back into them); an item in the prompt is affected onl
 output token is known. A preempted request must have no step in flight (the stale outputs
 of vLLM's mid-flight preemption are not modelled).
 
-How the model computes it: candidate ranges are tried longest first (the wanted end and the
-item offsets below it: between two offsets the items, hence the outcome, do not change); a
+How the model computes it: candidate ranges are tried longest first (the window's end and
+the item offsets below it: between two offsets the items, hence the outcome, do not change); a
 range's items are placed on a scratch copy of the cache model in prompt order (held when
 resident, allocated when an embed of theirs is in the range, else only given room) and its
 encoding is judged against the compute budget as a whole; the first range that qualifies is
-kept (its copy becomes the cache). The pass's facts are then checked (budgets, every item
-read is resident, no hash encoded twice).
+kept (its copy becomes the cache). The drafter's rules are positions computed from it. The
+pass's facts are then checked (budgets, every item read is resident, no hash encoded twice).
 """
 
 from __future__ import annotations
@@ -112,6 +116,7 @@ from collections import Counter
 
 from attrs import define, field, frozen
 
+from models import scheduler_pass_drafter as drafter
 from models.encoder_cache import EncoderCacheModel
 from models.encoder_decoder_cache import EncoderDecoderCacheModel
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
@@ -330,7 +335,12 @@ class SchedulerPassModel:
             grant = (self._grant_whole if self.encoder_decoder else self._grant)(
                 state, wanted, compute_left)
             grants.append(grant)
-            if grant.tokens:                 # a skipped request's trials are dropped
+            if not grant.tokens and not self.encoder_decoder:
+                # Skipped after its items were reached (the drafter's runway or unchunked
+                # roll-back left no token): the holds and evictions stay, nothing is
+                # allocated (vLLM 0.33.0 allocates only for a scheduled request).
+                self.cache = _unallocated(grant.placement, state.request)
+            if grant.tokens:
                 self.cache = grant.placement.cache
                 state.in_flight.append(Flight(grant.computed, grant.tokens,
                                               grant.tokens == left))
@@ -453,12 +463,13 @@ class SchedulerPassModel:
                  compute_left: int) -> EncoderCacheModel | None:
         """The cache after a rejection of ``state``'s request, or None when it is not rejected.
 
-        Each item of the wanted range is a possible point of refusal; it is reached when the
-        range up to its offset places (the items before it all fit: a failure there cuts the
-        range before the item) and, with unchunked input, the item is not cut. It refuses when
-        its identifier is then resident with another embed count."""
+        Each item of the window (the wanted range and the drafter's lookahead past it) is a
+        possible point of refusal; it is reached when the range up to its offset places (the
+        items before it all fit: a failure there cuts the range before the item) and, with
+        unchunked input, the item is not cut. It refuses when its identifier is then resident
+        with another embed count."""
         request, c = state.request, state.scheduled_upto
-        for j in _overlapping(request, c, c + wanted):
+        for j in _overlapping(request, c, c + wanted + self.read_ahead):
             item = request.items[j]
             if self.disable_chunked_mm_input and c <= item.offset and c + wanted < item.end:
                 return None
@@ -473,18 +484,28 @@ class SchedulerPassModel:
     # -- one request's grant -----------------------------------------------------------------
 
     def _grant(self, state: RequestState, wanted: int, compute_left: int) -> Grant:
-        request, c = state.request, state.scheduled_upto
-        end, placement, for_room = self._longest(request, c, c + wanted, c, compute_left,
-                                                 self.disable_chunked_mm_input)
-        read_ahead = 0
-        if self.read_ahead and end == c + wanted:
-            read_end, placement, _ = self._longest(request, c, end + self.read_ahead, end,
-                                                   compute_left, False)
-            read_ahead = read_end - end
-        return Grant(request, c, wanted, end - c, read_ahead, placement, for_room)
+        """The chunk is the longest prefix of the drafter's window whose items place (cut to
+        the tokens wanted), unless the unchunked rule reaches an item first; then it keeps
+        the drafter's runway (``models/scheduler_pass_drafter.py``)."""
+        request, c, lookahead = state.request, state.scheduled_upto, self.read_ahead
+        end, placement, for_room = self._longest(request, c, c + wanted + lookahead, c,
+                                                 compute_left)
+        tokens = min(wanted, end - c)
+        whole = drafter.stop_before_item(request, c, wanted, lookahead) \
+            if self.disable_chunked_mm_input else None
+        # Reached when every item before it placed: the rule is judged before the item's own
+        # placement, so it wins over a refusal of that item.
+        if whole is not None and whole.offset <= end:
+            tokens, for_room = max(0, whole.offset - c - lookahead), False
+            placement = self._place(request, c, whole.offset, compute_left)
+            assert placement is not None, f"model: a prefix of {request} stopped placing"
+        tokens = drafter.with_runway(c, tokens, state.num_tokens, lookahead)
+        held = placement.cache.get_cached_input_ids(request)
+        read_ahead = drafter.reach(request, c + tokens, lookahead, held) if tokens else 0
+        return Grant(request, c, wanted, tokens, read_ahead, placement, for_room)
 
     def _longest(self, request: SchedRequest, c: int, top: int, floor: int,
-                 compute_left: int, whole_items: bool) -> tuple[int, Placement, bool]:
+                 compute_left: int) -> tuple[int, Placement, bool]:
         """The longest range ``[c, end)``, ``floor <= end <= top``, that qualifies, its
         placement, and whether the next longer candidate failed for room or compute.
 
@@ -495,9 +516,6 @@ class SchedulerPassModel:
                                             if floor < x.offset < top}, reverse=True)
         for_room = False
         for end in candidates:
-            if whole_items and any(c <= x.offset < end < x.end for x in request.items):
-                for_room = False           # disable_chunked_mm_input: no part of an item
-                continue
             placement = self._place(request, c, end, compute_left)
             if placement is not None:
                 return end, placement, for_room
@@ -563,8 +581,11 @@ class SchedulerPassModel:
             held = self.cache.get_cached_input_ids(g.request)
             assert set(read) <= held and all(self.cache.is_resident(g.request.mm_hash(i))
                                              for i in read), f"model: {g} reads a missing item"
-            assert g.tokens == g.wanted or any(g.computed + g.tokens == x.offset
-                                               for x in g.request.items), \
+            # A cut chunk ends right before an item, the lookahead before one (the unchunked
+            # rule), or the lookahead before the known tokens' end (the drafter's runway).
+            ends = {x.offset - lag for x in g.request.items for lag in {0, self.read_ahead}}
+            ends.add(self.requests[g.request.request_id].num_tokens - self.read_ahead)
+            assert g.tokens == g.wanted or g.computed + g.tokens in ends, \
                 f"model: {g} is cut but not right before an item"
 
     def _notes(self, grants: list[Grant]) -> PassNotes:

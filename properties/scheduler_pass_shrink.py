@@ -11,11 +11,20 @@ from __future__ import annotations
 from attrs import evolve
 
 from models.scheduler_pass_values import SchedRequest
-from properties.scheduler_pass_worlds import SchedWorld
+from properties.scheduler_pass_worlds import SchedWorld, with_drafter_room
 
 
 def simpler_worlds(world: SchedWorld, actions: list[tuple]):
-    """Calmer configurations and smaller templates that may fail the same way."""
+    """Calmer configurations and smaller templates that may fail the same way, each kept
+    live under its drafter's lookahead (``with_drafter_room``: a shorter prompt or budget
+    could otherwise stall it, which is not the failure being shrunk)."""
+    for simpler, acts in _simpler_worlds(world, actions):
+        simpler = with_drafter_room(simpler)
+        if (simpler, acts) != (world, actions):
+            yield simpler, acts
+
+
+def _simpler_worlds(world: SchedWorld, actions: list[tuple]):
     largest = world.largest_item
     # Encoder-decoder worlds keep the cache at least the compute budget (see the worlds).
     for name, low in (("cache_size", world.encoder_compute_budget if world.encoder_decoder

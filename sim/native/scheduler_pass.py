@@ -391,33 +391,39 @@ class NativeSchedulerPass:
     def _plan_encoder(self, entry: _Running, new_tokens: int,
                       budget: int) -> tuple[int, int, list[int], list[int], int, list[int]]:
         """(new tokens, read-ahead tokens, encoder inputs to run, duplicate inputs, encoder
-        budget after, inputs the EC connector loads)."""
+        budget after, inputs the EC connector loads).
+
+        The drafter reads ``num_lookahead_tokens`` past the chunk, so the walk covers that
+        much more (items only the drafter reaches are encoded in the same pass); a refused
+        item cuts the chunk right before it, and the drafter's read before its first embed."""
         req, start = entry.req, entry.computed
-        reads = self.num_lookahead_tokens
+        lookahead = self.num_lookahead_tokens
         inputs: list[int] = []
         duplicates: list[int] = []
         loads: list[int] = []
         seen: dict[str, int] = {}             # hash -> embeds, encoded earlier in this walk
         pending = 0
         manager = self.encoder_cache_manager
-        window_end = start + new_tokens + reads    # the embeds test's window (fixed per pass)
+        window_end = start + new_tokens + lookahead    # fixed for the pass
+        refused_at = None                     # first embed of the item the walk refused
         if self.encoder_decoder and req.items:
             return self._plan_whole(entry, new_tokens, budget)
         if not req.items and "sched-text-charged" in self.bugs:
             # BUG: a text-only request's tokens are charged to the encoder budget as if each
             # were an embed (and it gets no more tokens than the budget has left).
             new_tokens = min(new_tokens, budget)
-            return new_tokens, reads, inputs, duplicates, budget - new_tokens, loads
+            return new_tokens, lookahead, inputs, duplicates, budget - new_tokens, loads
         for input_id, item in enumerate(req.items):
-            scheduled_end = start + new_tokens
-            if item.offset >= min(scheduled_end + reads, req.prompt_len):
+            if item.offset >= min(window_end, req.prompt_len):
                 break
             if item.end <= start:
                 continue
-            tail_only = item.offset >= scheduled_end
-            if (not tail_only and self.disable_chunked_mm_input
-                    and item.offset >= start and item.end > scheduled_end):
-                return item.offset - start, 0, inputs, duplicates, budget, loads
+            if (self.disable_chunked_mm_input and item.offset >= start
+                    and item.end > start + new_tokens):
+                # Not covered whole (or only the drafter reaches it): stop the chunk early
+                # enough that the drafter's read ends at the item as well.
+                new_tokens = max(0, item.offset - start - lookahead)
+                break
             known = seen.get(item.mm_hash,
                              manager.get_cached_num_encoder_embeds(req, input_id))
             if known is not None and known != item.num_embeds \
@@ -434,12 +440,8 @@ class NativeSchedulerPass:
                 continue
             if not manager.can_allocate(req, input_id, encoder_compute_budget=budget,
                                         num_embeds_to_schedule=pending):
-                if tail_only:
-                    reads = item.offset - scheduled_end
-                elif item.offset > start:
-                    new_tokens, reads = item.offset - start, 0
-                else:
-                    new_tokens, reads = 0, 0
+                new_tokens = min(new_tokens, item.offset - start) if item.offset > start else 0
+                refused_at = item.offset + _leading_non_embeds(item)
                 break
             lo, hi = entry.embed_rows(input_id, start, window_end)
             if lo == hi and "sched-encode-embedless" not in self.bugs:
@@ -456,4 +458,20 @@ class NativeSchedulerPass:
             cost = item.length if "sched-budget-in-tokens" in self.bugs else item.num_embeds
             pending += cost
             budget -= cost
+        new_tokens = self._keep_runway(entry, new_tokens)
+        reads = lookahead if refused_at is None \
+            else max(0, min(lookahead, refused_at - (start + new_tokens)))
         return new_tokens, reads, inputs, duplicates, budget, loads
+
+    def _keep_runway(self, entry: _Running, new_tokens: int) -> int:
+        """A multi-token drafter (MTP) needs its whole lookahead at a chunk boundary: a chunk
+        that would leave fewer known tokens than that (but some) gives the difference back."""
+        left = entry.remaining() - new_tokens
+        if 0 < left < self.num_lookahead_tokens:
+            new_tokens -= self.num_lookahead_tokens - left
+        return max(new_tokens, 0)
+
+
+def _leading_non_embeds(item) -> int:
+    """Positions of ``item`` before its first embed (0 without a mask)."""
+    return 0 if item.is_embed is None else item.is_embed.index(True)

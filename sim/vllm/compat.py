@@ -191,6 +191,34 @@ def cached_num_embeds(manager: Any, request: Any, mm_hash: str, input_id: int,
     return num_embeds if mm_hash in manager.cached else None
 
 
+# -- the drafter's prefill lookahead (vllm/v1/core/sched/scheduler.py) -------------------------
+
+PREFILL_LOOKAHEAD_FROM = "0.33.0"
+
+
+def prefill_lookahead_attribute(scheduler: Any) -> str:
+    """The ``Scheduler`` attribute holding how many prefill tokens past a chunk the drafter
+    reads (the encoder window's shift, the unchunked roll-back, the chunk's runway).
+
+    # vLLM >=0.33.0: ``num_prefill_lookahead`` (``VllmConfig.num_prefill_lookahead_tokens``);
+    #   an input is freed once its tokens are computed, as without a drafter.
+    # vLLM 0.30.0-0.32.x: the same attribute, but ``_free_encoder_inputs`` keeps each input
+    #   until the lookahead has passed it too (read in 0.30.0 and 0.32.0): a rule the model
+    #   does not follow, reported missing.
+    # vLLM 0.12.0-0.26.x: ``shift_computed_tokens=1 if self.use_eagle`` (EAGLE only, no MTP
+    #   runway) with the same deferred free (read 0.14.0-0.26.0): missing.
+    # Before 0.12.0 (0.10.2 read): no shift at all: missing.
+    """
+    driven = release.parse_release(release.release()) >= release.parse_release(
+        PREFILL_LOOKAHEAD_FROM)
+    if not driven or not hasattr(scheduler, "num_prefill_lookahead"):
+        raise CapabilityMissing(
+            f"drafter prefill lookahead: vLLM {release.release()} shifts the encoder window "
+            f"under other rules (or not at all); the model follows {PREFILL_LOOKAHEAD_FROM}'s: "
+            "run worlds with read_ahead=0 there")
+    return "num_prefill_lookahead"
+
+
 # -- the encoder-decoder manager (vllm/v1/core/encoder_cache_manager.py, from 0.14.0) ---------
 
 ENCODER_DECODER_FROM = "0.14.0"

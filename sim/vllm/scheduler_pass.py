@@ -12,8 +12,17 @@ subprocess, ~24 s, cached in ``$VLLM_CACHE_ROOT``); each target gets a fresh ``S
 
 Requests are real ``vllm.v1.request.Request`` objects with one ``MultiModalFeatureSpec`` per
 item. After ``schedule()`` a fake model runner output samples token 7 for every request that
-is not in the middle of its prefill, as a real runner would. vLLM runs no drafter here: a
-world's read-ahead is not supported (the machine draws read_ahead 0 for this target).
+is not in the middle of its prefill, as a real runner would.
+
+A world's ``read_ahead`` is a speculative drafter's prefill lookahead (``_drafter_lookahead``:
+1 stands for an EAGLE head with one speculative token, 2 or more for a multi-module MTP
+drafter with that many modules and speculative tokens). vLLM computes the number from a real
+``SpeculativeConfig`` built offline (``VllmConfig.num_prefill_lookahead_tokens``) and the
+Scheduler, built without it, is given that number (see ``_give_drafter``). Through
+the worker, the drafter reads that many tokens past each chunk, up to the first embed of
+an item whose output the worker will not hold: vLLM's drafter falls back to token embeddings
+there. Releases that shift under other rules report the world missing
+(``compat.prefill_lookahead_attribute``).
 An item's ``is_embed`` mask goes to ``PlaceholderRange.is_embed`` as a torch bool tensor; the
 worker maps scheduled positions to rows of the encoder output through the range's own
 ``get_embeds_indices_in_range``, as vLLM's GPU model runner does.
@@ -63,7 +72,7 @@ from typing import Any
 
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
-from sim.errors import HarnessError
+from sim.errors import CapabilityMissing, HarnessError
 from sim.vllm import compat, release
 
 MAX_MODEL_LEN = 4096
@@ -101,6 +110,68 @@ class _StubAudioRegistry:
         return SimpleNamespace(info=info)
 
 
+# An EAGLE head for the tiny OPT (one llama-shaped layer, the same hidden size and vocab).
+TINY_EAGLE = {
+    "architectures": ["EagleLlamaForCausalLM"], "model_type": "llama", "hidden_size": 16,
+    "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2,
+    "num_hidden_layers": 1, "vocab_size": 128, "max_position_embeddings": MAX_MODEL_LEN,
+    "torch_dtype": "float16", "rms_norm_eps": 1e-5,
+}
+
+# A target whose checkpoint carries MTP modules (``num_nextn_predict_layers``, set per
+# lookahead): a tiny DeepSeek-V3, the commonest multi-module MTP target.
+TINY_DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 16,
+    "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2,
+    "num_hidden_layers": 1, "vocab_size": 128, "max_position_embeddings": MAX_MODEL_LEN,
+    "torch_dtype": "float16", "rms_norm_eps": 1e-5, "kv_lora_rank": 8, "q_lora_rank": 8,
+    "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 2,
+    "num_experts_per_tok": 1, "moe_intermediate_size": 8, "first_k_dense_replace": 1,
+    "n_group": 1, "topk_group": 1, "bos_token_id": 2, "eos_token_id": 2,
+}
+
+
+def _model_dir(config: dict, prefix: str) -> str:
+    model_dir = tempfile.mkdtemp(prefix=prefix)
+    with open(os.path.join(model_dir, "config.json"), "w") as handle:
+        json.dump(config, handle)
+    return model_dir
+
+
+@functools.cache
+def _drafter_lookahead(read_ahead: int) -> int:
+    """The prefill lookahead vLLM gives the drafter ``read_ahead`` stands for, from a real
+    configuration built offline: an EAGLE head with one speculative token over the tiny OPT
+    (1), or a multi-module MTP drafter with ``read_ahead`` modules and speculative tokens
+    over a tiny DeepSeek-V3 (more). One per process and lookahead (~10 s: the draft model's
+    config is inspected as the target's is)."""
+    config_mod = release.import_module("vllm.config")
+    mtp = read_ahead > 1
+    target = config_mod.ModelConfig(
+        model=_model_dir({**TINY_DEEPSEEK_V3, "num_nextn_predict_layers": read_ahead}
+                         if mtp else TINY_OPT, "lch-tiny-target-"),
+        dtype="float16", seed=42, skip_tokenizer_init=True, max_model_len=MAX_MODEL_LEN)
+    speculative = config_mod.SpeculativeConfig(
+        method="mtp" if mtp else "eagle",
+        model=None if mtp else _model_dir(TINY_EAGLE, "lch-tiny-eagle-"),
+        num_speculative_tokens=read_ahead, target_model_config=target,
+        target_parallel_config=config_mod.ParallelConfig())
+    vllm_config = config_mod.VllmConfig(
+        model_config=target, speculative_config=speculative,
+        scheduler_config=config_mod.SchedulerConfig(
+            max_num_seqs=16, max_num_batched_tokens=MAX_MODEL_LEN, max_model_len=MAX_MODEL_LEN,
+            enable_chunked_prefill=True, is_encoder_decoder=False),
+        cache_config=config_mod.CacheConfig(block_size=16, gpu_memory_utilization=0.9,
+                                            cache_dtype="auto", enable_prefix_caching=False))
+    lookahead = vllm_config.num_prefill_lookahead_tokens
+    if lookahead != read_ahead:
+        raise HarnessError(f"vLLM {release.release()} gives {speculative!r} a prefill "
+                           f"lookahead of {lookahead}, not {read_ahead}: see "
+                           "VllmConfig.num_prefill_lookahead_tokens and pick the drafter "
+                           "that reads read_ahead tokens in _drafter_lookahead")
+    return lookahead
+
+
 @functools.cache
 def _vllm_config(encoder_decoder: bool = False) -> Any:
     """One ``VllmConfig`` per process and model (the model inspection is the slow part)."""
@@ -123,14 +194,16 @@ def _vllm_config(encoder_decoder: bool = False) -> Any:
 
 
 def warm() -> None:
-    """Build both configs (the first ModelConfig per architecture inspects it, ~24 s): what a
-    forked mutation worker should find done. A release without the Whisper path is left to
-    report it absent."""
+    """Build every config (the first ModelConfig per architecture inspects it, ~24 s): what a
+    forked mutation worker should find done. A release without the Whisper path or the
+    drafters the worlds draw is left to report it absent."""
     _vllm_config(False)
-    try:
-        _vllm_config(True)
-    except Exception:  # noqa: BLE001, S110 - the target says why when it is built
-        pass
+    for build in (lambda: _vllm_config(True), lambda: _drafter_lookahead(1),
+                  lambda: _drafter_lookahead(2)):
+        try:
+            build()
+        except Exception:  # noqa: BLE001, S110 - the target says why when it is built
+            pass
 
 
 def _ec_transfer_config() -> Any:
@@ -167,9 +240,7 @@ class VllmSchedulerPass:
         self.async_scheduling = self.drives_async_scheduling = async_scheduling and \
             compat.async_scheduler_cls(
                 release.import_module("vllm.v1.core.sched.scheduler")) is not None
-        if read_ahead:
-            raise HarnessError("the vllm scheduler_pass target runs no drafter: read_ahead "
-                               f"must be 0, got {read_ahead}")
+        self.read_ahead, self.drives_read_ahead = 0, True
         self.encoder_decoder = self.drives_encoder_decoder = encoder_decoder
         if encoder_decoder:
             try:
@@ -181,6 +252,27 @@ class VllmSchedulerPass:
                 self.why_no_encoder_decoder = f"{type(why).__name__}: {why}"
         self._build(cache_size, token_budget, encoder_compute_budget,
                     disable_chunked_mm_input, ec_cached_mm_hashes, False)
+        if read_ahead:
+            self._give_drafter(read_ahead)
+
+    def _give_drafter(self, read_ahead: int) -> None:
+        """Give the Scheduler the prefill lookahead of the drafter ``read_ahead`` stands for.
+
+        The Scheduler is not built with that ``SpeculativeConfig``: it would also pad a new
+        one-token request to ``1 + num_speculative_tokens`` tokens and schedule the drafts'
+        slots, speculative decoding the model does not cover. What is set is the number its
+        ``__init__`` reads from the drafter's config, and everything vLLM derives from it in
+        a pass: the encoder window's shift, the unchunked roll-back and the chunk's runway
+        (``_try_schedule_encoder_inputs``, ``_reserve_prefill_lookahead``). Not driven: no
+        draft token is proposed or verified, no lookahead KV slot is reserved, the KV
+        manager keeps no re-prefillable tail (prefix caching is off here anyway)."""
+        try:
+            attribute = compat.prefill_lookahead_attribute(self.scheduler)
+        except CapabilityMissing as why:
+            self.drives_read_ahead, self.why_no_read_ahead = False, str(why)
+            return
+        setattr(self.scheduler, attribute, _drafter_lookahead(read_ahead))
+        self.read_ahead = read_ahead
 
     def _build(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
                disable_chunked_mm_input: bool, ec_cached_mm_hashes: frozenset[str],
@@ -270,6 +362,9 @@ class VllmSchedulerPass:
             scheduled_encoder_inputs={r: tuple(ids)
                                       for r, ids in out.scheduled_encoder_inputs.items()},
             free_encoder_mm_hashes=tuple(out.free_encoder_mm_hashes),
+            num_read_ahead_tokens={r: self._drafter_reach(r, before[r] + n)
+                                   for r, n in out.num_scheduled_tokens.items()}
+            if self.read_ahead else {},
             loaded_encoder_inputs=dict(meta.loads) if meta is not None else {})
         # What the runner samples is fixed now: a request left inside its prompt samples
         # nothing (under async scheduling a later pass moves it on before the update).
@@ -277,6 +372,23 @@ class VllmSchedulerPass:
                    for rid in view.num_scheduled_tokens]
         self._in_flight.append((out, view, before, sampled))
         return view
+
+    def _drafter_reach(self, rid: str, start: int) -> int:
+        """How far past ``start`` (the chunk's end) the drafter reads encoder output: its
+        lookahead, up to the first embed of an item whose output the worker will not hold
+        after this output (not resident in the manager): vLLM's drafter takes the token
+        embedding there (``GPUModelRunner._gather_mm_embeddings``, shifted)."""
+        resident = self.resident_mm_hashes()
+        features = self.scheduler.requests[rid].mm_features or ()
+        for position in range(start, start + self.read_ahead):
+            for feature in features:
+                span = feature.mm_position
+                at = position - span.offset
+                if 0 <= at < span.length and feature.identifier not in resident:
+                    lo, hi = compat.embeds_in_range(span, at, at + 1)
+                    if hi > lo:
+                        return position - start
+        return self.read_ahead
 
     def execute_model(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
         """The native worker runs the output (delete, encode, gather), as on a GPU."""
@@ -299,7 +411,7 @@ class VllmSchedulerPass:
         starts = self._in_flight[-1][2]        # the newest step's: the worker runs it now
         for rid, n in output.num_scheduled_tokens.items():
             start = starts[rid]
-            stop = start + n
+            stop = start + n + output.num_read_ahead_tokens.get(rid, 0)   # and the drafter's
             features = self.scheduler.requests[rid].mm_features or ()
             for item, feature in zip(self._requests[rid].items, features, strict=True):
                 if item.end <= start or item.offset >= stop:
