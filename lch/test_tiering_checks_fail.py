@@ -9,7 +9,8 @@ Each bug is a plausible slip, and each names the check it must trip: a tier neve
 request finished, a tier's own stats dropped, a finished cascade that never unpins its
 chunks, the tiers' events lost, a failure count that never restarts, the stall warning
 gone, a failed tier shutdown swallowed, a promotion with no room left uncounted, a request's
-end not passed on to the primary.
+end not passed on to the primary, a tier-poll round that lets its serving run the step's
+poll (over every tier, re-entering the serving one), a touch not passed on to the primary.
 """
 
 from __future__ import annotations
@@ -37,12 +38,16 @@ BAD_MANAGERS = [
      "test_a_promotion_the_full_primary_cannot_take_is_a_counted_miss", "counted once"),
     ("on_request_finished L1051: self.primary_tier.on_request_finished(req_context)  ->  pass",
      "test_a_finished_request_commits_its_blocks_as_most_recent", "evicted (0,)"),
+    ("poll_tiers L422: self._processed_jobs_this_step = True  ->  pass",
+     "machine", "tier-polls-allowed"),
+    ("touch L796: self.primary_tier.touch(keys, req_context)  ->  pass",
+     "tiered_lookup", "recency-order-agrees"),
 ]
 
 
 @pytest.mark.parametrize(("diff", "check", "message"), BAD_MANAGERS,
                          ids=[d.split(":")[0] for d, _, _ in BAD_MANAGERS])
-def test_a_planted_bug_is_reported(target, monkeypatch, diff, check, message):
+def test_a_planted_bug_is_reported(target, monkeypatch, tmp_path, diff, check, message):
     if target != "vllm":
         pytest.skip("the tiering checks drive vLLM's manager")
     from sim.vllm import release
@@ -57,17 +62,19 @@ def test_a_planted_bug_is_reported(target, monkeypatch, diff, check, message):
     mutate.apply(found[0], module, cls)
     try:
         with pytest.raises(BaseException) as caught:   # noqa: PT011 - any failure, named below
-            _run(check, target, monkeypatch)
+            _run(check, target, monkeypatch, str(tmp_path))
     finally:
         setattr(cls, found[0].method, original)
     assert message in str(caught.value), (
         f"with {diff!r} the check failed, but not as it should ({message!r}): {caught.value}")
 
 
-def _run(check: str, target: str, monkeypatch) -> None:
-    from properties import test_tier_poll_loop, test_tiering_manager
+def _run(check: str, target: str, monkeypatch, reproducer_dir: str) -> None:
+    from properties import test_tier_poll_loop, test_tiered_lookup, test_tiering_manager
     if check == "machine":
         test_tiering_manager.test_tiering_manager_machine(target)
+    elif check == "tiered_lookup":      # the tiered-lookup machine, over the manager's primary
+        test_tiered_lookup.test_tiered_lookup_machine(target, reproducer_dir)
     elif hasattr(test_tiering_manager, check):
         getattr(test_tiering_manager, check)(target)
     else:

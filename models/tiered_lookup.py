@@ -319,6 +319,15 @@ class TieredLookupModel:
         return tuple(k for _, k in sorted((c.used_at, k) for k, c in self.chunks.items()
                                           if k not in pinned))
 
+    def recency_order(self) -> tuple[int, ...]:
+        """LRU: the order in which the primary would evict every written chunk were nothing
+        reading any (no load, no store job), its recency as a whole. A touch or a request's
+        end reorders a chunk while a cascade or a load still reads it, which the eviction
+        order shows only once the chunk is unpinned (in a tiering world, often never before
+        the chunk is reordered again). ARC's lists: ``eviction_order`` and ``arc_memory``."""
+        return tuple(k for _, k in sorted((c.used_at, k) for k, c in self.chunks.items()
+                                          if c.written))
+
     def prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
         if not (self.store_poll_gated and self.polled_this_step):
             self._poll()             # unconditionally: eviction sees the freshest completions

@@ -7,9 +7,11 @@ Rules are the connector's calls (a request's start and end, ``prepare_store`` /
 ``on_reset_flushed``, ``get_stats``, ``config_info``), the tier-poll thread's round, and the
 tiers' side: a job finishes (whole, failed, a promotion partly), a peer asks a tier for keys.
 After every step: each tier's calls since the last step (``tier-calls-agree``), the primary's
-ref counts (``ref-counts-agree``), the jobs each tier holds, the peers' answers and whether
-work is pending. The world (which tier is request-level, polled, back-pressured) is drawn
-once. vLLM only: the native manager has no secondary-tier API to record.
+ref counts (``ref-counts-agree``), the jobs each tier holds, the peers' answers, whether
+work is pending, and that no tier was polled where the manager promises not to poll it
+(``tier-polls-allowed``: inside its own serving, or by a round it did not opt in to).
+The world (which tier is request-level, polled, back-pressured) is drawn once. vLLM only:
+the native manager has no secondary-tier API to record.
 """
 
 from __future__ import annotations
@@ -228,11 +230,16 @@ class TieringManagerMachine(RuleBasedStateMachine):
         self.model.poll_round()
         self.world.poll_round()
 
-    # What the thread is for: a round between two steps, before the next step's first call
-    # (its once-per-step poll still to come).
-    @rule()
-    def step_end_then_poll_round(self):
+    # What the thread is for: a peer asks between two steps, and a round serves it before the
+    # next step's first call. The step's once-per-step poll is still to come then: serving
+    # (a lookup per key) must neither run it early, off-thread and over every tier, nor leave
+    # it done for the next step. (The step's end serves its own peers first, so a peer
+    # queued before it would leave the round nothing to serve.)
+    @rule(i=st.integers(0, 1), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3,
+                                             unique=True))
+    def peer_request_between_steps(self, i, keys):
         self.on_schedule_end()
+        self.peer_request(i, keys)
         self.tier_poll_round()
 
     # A reset holds promotions until the worker's flush: rarely, or most of a run is held.
@@ -279,6 +286,10 @@ class TieringManagerMachine(RuleBasedStateMachine):
                 f"expected {mt.answers}")
             assert self.world.jobs(i) == sorted(mt.submitted), (
                 f"tier {i} holds jobs {self.world.jobs(i)}, expected {sorted(mt.submitted)}")
+        assert not self.world.poll_faults, (
+            f"tier-polls-allowed: {self.world.poll_faults}: a round polls only the tiers that "
+            "opted in, and a tier's serving must not poll (poll_tiers keeps the step's "
+            "once-per-step poll shut while it serves)")
         # The connector asks a hit's source for its metrics: every readable key, per request.
         for req in self.live:
             for key, ref in self.model.ref_counts().items():

@@ -93,6 +93,9 @@ class TieredLookupPort(Protocol):
     # The primary's eviction order: every evictable chunk, as one call evicting all would
     # (vLLM: its policy, deep-copied, asked to evict them; the real one is not touched).
     def eviction_order(self) -> tuple[int, ...] | str: ...
+    # LRU: the same over every written chunk, were nothing reading them (a deep copy with its
+    # readers released): the recency a touch sets on a chunk a cascade or a load still reads.
+    def recency_order(self) -> tuple[int, ...] | str: ...
     def request_policy(self) -> str | None: ...     # on_new_request's answer, current slot
     # ARC's ghost lists (B1, B2, least recent first) and T1's target; None under LRU.
     def arc_memory(self) -> tuple[tuple[int, ...], tuple[int, ...], float] | None: ...

@@ -351,6 +351,11 @@ class NativeTieredLookup:
             return tuple(self._arc.choose(len(evictable), lambda k: self._ref[k] == 0) or ())
         return tuple(k for _, k in self._order if self._ref[k] == 0)
 
+    def recency_order(self) -> tuple[int, ...]:
+        """LRU: every written chunk, in the order one call evicting them all would take, were
+        nothing reading them."""
+        return tuple(k for _, k in self._order if self._ref[k] != PENDING)
+
     def finish_request(self) -> None:
         done = self._req
         slot = self._slots.index(done)

@@ -285,6 +285,18 @@ class VllmTieredLookup:
             return f"evict({count}) found fewer than {count} chunks to evict"
         return tuple(self._ints[k] for k in order)
 
+    def recency_order(self) -> tuple[int, ...] | str:
+        """The primary's policy (a deep copy, its readers released) asked to evict every
+        written chunk; what it answers, or raises, as the check's text."""
+        count = sum(self.ref_cnt(k) not in (None, -1) for k in self._keys)
+        try:
+            order = compat.recency_order(self.primary, self._keys.values())
+        except Exception as error:  # noqa: BLE001 - the policy's own failure, reported
+            return f"evict({count}) with no reader raised {type(error).__name__}: {error}"
+        if order is None:
+            return f"evict({count}) with no reader found fewer than {count} chunks to evict"
+        return tuple(self._ints[k] for k in order)
+
     def read_chunk(self, key: int) -> int | None:
         chunk = self._chunk(key)
         if chunk is None or chunk.ref_cnt < 0:

@@ -9,6 +9,11 @@ detector: a real ``BackpressureDetector`` subclass whose pressure follows the st
 manager feeds it (a failed store: under pressure; a completed one: not), with vLLM's real
 ``DropStorePolicy`` dropping every cascade while under pressure. The tier-poll thread is
 off (interval 0): the machine runs a round itself, as the thread would, holding the lock.
+
+A tier also notes each poll (``get_finished_jobs``) that breaks what the manager promises
+its tiers (``poll_faults``): a poll from inside the tier's own ``serve_external_requests``,
+or a poll during a tier-poll round of a tier that did not opt in to off-thread polling
+(``tolerates_off_thread_polling``); the round stands for the thread.
 """
 
 from __future__ import annotations
@@ -95,6 +100,7 @@ def _classes(world):
             self.poll_error: Exception | None = None
             self.on_poll = None         # called at each poll (the loop tests hook it)
             self.polls = 0
+            self.serving = False        # inside serve_external_requests
             self.shutdown_error: Exception | None = None
             self.on_shutdown = None
 
@@ -132,6 +138,12 @@ def _classes(world):
 
         def get_finished_jobs(self):
             self.polls += 1
+            if self.serving:
+                world.poll_faults.append(f"{self.spec.name} polled from inside its own "
+                                         "serve_external_requests")
+            if world.in_round and not self.tolerates_off_thread_polling:
+                world.poll_faults.append(f"{self.spec.name} polled by a tier-poll round, "
+                                         "off the scheduler thread, without opting in")
             if self.on_poll is not None:
                 self.on_poll(self)
             if self.poll_error is not None:
@@ -152,6 +164,13 @@ def _classes(world):
             self.calls.append(("on_request_finished", req_context.req_id))
 
         def serve_external_requests(self, parent):
+            self.serving = True
+            try:
+                self._serve(parent)
+            finally:
+                self.serving = False
+
+        def _serve(self, parent):
             peers, self.peers = self.peers, []
             for keys in peers:
                 ctx = base.ReqContext(req_id=world.peer_id())
@@ -211,6 +230,8 @@ class VllmTieringWorld:
         manager = release.import_module("vllm.v1.kv_offload.tiering.manager")
         self.num_chunks = num_chunks
         self.released: list[str] = []
+        self.poll_faults: list[str] = []      # tier polls the manager must not make
+        self.in_round = False                 # inside poll_round (the thread's stand-in)
         self._keys: dict[int, object] = {}
         self._ints: dict[object, int] = {}
         self._peers = 0
@@ -305,7 +326,11 @@ class VllmTieringWorld:
     def poll_round(self) -> None:
         """One round of the tier-poll thread: ``poll_tiers`` under the lock."""
         with self.manager.lock:
-            self.manager.poll_tiers()
+            self.in_round = True
+            try:
+                self.manager.poll_tiers()
+            finally:
+                self.in_round = False
 
     def reset_cache(self) -> None:
         with self.manager.lock:
