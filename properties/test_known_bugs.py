@@ -46,7 +46,8 @@ def test_known_bug_is_caught_and_shrunk(bug, subsystem, prop, max_calls, max_exa
     machine = catalogue_machine(bug, subsystem)
     result = run_machine(machine, f"native:{bug.id}", catalogue_settings(max_examples))
     assert result.failure is not None, f"{bug.id} not found in {max_examples} examples"
-    assert result.failure.property == prop, result.failure.message
+    named = (prop, *bug.same_promise) if subsystem == bug.subsystem else (prop,)
+    assert result.failure.property in named, result.failure.message
     assert result.failure.calls <= max_calls, \
         f"{bug.id}: shrunk to {result.failure.calls} calls, bound {max_calls}"
 
