@@ -92,3 +92,31 @@ def test_a_finished_request_commits_its_blocks_as_most_recent(target):
             "is the more recent")
     finally:
         world.shutdown()
+
+
+def test_a_partly_failed_promotion_keeps_the_landed_keys_source(target):
+    """Scenario (the machine reaches it only when a partial failure meets a live request's
+    readable key, which its derandomized stream may miss):
+    - tier t0 holds keys 0 and 1; r0 looks both up: one promotion job of (0, 1) at the
+      step's end;
+    - t0 lands 0 and fails 1;
+    - the next lookup notices the job: 0 is a HIT, whose load source is still t0 (r0's
+      cache-hit metrics count it as a t0 hit), while 1's source is forgotten (it failed);
+    - 1 looked up again starts a new promotion from t0."""
+    maker = _world_maker(target)
+    world = maker(4, [Tier("t0", False, False, False, {0, 1}), Tier("t1", False, False, False)])
+    try:
+        world.on_new_request("r0")
+        assert (world.lookup(0, "r0"), world.lookup(1, "r0")) == (
+            LookupResult.HIT_PENDING, LookupResult.HIT_PENDING)
+        world.on_schedule_end()
+        [job] = world.jobs(0)
+        assert sorted(job.keys) == [0, 1], f"one promotion of both keys, got {job}"
+        world.run_job(0, job, JobOutcome((0,), False))
+        assert world.lookup(0, "r0") is LookupResult.HIT, "the landed key is readable"
+        assert world.load_source(0, "r0") == 0, (
+            "the landed key's load source must stay t0: only the failed keys lose theirs")
+        assert world.load_source(1, "r0") is None, "the failed key's source is forgotten"
+        assert world.lookup(1, "r0") is LookupResult.HIT_PENDING, "promoted again from t0"
+    finally:
+        world.shutdown()
