@@ -72,6 +72,7 @@ import torch
 
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
+from sim.engine_turn import engine_turn
 from sim.native.encoder_cache import NativeEncoderCache
 from sim.native.encoder_decoder_cache import NativeEncoderDecoderCache
 
@@ -312,18 +313,11 @@ class NativeSchedulerPass:
         return tuple(gathered)
 
     def step(self) -> StepView:
-        """One engine turn: schedule and run a step, then apply the oldest step in flight
-        (at once without async scheduling; under it, once two are in flight, or when no
-        request is open: then nothing is scheduled and the output is empty)."""
-        output, gathered = SchedulerOutputView({}, {}, ()), ()
-        if self.running or self.waiting or not self.async_scheduling:
-            output = self.schedule()
-            gathered = self.execute_model(output)
-            if self.async_scheduling and len(self._in_flight) < 2:
-                return StepView(output, gathered, ())
-        if not self._in_flight:
-            return StepView(output, gathered, ())
-        return StepView(output, gathered, self.update_from_output(self._in_flight[0][0]))
+        """One engine turn, in the engine's order (``sim/engine_turn.py``)."""
+        return engine_turn(self, open_requests=bool(self.running or self.waiting),
+                           async_scheduling=self.async_scheduling,
+                           in_flight=lambda: len(self._in_flight),
+                           apply_oldest=lambda: self.update_from_output(self._in_flight[0][0]))
 
     # -- views ---------------------------------------------------------------------------
 

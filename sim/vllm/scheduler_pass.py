@@ -72,6 +72,7 @@ from typing import Any
 
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
+from sim.engine_turn import engine_turn
 from sim.errors import CapabilityMissing, HarnessError
 from sim.vllm import compat, release
 
@@ -450,18 +451,11 @@ class VllmSchedulerPass:
         return finished
 
     def step(self) -> StepView:
-        """One engine turn: schedule and run a step, then apply the oldest step in flight
-        (at once without async scheduling; under it once two are in flight, or when no
-        request is open: then nothing is scheduled and the output is empty)."""
-        output, gathered = SchedulerOutputView({}, {}, ()), ()
-        if self.scheduler.get_num_unfinished_requests() or not self.async_scheduling:
-            output = self.schedule()
-            gathered = self.execute_model(output)
-            if self.async_scheduling and len(self._in_flight) < 2:
-                return StepView(output, gathered, ())
-        if not self._in_flight:
-            return StepView(output, gathered, ())
-        return StepView(output, gathered, self.update_from_output(self._in_flight[0][1]))
+        """One engine turn, in the engine's order (``sim/engine_turn.py``)."""
+        return engine_turn(self, open_requests=bool(self.scheduler.get_num_unfinished_requests()),
+                           async_scheduling=self.async_scheduling,
+                           in_flight=lambda: len(self._in_flight),
+                           apply_oldest=lambda: self.update_from_output(self._in_flight[0][1]))
 
     def resident_mm_hashes(self) -> set[str]:
         manager = self.scheduler.encoder_cache_manager
