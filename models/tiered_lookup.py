@@ -37,7 +37,9 @@ connector called it right after ``on_schedule_end``, which began the step; 0.33.
 ``prepare_store`` count) and ``recency_when_evictable`` (LRU kept only evictable chunks in its
 order: a touch of a pinned or write-pending chunk was dropped and the chunk became the most
 recent when its store or last load completed; read in 0.24.0, 0.26.0 and 0.30.0; 0.22.0
-orders by touches, 0.32.0 moved to request ranks).
+orders by touches, 0.32.0 moved to request ranks) and ``load_polls`` (``prepare_load``
+noticed finished jobs first, the step's first poll as a lookup's is: read in 0.22.0 and
+0.24.0; 0.26.0 polls in lookups, step ends and stores only).
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class TieredLookupModel:
     request_positions: bool = True           # LRU ranks a running request's keys by position
     threshold_counts_lookups: bool = False   # the store threshold counts lookups, not offers
     recency_when_evictable: bool = False     # LRU: a chunk is MRU when it becomes evictable
+    load_polls: bool = False                 # prepare_load polls first (once per step)
     requests: tuple[tuple[int, ...], ...] = ()   # each request slot's keys (CPU manager alone)
     unpositioned: tuple[int, ...] = ()       # slots whose context records no key positions
     enable_events: bool = True               # False: take_events() yields nothing
@@ -375,6 +378,8 @@ class TieredLookupModel:
         return [OffloadEvent(keys, removed) for keys, removed in named if keys]
 
     def prepare_load(self, keys: Sequence[int]) -> None:
+        if self.load_polls and not self.polled_this_step:
+            self._poll()
         for key in keys:
             if self.read_chunk(key) is None:
                 raise ValueError(f"prepare_load: key {key} is not stored")

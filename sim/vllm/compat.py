@@ -589,6 +589,10 @@ def lookup_semantics(found: str) -> dict[str, Any]:
       load completes becomes the most recent, a touch of a pinned one is dropped.
       # vLLM 0.24.0-0.31.x (read in 0.24.0, 0.26.0, 0.30.0; 0.23.x unread, taken as 0.22.0).
       # vLLM 0.22.0: a touch orders every chunk. vLLM >=0.32.0: request ranks, a lazy heap.
+    - ``load_polls``: the tiering manager's ``prepare_load`` notices finished jobs first (the
+      step's once-per-step poll). # vLLM 0.22.0-0.24.x (read in 0.22.0 and 0.24.0; 0.23.x
+      unread). vLLM >=0.26.0 (read; 0.25.x unread, taken as 0.26.0): lookups, step ends and
+      stores poll, loads do not.
     """
     version = release.parse_release(found)
     options: dict[str, Any] = {}
@@ -607,6 +611,8 @@ def lookup_semantics(found: str) -> dict[str, Any]:
         options["threshold_counts_lookups"] = True
     if (0, 24, 0) <= version < (0, 32, 0):
         options["recency_when_evictable"] = True
+    if (0, 22, 0) <= version < (0, 25, 0):
+        options["load_polls"] = True
     return options
 
 
