@@ -288,3 +288,20 @@ def unavailable(target: str, why: BaseException):
     if os.environ.get("LCH_REQUIRE_TARGETS"):
         raise Unavailable(f"target {target} is required here but unavailable: {why}")
     pytest.skip(str(why))
+
+
+def vllm_tiering_module(target: str, not_vllm: str, before_poll_tiers: str):
+    """vLLM's tiering manager module, for the tests of its 0.33.0 API (``poll_tiers``: the
+    tier-poll thread, peers served off-step, request-level tiers). Skips with ``not_vllm`` on
+    another target and with ``before_poll_tiers`` on an older release; an uninstalled vLLM
+    is ``unavailable``."""
+    if target != "vllm":
+        pytest.skip(not_vllm)
+    try:
+        from sim.vllm import release
+        module = release.import_module("vllm.v1.kv_offload.tiering.manager")
+    except TargetUnavailable as why:
+        unavailable(target, why)
+    if not hasattr(module.TieringOffloadingManager, "poll_tiers"):
+        pytest.skip(f"vLLM {release.release()}: {before_poll_tiers}")
+    return module

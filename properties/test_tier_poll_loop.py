@@ -26,24 +26,16 @@ from types import SimpleNamespace
 import pytest
 
 from models.tiering_manager import Tier
-from properties.run import unavailable
-from sim.errors import TargetUnavailable
+from properties.run import vllm_tiering_module
 
 ROUND_S = 0.25          # the test's clock advances this much at each pause between rounds
 THREAD_NAME = "vllm_offload_tier_poll"
 
 
 def _module(target: str):
-    if target != "vllm":
-        pytest.skip("the tier-poll thread is vLLM's (the native manager polls per call)")
-    try:
-        from sim.vllm import release
-        module = release.import_module("vllm.v1.kv_offload.tiering.manager")
-    except TargetUnavailable as why:
-        unavailable(target, why)
-    if not hasattr(module.TieringOffloadingManager, "poll_tiers"):
-        pytest.skip("this release's tiering manager has no tier-poll thread (from 0.33.0)")
-    return module
+    return vllm_tiering_module(
+        target, "the tier-poll thread is vLLM's (the native manager polls per call)",
+        "its tiering manager has no tier-poll thread (from 0.33.0)")
 
 
 def _world(interval_s: float = 0):

@@ -4,30 +4,21 @@ tiers, peers served through a ``ParentManager``, the tiering metrics); other tar
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import Phase, settings
 
 from models.tiered_lookup_values import LookupResult
 from models.tiering_manager import JobOutcome, Tier
-from properties.run import unavailable
+from properties.run import vllm_tiering_module
 from properties.tiering_manager_machine import TieringManagerMachine
-from sim.errors import TargetUnavailable
 
 EXAMPLES, STEPS = 300, 50
 
 
 def _world_maker(target: str):
-    if target != "vllm":
-        pytest.skip("the tiering manager's tier-facing API is vLLM's")
-    try:
-        from sim.vllm import release
-        from sim.vllm.tiering_world import VllmTieringWorld
-        manager = release.import_module("vllm.v1.kv_offload.tiering.manager")
-    except TargetUnavailable as why:
-        unavailable(target, why)
-    if not hasattr(manager.TieringOffloadingManager, "poll_tiers"):
-        pytest.skip(f"vLLM {release.release()}: the machine drives 0.33.0's tiering API "
-                    "(peers served off-step, request-level tiers, the tiering metrics)")
+    vllm_tiering_module(target, "the tiering manager's tier-facing API is vLLM's",
+                        "the machine drives 0.33.0's tiering API (peers served off-step, "
+                        "request-level tiers, the tiering metrics)")
+    from sim.vllm.tiering_world import VllmTieringWorld
     return VllmTieringWorld
 
 
