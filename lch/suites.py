@@ -105,6 +105,7 @@ CLASSES: dict[str, Subject] = {
         harness=("fixtures/reproducers/test_scheduler_pass_vllm_unchunked_item.py",
                  "properties/test_scheduler_pass_model.py",
                  "properties/test_scheduler_pass_drafter.py",
+                 "properties/test_scheduler_pass_mamba.py",
                  "properties/test_scheduler_pass.py"),
         upstream=("tests/v1/core/test_scheduler.py",),
         support=("tests/v1/core/utils.py", "tests/v1/core/test_prefix_caching.py",

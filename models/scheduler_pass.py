@@ -85,6 +85,11 @@ it; vLLM 0.33.0 lets the drafter fall back to token embeddings for an input it c
 encode (``_try_schedule_encoder_inputs``), which this output states explicitly. So a correct
 scheduler never makes the worker miss.
 
+A hybrid model with Mamba layers whose states are cached per block (``mamba_block_size``,
+vLLM's align mode) first cuts each request's wanted tokens to an aligned chunk
+(``models/scheduler_pass_mamba.py``); a chunk left with no token judges no item (no hold, no
+eviction), passes a running request over and stops the waiting queue.
+
 Async scheduling (``async_scheduling``, vLLM's ``AsyncScheduler``): the engine schedules
 step N+1 before it applies step N's output (its batch queue holds two steps), so a pass
 starts each running request where its steps in flight end, and counts the tokens they will
@@ -117,6 +122,7 @@ from collections import Counter
 from attrs import define, field, frozen
 
 from models import scheduler_pass_drafter as drafter
+from models import scheduler_pass_mamba as mamba
 from models.encoder_cache import EncoderCacheModel
 from models.encoder_decoder_cache import EncoderDecoderCacheModel
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
@@ -170,6 +176,7 @@ class PassNotes:
     rejected: tuple[str, ...] = ()  # refused: an identifier resident with another embed count
     loaded: bool = False           # an input loaded through the EC connector, not encoded
     held_for_sample: bool = False  # async: an update kept an input ending at the prompt's end
+    unaligned: bool = False        # Mamba: a running request's aligned chunk had no token
 
 
 @frozen(eq=False)
@@ -209,6 +216,7 @@ class SchedulerPassModel:
     ec_cached_mm_hashes: frozenset[str] = field(default=frozenset(), converter=frozenset)
     encoder_decoder: bool = False
     async_scheduling: bool = False
+    mamba_block_size: int = 0      # hybrid Mamba model, states cached per block (0: none)
     cache: EncoderCacheModel | EncoderDecoderCacheModel = field(init=False)
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     notes: PassNotes = field(factory=PassNotes)
@@ -225,6 +233,10 @@ class SchedulerPassModel:
         if self.async_scheduling and self.encoder_decoder:
             raise ValueError("async_scheduling is modelled for decoder-only worlds: "
                              "pass encoder_decoder=False")
+        if self.mamba_block_size and (self.async_scheduling or self.encoder_decoder
+                                      or self.disable_chunked_mm_input):
+            raise ValueError("mamba_block_size is modelled for synchronous decoder-only worlds "
+                             "with chunked multimodal input (models/scheduler_pass_mamba.py)")
         self.cache = (EncoderDecoderCacheModel if self.encoder_decoder
                       else EncoderCacheModel)(self.cache_size)
 
@@ -314,6 +326,7 @@ class SchedulerPassModel:
         self.passes += 1
         grants: list[Grant] = []
         refused_now = []
+        unaligned = []                  # running requests the Mamba alignment left no token
         for state in self._in_order():
             spent = [g for g in grants if g.tokens]
             tokens_left = self.token_budget - sum(g.tokens for g in spent)
@@ -327,6 +340,16 @@ class SchedulerPassModel:
             wanted = min(left, tokens_left)
             if self.encoder_decoder and state.started_at is None and wanted < left:
                 break          # its prefill is not chunked: the waiting queue stops here
+            if self.mamba_block_size:
+                wanted = mamba.aligned_chunk(
+                    state.scheduled_upto, wanted, num_tokens=state.num_tokens,
+                    prompt_len=state.request.prompt_len, block=self.mamba_block_size,
+                    token_budget=self.token_budget, lookahead=self.read_ahead)
+                if not wanted:          # no chunk: no item judged (scheduler_pass_mamba.py)
+                    if state.started_at is None:
+                        break
+                    unaligned.append(state.request.request_id)
+                    continue
             refused = None if self.encoder_decoder else self._refusal(state, wanted, compute_left)
             if refused is not None:
                 self.cache = refused
@@ -357,6 +380,7 @@ class SchedulerPassModel:
         self._check_pass(granted)
         self.notes = self._notes(grants)
         self.notes.rejected = tuple(refused_now)
+        self.notes.unaligned = bool(unaligned)
         self.notes.blocked |= bool(refused_now)
         output = SchedulerOutputView(
             {g.request.request_id: g.tokens for g in granted},

@@ -39,6 +39,7 @@ from properties.scheduler_pass_worlds import (
     SchedWorld,
     async_scheduler_worlds,
     encoder_decoder_worlds,
+    mamba_worlds,
     scheduler_worlds,
 )
 from sim import targets
@@ -66,6 +67,8 @@ HAZARDS = (
 )
 
 ASYNC_HAZARDS = (*HAZARDS, "input held for a pending sample")
+
+MAMBA_HAZARDS = (*HAZARDS, "running request left no aligned chunk")
 
 ENCODER_DECODER_HAZARDS = (
     "encoder-decoder input encoded whole at the start",
@@ -136,6 +139,10 @@ class SchedulerPassMachine(HarnessMachine):
             # A release whose async scheduler frees an input as soon as its tokens are
             # scheduled (see compat.async_scheduler_cls): not the spec's.
             self.recorder.note_missing("no AsyncScheduler holding inputs for pending samples")
+            reject()
+        if world.mamba_block_size and not getattr(self.sched, "drives_mamba", True):
+            # A release whose Mamba split follows other rules (see compat.mamba_align_split).
+            self.recorder.note_missing("no Mamba align-mode split of vLLM 0.33.0's rules")
             reject()
         if not getattr(self.sched, "can_preempt", True):
             world = evolve(world, preempts=False)   # a release that preempts only inline
@@ -424,7 +431,8 @@ class SchedulerPassMachine(HarnessMachine):
                            (notes.blocked, "request blocked for a pass"),
                            (expect.output.free_encoder_mm_hashes, "pass frees hashes"),
                            (notes.probed, "item with no embed in its window"),
-                           (notes.held_for_sample, "input held for a pending sample")):
+                           (notes.held_for_sample, "input held for a pending sample"),
+                           (notes.unaligned, "running request left no aligned chunk")):
             if flag:
                 self.hazard(name)
         if any(self.history[rid].items[i].is_embed is not None
@@ -484,6 +492,18 @@ class AsyncSchedulerPassMachine(SchedulerPassMachine):
     HAZARDS = ASYNC_HAZARDS
 
     @initialize(world=async_scheduler_worlds())
+    def setup(self, world: SchedWorld):
+        SchedulerPassMachine.setup(self, world)
+
+
+class MambaSchedulerPassMachine(SchedulerPassMachine):
+    """The same rules and checks on a hybrid Mamba model's worlds (prefill chunks aligned to
+    blocks, ``models/scheduler_pass_mamba.py``). A machine of its own, so the other worlds
+    keep the draws their hazards and the catalogue's finds were pinned at."""
+
+    HAZARDS = MAMBA_HAZARDS
+
+    @initialize(world=mamba_worlds())
     def setup(self, world: SchedWorld):
         SchedulerPassMachine.setup(self, world)
 

@@ -10,6 +10,7 @@ from properties.run import check_machine
 from properties.scheduler_pass_machine import (
     AsyncSchedulerPassMachine,
     EncoderDecoderSchedulerPassMachine,
+    MambaSchedulerPassMachine,
     SchedulerPassMachine,
 )
 
@@ -24,3 +25,7 @@ def test_scheduler_pass_encoder_decoder(target, reproducer_dir):
 
 def test_scheduler_pass_async_scheduling(target, reproducer_dir):
     check_machine(AsyncSchedulerPassMachine, target, reproducer_dir)
+
+
+def test_scheduler_pass_mamba(target, reproducer_dir):
+    check_machine(MambaSchedulerPassMachine, target, reproducer_dir)

@@ -112,8 +112,10 @@ class NativeSchedulerPass:
                  read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
                  encoder_decoder: bool = False, async_scheduling: bool = False,
+                 mamba_block_size: int = 0,
                  bugs: frozenset[str] = frozenset(), device: torch.device | None = None):
         self.cache_size = cache_size
+        self.mamba_block_size = mamba_block_size
         self.max_num_batched_tokens = token_budget
         self.max_num_encoder_input_tokens = encoder_compute_budget
         self.num_lookahead_tokens = read_ahead
@@ -185,6 +187,12 @@ class NativeSchedulerPass:
             want = min(entry.remaining(), token_budget)
             if self.encoder_decoder and entry in self.waiting and want < entry.remaining():
                 break                          # no chunked prefill: the queue waits here
+            if self.mamba_block_size:
+                want = self._block_aligned(entry, want)
+                if want <= 0 and entry in self.waiting:
+                    break                      # the queue waits for a pass with room
+                if want <= 0:
+                    continue                   # no chunk this pass: nothing is judged
             plan = self._plan_encoder(entry, want, encoder_budget)
             new_tokens, reads, inputs, duplicates, budget_after, loads = plan
             if new_tokens <= 0:
@@ -456,6 +464,28 @@ class NativeSchedulerPass:
         reads = lookahead if refused_at is None \
             else max(0, min(lookahead, refused_at - (start + new_tokens)))
         return new_tokens, reads, inputs, duplicates, budget, loads
+
+    def _block_aligned(self, entry: _Running, new_tokens: int) -> int:
+        """A hybrid Mamba model caches a request's state only at a chunk's end, so a prefill
+        chunk ends on a block boundary (unless it finishes the prefill), re-aligns when it
+        starts off one, and stops at the last boundary that still leaves the logits' token
+        and the drafter's lookahead after it."""
+        block, start = self.mamba_block_size, entry.computed
+        known = entry.req.prompt_len + entry.generated
+        prefill_end = max(entry.req.prompt_len, known - 1)
+        if start >= prefill_end:
+            return new_tokens
+        end = start + new_tokens
+        floor_end = end // block * block
+        if end < prefill_end and (floor_end > start or block <= self.max_num_batched_tokens):
+            end = floor_end
+        stops = [(known - max(1, self.num_lookahead_tokens)) // block * block]
+        if start % block:
+            stops.append((start // block + 1) * block)
+        for stop in stops:
+            if start < stop < end:
+                end = stop
+        return max(end - start, 0)
 
     def _keep_runway(self, entry: _Running, new_tokens: int) -> int:
         """A multi-token drafter (MTP) needs its whole lookahead at a chunk boundary: a chunk

@@ -62,6 +62,7 @@ steps between passes. ``reset_encoder_cache`` is the engine's: the scheduler's
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -140,11 +141,11 @@ def _model_dir(config: dict, prefix: str) -> str:
 
 
 @functools.cache
-def _drafter_lookahead(read_ahead: int) -> int:
-    """The prefill lookahead vLLM gives the drafter ``read_ahead`` stands for, from a real
-    configuration built offline: an EAGLE head with one speculative token over the tiny OPT
-    (1), or a multi-module MTP drafter with ``read_ahead`` modules and speculative tokens
-    over a tiny DeepSeek-V3 (more). One per process and lookahead (~10 s: the draft model's
+def _drafter_config(read_ahead: int) -> Any:
+    """A real configuration, built offline, of the drafter ``read_ahead`` stands for: an
+    EAGLE head with one speculative token over the tiny OPT (1), or a multi-module MTP
+    drafter with ``read_ahead`` modules and speculative tokens over a tiny DeepSeek-V3
+    (more). One per process and lookahead (~10 s: the draft model's
     config is inspected as the target's is)."""
     config_mod = release.import_module("vllm.config")
     mtp = read_ahead > 1
@@ -164,6 +165,14 @@ def _drafter_lookahead(read_ahead: int) -> int:
             enable_chunked_prefill=True, is_encoder_decoder=False),
         cache_config=config_mod.CacheConfig(block_size=16, gpu_memory_utilization=0.9,
                                             cache_dtype="auto", enable_prefix_caching=False))
+    return vllm_config
+
+
+def _drafter_lookahead(read_ahead: int) -> int:
+    """The prefill lookahead of the drafter ``read_ahead`` stands for (``_drafter_config``),
+    checked to be ``read_ahead``."""
+    vllm_config = _drafter_config(read_ahead)
+    speculative = vllm_config.speculative_config
     lookahead = vllm_config.num_prefill_lookahead_tokens
     if lookahead != read_ahead:
         raise HarnessError(f"vLLM {release.release()} gives {speculative!r} a prefill "
@@ -171,6 +180,24 @@ def _drafter_lookahead(read_ahead: int) -> int:
                            "VllmConfig.num_prefill_lookahead_tokens and pick the drafter "
                            "that reads read_ahead tokens in _drafter_lookahead")
     return lookahead
+
+
+def _drafter_hash_lookahead(read_ahead: int) -> int:
+    """The tokens past a block that the drafter's block hashes cover once prefix caching is
+    on (``VllmConfig.num_hash_lookahead_tokens``: align mode runs with prefix caching),
+    checked to be ``read_ahead`` with the EAGLE block drop off, as the Mamba model has it
+    (``models/scheduler_pass_mamba.py``)."""
+    vllm_config = _drafter_config(read_ahead)
+    vllm_config.cache_config.enable_prefix_caching = True
+    try:
+        hashes = vllm_config.num_hash_lookahead_tokens
+    finally:
+        vllm_config.cache_config.enable_prefix_caching = False
+    if hashes != read_ahead:
+        raise HarnessError(f"vLLM {release.release()} hashes {hashes} tokens past a block "
+                           f"for a drafter reading {read_ahead}: the Mamba model's last "
+                           "checkpoint assumes they agree (VllmConfig.num_hash_lookahead_tokens)")
+    return hashes
 
 
 @functools.cache
@@ -217,12 +244,21 @@ def _ec_transfer_config() -> Any:
                                        ec_role="ec_consumer")
 
 
-def _kv_cache_config() -> Any:
+def _kv_cache_config(mamba_block_size: int = 0) -> Any:
+    """One full-attention group; a hybrid model (``mamba_block_size``) has a Mamba group
+    beside it, cached per block ("align"), both of that block size."""
     import torch
     kv = release.import_module("vllm.v1.kv_cache_interface")
     spec = compat.attention_spec(kv, torch.float32)
-    return kv.KVCacheConfig(num_blocks=1000, kv_cache_tensors=[],
-                            kv_cache_groups=[kv.KVCacheGroupSpec(["layer"], spec)])
+    if not mamba_block_size:
+        return kv.KVCacheConfig(num_blocks=1000, kv_cache_tensors=[],
+                                kv_cache_groups=[kv.KVCacheGroupSpec(["layer"], spec)])
+    attention = kv.FullAttentionSpec(block_size=mamba_block_size, num_kv_heads=1, head_size=1,
+                                     dtype=torch.float32)
+    state = kv.MambaSpec(block_size=mamba_block_size, shapes=((2,),), dtypes=(torch.float32,),
+                         mamba_cache_mode="align")
+    return kv.KVCacheConfig(num_blocks=1000, kv_cache_tensors=[], kv_cache_groups=[
+        kv.KVCacheGroupSpec(["attention"], attention), kv.KVCacheGroupSpec(["mamba"], state)])
 
 
 class VllmSchedulerPass:
@@ -231,7 +267,8 @@ class VllmSchedulerPass:
     def __init__(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
                  read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
-                 encoder_decoder: bool = False, async_scheduling: bool = False):
+                 encoder_decoder: bool = False, async_scheduling: bool = False,
+                 mamba_block_size: int = 0):
         # Steps scheduled and not yet applied, oldest first: (vLLM's output, our view of it,
         # where each request's tokens started, what the runner samples for each).
         self._in_flight: deque[tuple[Any, SchedulerOutputView, dict[str, int],
@@ -251,10 +288,24 @@ class VllmSchedulerPass:
             except Exception as why:  # noqa: BLE001 - any release that cannot build it
                 self.drives_encoder_decoder, self.encoder_decoder = False, False
                 self.why_no_encoder_decoder = f"{type(why).__name__}: {why}"
+        self.drives_mamba = True
+        if mamba_block_size:
+            try:
+                compat.mamba_align_split(
+                    release.import_module("vllm.v1.core.sched.scheduler").Scheduler)
+            except CapabilityMissing as why:
+                self.drives_mamba, self.why_no_mamba = False, str(why)
+                mamba_block_size = 0       # built as a plain model; the machine rejects it
         self._build(cache_size, token_budget, encoder_compute_budget,
-                    disable_chunked_mm_input, ec_cached_mm_hashes, False)
+                    disable_chunked_mm_input, ec_cached_mm_hashes, False, mamba_block_size)
         if read_ahead:
             self._give_drafter(read_ahead)
+            if mamba_block_size and self.read_ahead:
+                # Align mode runs with prefix caching, under which vLLM hashes the drafter's
+                # lookahead past each block (and drops no EAGLE block): the last checkpoint
+                # leaves that many tokens.
+                self.scheduler.num_hash_lookahead_tokens = _drafter_hash_lookahead(read_ahead)
+                self.scheduler.use_eagle_block_drop = False
 
     def _give_drafter(self, read_ahead: int) -> None:
         """Give the Scheduler the prefill lookahead of the drafter ``read_ahead`` stands for.
@@ -277,8 +328,18 @@ class VllmSchedulerPass:
 
     def _build(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
                disable_chunked_mm_input: bool, ec_cached_mm_hashes: frozenset[str],
-               encoder_decoder: bool) -> None:
+               encoder_decoder: bool, mamba_block_size: int = 0) -> None:
         vllm_config = _vllm_config(encoder_decoder)
+        block_size = mamba_block_size or 16
+        if mamba_block_size:
+            # Its own cache config (the Scheduler reads the block size and the cache mode from
+            # it at every pass). Prefix caching stays off in the KV manager: the prompts are all
+            # alike, and a hit would be a world the model does not have (every lookup of a new
+            # prompt misses in a prefix-caching engine too); the split reads positions only.
+            vllm_config = copy.copy(vllm_config)
+            vllm_config.cache_config = copy.copy(vllm_config.cache_config)
+            vllm_config.cache_config.block_size = mamba_block_size
+            vllm_config.cache_config.mamba_cache_mode = "align"
         sc = vllm_config.scheduler_config
         sc.max_num_batched_tokens = token_budget
         sc.encoder_cache_size = cache_size
@@ -301,9 +362,10 @@ class VllmSchedulerPass:
             else sched_mod.Scheduler
         try:
             self.scheduler = scheduler_cls(
-                vllm_config=vllm_config, kv_cache_config=_kv_cache_config(), log_stats=False,
+                vllm_config=vllm_config, kv_cache_config=_kv_cache_config(mamba_block_size),
+                log_stats=False,
                 structured_output_manager=structured.StructuredOutputManager(vllm_config),
-                **compat.scheduler_kwargs(sched_mod.Scheduler, 16),
+                **compat.scheduler_kwargs(sched_mod.Scheduler, block_size),
                 **({"mm_registry": _StubAudioRegistry()} if encoder_decoder else {}))
         finally:
             vllm_config.ec_transfer_config = None

@@ -1,0 +1,66 @@
+"""A hybrid Mamba model's aligned prefill chunks on hand-written traces: the model, the
+native target and vLLM's real Scheduler (``models/scheduler_pass_mamba.py`` states the rules).
+
+Every world here caches Mamba states per block of 4 tokens (vLLM's align mode). A release
+whose split follows other rules skips (``compat.mamba_align_split``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from models.scheduler_pass_values import PlacedItem, SchedRequest
+from sim.errors import TargetUnavailable
+from sim.targets import make
+
+TARGETS = ["model", "native", "vllm"]
+
+
+def agrees(actual, expect) -> None:
+    """The target's value is the expected one; the message shows both (mutation runs read
+    it without pytest's assertion rewriting)."""
+    assert actual == expect, f"{actual!r} != expected {expect!r}"
+
+
+def build(target: str, **config):
+    try:
+        sched = make(target, "scheduler_pass", mamba_block_size=4, **config)
+    except TargetUnavailable as why:
+        pytest.skip(str(why))
+    if not getattr(sched, "drives_mamba", True):
+        pytest.skip(sched.why_no_mamba)
+    return sched
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_prefill_chunks_end_on_block_boundaries(target):
+    """Scenario (budget 6 tokens): r0 has 11 prompt tokens. Its first two chunks end at 4 and
+    8 (each pass's 6 tokens go down to a boundary); the last, [8, 11), finishes the prefill
+    and is not aligned. r1, waiting, is never started: the 2 or 3 tokens left cannot reach
+    its first boundary, and a waiting request without a chunk stops the waiting queue."""
+    sched = build(target, cache_size=2, token_budget=6, encoder_compute_budget=2)
+    sched.add_request(SchedRequest("r0", 11, 1))
+    sched.add_request(SchedRequest("r1", 5, 1))
+    agrees([sched.step().output.num_scheduled_tokens for _ in range(3)],
+           [{"r0": 4}, {"r0": 4}, {"r0": 3}])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_request_left_no_aligned_chunk_judges_no_item(target):
+    """Scenario (EAGLE; budget 12 tokens, compute 4 embeds, cache 8): r1's img A @[4,8)
+    is refused in the first pass (r0's W took the compute), so r1 stops at 4. In the second
+    pass r0 encodes the same A and takes 9 tokens; the 3 left cannot reach r1's next
+    boundary, so r1 gets no token and judges nothing: it does not hold A, which r0's update
+    then leaves freeable beside W (vLLM 0.33.0 returns from
+    ``_try_schedule_encoder_inputs`` before its window when the chunk is empty)."""
+    sched = build(target, cache_size=8, token_budget=12, encoder_compute_budget=4,
+                  read_ahead=1)
+    sched.add_request(SchedRequest("r0", 24, 1, (PlacedItem("W", 0, 4), PlacedItem("A", 8, 4),
+                                                 PlacedItem("U", 17, 4))))
+    sched.add_request(SchedRequest("r1", 12, 1, (PlacedItem("A", 4, 4),)))
+    agrees(sched.step().output.num_scheduled_tokens, {"r0": 8, "r1": 4})
+    step = sched.step()
+    agrees((step.output.num_scheduled_tokens, step.output.scheduled_encoder_inputs),
+           ({"r0": 9}, {"r0": (1,)}))
+    agrees((sched.manager_slots(), sched.freeable_order()), ((0, 8), ["W", "A"]))
+    agrees(sched.step().output.num_scheduled_tokens, {"r0": 3, "r1": 4})
