@@ -82,7 +82,7 @@ CLASSES: dict[str, Subject] = {
                  "properties/test_tiered_lookup.py"),
         upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
     "vllm.v1.kv_offload.cpu.policies.arc:ARCCachePolicy": Subject(
-        harness=(POLICY_SUITES[1], ARC_CHURN_SUITE),
+        harness=(POLICY_SUITES[1], ARC_CHURN_SUITE, "properties/test_tiered_lookup_arc.py"),
         upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
     "vllm.v1.kv_offload.tiering.manager:TieringOffloadingManager": Subject(
         harness=("properties/test_tier_poll_thread.py", "properties/test_tier_poll_loop.py",
