@@ -10,26 +10,13 @@ from __future__ import annotations
 import pytest
 
 from models.scheduler_pass_values import PlacedItem, SchedRequest
-from sim.errors import TargetUnavailable
-from sim.targets import make
+from properties.scenarios import agrees, make_or_skip
 
 TARGETS = ["model", "native", "vllm"]
 
 
-def agrees(actual, expect) -> None:
-    """The target's value is the expected one; the message shows both (mutation runs read
-    it without pytest's assertion rewriting)."""
-    assert actual == expect, f"{actual!r} != expected {expect!r}"
-
-
 def build(target: str, **config):
-    try:
-        sched = make(target, "scheduler_pass", mamba_block_size=4, **config)
-    except TargetUnavailable as why:
-        pytest.skip(str(why))
-    if not getattr(sched, "drives_mamba", True):
-        pytest.skip(sched.why_no_mamba)
-    return sched
+    return make_or_skip(target, "scheduler_pass", drives="mamba", mamba_block_size=4, **config)
 
 
 @pytest.mark.parametrize("target", TARGETS)

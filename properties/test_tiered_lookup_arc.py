@@ -11,16 +11,9 @@ from __future__ import annotations
 import pytest
 
 from models.tiered_lookup_values import LookupResult, StoreOutput
-from sim.errors import TargetUnavailable
-from sim.targets import make
+from properties.scenarios import agrees, make_or_skip
 
 TARGETS = ["model", "native", "vllm"]
-
-
-def agrees(actual, expect) -> None:
-    """The target's value is the expected one; the message shows both (mutation runs read
-    it without pytest's assertion rewriting)."""
-    assert actual == expect, f"{actual!r} != expected {expect!r}"
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -32,11 +25,8 @@ def test_a_failed_store_forgets_a_chunk_its_reuse_promoted(target):
     - slot 1 finishes: its reuse of 0 moves the chunk to T2, written or not.
     - the write of 0 fails: the chunk is freed and the policy forgets 0 wherever it sits, T2
       included: a lookup misses, and the next store of 0 writes it."""
-    try:
-        mgr = make(target, "tiered_lookup", num_chunks=2, eviction_policy="arc",
-                   requests=((0, 1, 2), (0, 3)))
-    except TargetUnavailable as why:
-        pytest.skip(str(why))
+    mgr = make_or_skip(target, "tiered_lookup", num_chunks=2, eviction_policy="arc",
+                       requests=((0, 1, 2), (0, 3)))
     agrees(mgr.prepare_store([0]), StoreOutput((0,), ()))
     mgr.complete_store([0])
     mgr.use_request(1)
