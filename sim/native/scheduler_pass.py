@@ -59,6 +59,10 @@ schedules one step and applies the oldest once two are in flight. Bug switch
 scheduler does (vLLM before 0.30.0): an input ending at the prompt's end turns freeable
 while the request's first sample is still pending.
 
+A hybrid Mamba model (``mamba_block_size``) cuts each prefill chunk at block boundaries
+first (``_block_aligned``); a request left with no token is passed over (running) or stops
+the waiting queue, and judges no item.
+
 Text-only requests (no item) take tokens only. Bug switch ``sched-text-charged``: the pass
 charges a text-only request's tokens to the encoder budget, so multimodal requests after it
 in the pass are cut or blocked (and it is itself capped by the budget left).

@@ -53,6 +53,14 @@ later pass has moved the request on by the time the output is applied. A release
 async scheduler frees an input as soon as its tokens are scheduled (before 0.30.0) is not
 the spec's: the target reports the world absent (``drives_async_scheduling``).
 
+A hybrid Mamba world (``mamba_block_size``) builds the Scheduler over a KV cache config with a
+Mamba group beside the attention group, both of that block size, and its own copy of the
+cache config in align mode (``mamba_cache_mode="align"``): the Scheduler then splits prefill
+chunks at block boundaries (``_mamba_block_aligned_split``). Align mode runs with prefix
+caching in vLLM; here the KV manager keeps it off (the prompts are all alike) and the
+drafter's hash lookahead is set as a caching engine would have it (``_drafter_hash_lookahead``).
+Releases whose split follows other rules report the world absent (``drives_mamba``).
+
 ``preempt_request`` does what ``schedule()`` does to the last running request when it runs
 out of KV blocks (pop it from ``running``, then ``_preempt_request``); the harness gives this
 scheduler a KV pool too large for that to happen on its own, so the rule calls the same two
