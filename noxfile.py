@@ -132,7 +132,7 @@ def install_vllm(session: nox.Session, release: str) -> None:
     """torch (LCH_TORCH), the harness, then vLLM without its GPU dependencies plus the
     pure-Python packages its imports need (``requirements/vllm-<family>.txt``)."""
     install_harness(session, "test")
-    requirements = session.run("python", "-m", "sim.vllm.release", "requirements-file",
+    requirements = session.run_install("python", "-m", "sim.vllm.release", "requirements-file",
                                release, silent=True).strip()
     session.install("--no-deps", f"vllm=={release}")
     session.install("--no-deps", "-r", requirements)

@@ -228,8 +228,9 @@ def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
             print(f"SEED={seed}", flush=True)
             if vllm_info:
                 vllm_info["log"] = args.vllm_log
+                from sim.vllm.overlay import commit_text
                 print(f"vLLM under test: {vllm_info['version']} at {vllm_info['path']}"
-                      f" (commit {vllm_info['commit'] or 'unknown'}); its log: "
+                      f" ({commit_text(vllm_info)}); its log: "
                       f"{vllm_info['log']}", flush=True)
             hunt = Hunt(pairs, seed, args.reproducer_dir, budget_s=budget_s,
                         examples=args.examples, use_db=not args.no_db,

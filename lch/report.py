@@ -54,7 +54,9 @@ def render_markdown(data: dict) -> str:
     if data["vllm"]:
         v = data["vllm"]
         lines += [f"vLLM under test: {v.get('version')} at `{v.get('path')}`"
-                  + (f", commit `{v['commit']}`" if v.get("commit") else ""), ""]
+                  + (f", commit `{v['commit']}`" if v.get("commit") else
+                     ", not a git checkout (no commit)" if v.get("git") is False else ""),
+                  ""]
     lines += ["| subsystem | target | result | examples | steps | steps/s |",
               "|---|---|---|---|---|---|"]
     for p in data["pairs"]:

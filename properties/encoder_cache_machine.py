@@ -263,9 +263,9 @@ def slots(cache):
         self.approved.clear()                        # the pass ends
         self.passes_since_reset += 1
         expect = self.model.get_freed_mm_hashes()
-        actual = self.cache.get_freed_mm_hashes()
         self.record("cache.get_freed_mm_hashes()", expect,
                     "ends the pass: the worker deletes these tensors")
+        actual = self.cache.get_freed_mm_hashes()
         if expect:
             self.hazard("get_freed_mm_hashes: reports evictions")
         self.worker.free(actual)

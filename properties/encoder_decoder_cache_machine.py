@@ -226,9 +226,9 @@ class EncoderDecoderCacheMachine(HarnessMachine):
     def do_get_freed_mm_hashes(self):
         self.approved.clear()                        # the pass ends
         expect = self.model.get_freed_mm_hashes()
-        actual = self.cache.get_freed_mm_hashes()
         self.record("cache.get_freed_mm_hashes()", expect,
                     "ends the pass: the worker deletes these, then encodes the pass's inputs")
+        actual = self.cache.get_freed_mm_hashes()
         # The model runner's order in execute_model: delete the freed tensors, encode the
         # scheduled inputs, run the decoder (which reads them).
         self.worker.free(actual)

@@ -32,6 +32,7 @@ from hypothesis.strategies._internal.core import DataObject, DataStrategy
 from properties.harness import Failure, HarnessMachine, Recorder, property_of
 from properties.machines import import_all_machines
 from properties.run import NOT_FINDINGS, _replayed, bind, minimize
+from sim.outcomes import message_of
 
 STEPS_MAX = 80                 # the hunt profile's stateful_step_count
 CHOICES_MAX = 10**6            # a walk never runs out of choices
@@ -65,7 +66,7 @@ def explore(machine: type[HarnessMachine], target: str, seed: int, runs: int,
         error = _walk(bound, rng, steps_max)
         if error is None:
             continue
-        found = _replayed(machine, target, Failure(property_of(error), str(error).strip(),
+        found = _replayed(machine, target, Failure(property_of(error), message_of(error),
                                                     recorder.trace, error))
         result.failure = minimize(machine, found, target) if shrink_program else found
         break

@@ -24,10 +24,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine
 
 from sim.errors import HarnessError
-from sim.outcomes import property_of  # noqa: F401 - the runner and tests import it from here
+from sim.outcomes import (
+    NO_RAISE,
+    property_of,  # noqa: F401 - the runner and tests import it from here
+)
 
 # Declared for every machine, on top of its own PROPERTIES.
-COMMON_PROPERTIES = {"check-valid": "the target's own structural self-check passes"}
+COMMON_PROPERTIES = {"check-valid": "the target's own structural self-check passes",
+                     NO_RAISE: "the target answers every call the model accepts without "
+                               "raising"}
 
 
 class BudgetSpent(KeyboardInterrupt):
@@ -191,8 +196,10 @@ class HarnessMachine(RuleBasedStateMachine):
         recorded as ``shown`` (the line a reproducer makes, ``effect`` its comment) and the
         two results must be equal under ``property``. Returns the model's result."""
         expect = getattr(self.model, method)(*args, **kwargs)
-        actual = getattr(self.target, method)(*args, **kwargs)
+        # Recorded before the target makes the call: a call that raises is the program's
+        # last step (replayed, minimized, and the reproducer's failing line).
         self.record(shown, expect, effect(expect) if callable(effect) else effect)
+        actual = getattr(self.target, method)(*args, **kwargs)
         self.check(property, actual == expect,
                    lambda: f"{method} returned {actual!r}, the model expects {expect!r}")
         return expect
@@ -204,8 +211,8 @@ class HarnessMachine(RuleBasedStateMachine):
         says it from the model's state after the call). What it did is checked by the
         machine's invariants, after every step."""
         getattr(self.model, method)(*args, **kwargs)
+        self.record(shown, None, effect() if callable(effect) else effect)   # before: see call
         getattr(self.target, method)(*args, **kwargs)
-        self.record(shown, None, effect() if callable(effect) else effect)
 
     def record(self, call: str, expect: Any, comment: str) -> None:
         """Record a step whose call returned ``expect`` (None: nothing to assert)."""

@@ -174,10 +174,10 @@ class OffloadEngineMachine(HarnessMachine):
         handle = self.handles.reuse() if reuse else self.handles.fresh()
         self.requests[uid] = Request(prompt_len, max_new, handle)
         self.model.add_request(uid, prompt_len, handle)
-        self.eng.add_request(uid, prompt_len, handle=handle)
         how = "reused from a finished sequence" if reuse else "fresh"
         self.record_step(f"eng.add_request({uid}, prompt_len={prompt_len}, handle={handle})",
                          None, f"s{uid}: {prompt_len}-token prompt, handle {handle} ({how})")
+        self.eng.add_request(uid, prompt_len, handle=handle)
         if reuse:
             self.hazard("id reused after finish")
 
@@ -188,12 +188,12 @@ class OffloadEngineMachine(HarnessMachine):
         writes_before = self.model.seqs[uid].writes
         begin = self.model.live[uid].kv_len if uid in self.model.live else 0
         expect = self.model.prefill(uid, num_chunks)
-        actual = self.eng.prefill(uid, num_chunks)
         end = self.model.live[uid].kv_len
         done = self.model.is_prefilled(uid)
         self.record_step(f"eng.prefill({uid}, num_chunks={num_chunks})", repr(expect),
                          f"s{uid} writes positions {begin}..{end - 1}"
                          + (" (prefill complete)" if done else ""))
+        actual = self.eng.prefill(uid, num_chunks)
         self.check("attention-reads-agree", len(actual) == len(expect),
                    f"prefill s{uid} ran {len(actual)} chunks, not {len(expect)}")
         for c, (want, got) in enumerate(zip(expect, actual, strict=True)):
@@ -220,10 +220,10 @@ class OffloadEngineMachine(HarnessMachine):
         if live.cpu_len > live.target:
             self.hazard("decode read a decode-filled block")
         expect = self.model.decode(uid)
-        actual = self.eng.decode(uid)
         filled = (t + 1) % self.B == 0
         self.record_step(f"eng.decode({uid})", repr(expect), f"s{uid} decodes position {t}"
                          + (": block full, offloaded" if filled else ""))
+        actual = self.eng.decode(uid)
         self._compare_reads(f"decode s{uid} t={t}", expect, actual)
         if filled:
             self.hazard("decode filled a block")

@@ -39,7 +39,7 @@ from properties.harness import (
 from properties.machines import import_all_machines
 from properties.reproducer import write_reproducer
 from sim.errors import AdapterError, CapabilityMissing, HarnessError, TargetUnavailable
-from sim.outcomes import classify
+from sim.outcomes import classify, message_of, same_failure
 
 # Errors that say the harness or its input is wrong, not the target: never a "finding".
 NOT_FINDINGS = (HarnessError, FailedHealthCheck, InvalidArgument, InvalidDefinition,
@@ -115,7 +115,7 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
         if verdict.kind == "unavailable":
             raise AdapterError(f"{target} failed in {_call(recorder.action)}: "
                                f"{verdict.detail} (at {verdict.where})") from error
-        found = Failure(property_of(error), str(error).strip(), recorder.trace, error)
+        found = Failure(property_of(error), message_of(error), recorder.trace, error)
         if found.trace.world is None:
             found = attrs.evolve(found, stopped="not replayable")
         try:
@@ -187,7 +187,7 @@ def _replayed(machine: type[HarnessMachine], target: str, failure: Failure) -> F
     if error is None or isinstance(error, InvalidAction) \
             or classify(error).kind != "divergence":
         return failure
-    return Failure(property_of(error), str(error).strip(), trace, error)
+    return Failure(property_of(error), message_of(error), trace, error)
 
 
 def minimize(machine: type[HarnessMachine], failure: Failure, target: str,
@@ -223,10 +223,10 @@ def _minimize(machine: type[HarnessMachine], failure: Failure, target: str,
             except KeyboardInterrupt:
                 raise _Stopped(best, "interrupted") from None
             if error is not None and not isinstance(error, InvalidAction) \
-                    and property_of(error) == failure.property \
+                    and same_failure(error, failure.error) \
                     and classify(error).kind == "divergence" \
                     and _smaller(trace, best.trace):
-                best = Failure(failure.property, str(error).strip(), trace, error)
+                best = Failure(failure.property, message_of(error), trace, error)
                 progress = True
                 break
     return best

@@ -215,10 +215,10 @@ class SchedulerPassMachine(HarnessMachine):
         request = self.world.templates[t].renamed(f"r{n}")
         self.next_id = max(self.next_id, n + 1)
         self.model.add_request(request)
-        self.sched.add_request(request)
         self.open.append(request.request_id)
         self.history[request.request_id] = request
         self.record_step(f"sched.add_request({request!r})", None, _describe(request))
+        self.sched.add_request(request)     # after its step: a raise ends the program there
 
     def do_finish_request(self, n: int):
         rid = f"r{n}"
@@ -228,9 +228,9 @@ class SchedulerPassMachine(HarnessMachine):
         if self.model.holds_inputs(rid):
             self.hazard("aborted while holding an input")
         self.model.finish_request(rid)
-        self.sched.finish_request(rid)
         self.record_step(f"sched.finish_request({rid!r})", None,
                          f"{rid} aborted: its encoder inputs are freed")
+        self.sched.finish_request(rid)
         self._check_slots()
 
     def do_preempt_request(self, n: int):
@@ -242,18 +242,18 @@ class SchedulerPassMachine(HarnessMachine):
             self.hazard("preempted while holding an input")
         self.preempted.add(rid)
         self.model.preempt_request(rid)
-        self.sched.preempt_request(rid)
         self.record_step(f"sched.preempt_request({rid!r})", None,
                          f"{rid} preempted: inputs freed, computed 0, head of the waiting queue")
+        self.sched.preempt_request(rid)
         self._check_slots()
 
     def do_reset_encoder_cache(self):
         if any(self.model.holds_inputs(rid) for rid in self.model.requests):
             self.hazard("encoder cache reset while requests hold inputs")
         self.model.reset_encoder_cache()
-        self.sched.reset_encoder_cache()
         self.record_step("sched.reset_encoder_cache()", None,
                          "every encoder output forgotten, by the manager and the worker")
+        self.sched.reset_encoder_cache()
         self._check_slots()
         self._check_worker()
 

@@ -312,9 +312,9 @@ def end_step(mgr):
         # Asked after the model's prepare_store: its poll has run (finished jobs dropped their
         # pins), eviction changed no other chunk's pin, and what it stored was offered.
         pinned = self.model.pinned()
-        actual = self.mgr.prepare_store(keys)
         self.record_step(f"mgr.prepare_store({list(keys)})", repr(expect),
                          _store_effect(expect))
+        actual = self.mgr.prepare_store(keys)
         if actual is not None:
             bad = [k for k in actual.evicted_keys if k in pinned or k in keys]
             self.check("pinned-never-evicted", not bad, f"prepare_store({list(keys)}) evicted "
@@ -396,8 +396,8 @@ def end_step(mgr):
         self._step()
         live: list[bool] = []
         expect = self._model_lookup(key, live)
-        actual = self.mgr.lookup(key)
         self.record_step(f"mgr.lookup({key})", repr(expect), _lookup_effect(expect))
+        actual = self.mgr.lookup(key)
         self._check_answer(key, expect, actual, live[0], "lookup")
         # The connector asks a HIT's source for its cache-hit metrics (a disk hit promoted to
         # host memory must still count as a disk hit; the CPU manager alone answers HOST).
@@ -409,9 +409,9 @@ def end_step(mgr):
         self._step()
         live: list[bool] = []
         expect = maximal_prefix_lookup(lambda k: self._model_lookup(k, live), keys)
-        actual = self.mgr.maximal_prefix_lookup(keys)
         self.record_step(f"mgr.maximal_prefix_lookup({list(keys)})", repr(expect),
                          f"{len(expect.lookups)} lookups")
+        actual = self.mgr.maximal_prefix_lookup(keys)
         self._check_scan("maximal_prefix_lookup", expect, actual, live)
 
     def do_sliding_window_lookup(self, keys: tuple[int, ...], window: int,
@@ -420,9 +420,9 @@ def end_step(mgr):
         live: list[bool] = []
         expect = sliding_window_lookup(lambda k: self._model_lookup(k, live), keys, window,
                                        initial_window, self.model.pending_as_miss)
-        actual = self.mgr.sliding_window_lookup(keys, window, initial_window)
         self.record_step(f"mgr.sliding_window_lookup({list(keys)}, {window}, "
                          f"{initial_window})", repr(expect), f"{len(expect.lookups)} lookups")
+        actual = self.mgr.sliding_window_lookup(keys, window, initial_window)
         self._check_scan("sliding_window_lookup", expect, actual, live)
 
     def do_complete_job(self, position: int, failed: tuple[int, ...] = ()):

@@ -18,7 +18,8 @@ import os
 import re
 from pathlib import Path
 
-from properties.harness import Failure, HarnessMachine
+from properties.harness import COMMON_PROPERTIES, Failure, HarnessMachine
+from sim.outcomes import NO_RAISE
 from sim.files import atomic_write
 
 UPSTREAM = ("encoder_cache",)
@@ -29,7 +30,7 @@ Found by llm-cache-harness ({machine}, {calls} calls) against vLLM {release}; th
 only vLLM and pytest. Paste it into tests/v1/core/test_encoder_cache_manager.py.
 
 Scenario: {message}
-Each assertion holds the value a correct EncoderCacheManager returns; the last one fails on
+Each assertion holds the value a correct EncoderCacheManager returns; {last} on
 vLLM {release}.
 """
 
@@ -89,7 +90,7 @@ def first_failing(lines: list[str]) -> int | None:
     """Index of the first line the installed vLLM fails (executing them in order)."""
     namespace: dict = {}
     exec(compile(HEADER.format(property="", what="", machine="", calls=0, release="",
-                               message="", name="_unused") + "    pass\n", "<upstream>",
+                               message="", last="", name="_unused") + "    pass\n", "<upstream>",
                  "exec"), namespace)
     for index, line in enumerate(lines):
         try:
@@ -107,10 +108,11 @@ def render_upstream(machine: type[HarnessMachine], failure: Failure, release: st
     if failing is None:
         return None
     message = failure.message.splitlines()[0] if failure.message else failure.property
-    header = HEADER.format(property=failure.property,
-                           what=machine.PROPERTIES.get(failure.property, failure.property),
-                           machine=machine.__name__, calls=failure.calls, release=release,
-                           message=message, name=upstream_name(machine, failure))
+    what = {**COMMON_PROPERTIES, **machine.PROPERTIES}.get(failure.property, failure.property)
+    last = "the last call raises" if failure.property == NO_RAISE else "the last one fails"
+    header = HEADER.format(property=failure.property, what=what, machine=machine.__name__,
+                           calls=failure.calls, release=release, message=message, last=last,
+                           name=upstream_name(machine, failure))
     return header + "".join(f"    {line}\n" for line in lines[:failing + 1])
 
 
@@ -126,7 +128,9 @@ def write_upstream_reproducer(machine: type[HarnessMachine], failure: Failure,
     release = release_or_unknown()
     checkout = os.environ.get("LCH_VLLM_PATH")     # set by --vllm-path: a checkout under test
     if checkout:
-        release += f" + the checkout {checkout} (commit {git_commit(checkout) or 'unknown'})"
+        commit = git_commit(checkout)
+        release += f" + the checkout {checkout} (" + (f"commit {commit}" if commit else
+                                                       "not a git checkout") + ")"
     text = render_upstream(machine, failure, release)
     if text is None:
         return None

@@ -55,7 +55,18 @@ def build(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Pat
     _link_tree(wheel, root / "vllm", lambda name: not name.endswith(".pyc"))
     _link_tree(source, root / "vllm", lambda name: name.endswith(".py"))
     (root / "LCH_CHECKOUT").write_text(str(source.parent) + "\n")
+    (root / "LCH_WHEEL").write_text(str(wheel) + "\n")
     return root
+
+
+def release_package() -> Path | None:
+    """The installed release's ``vllm`` package under an active overlay (what the checkout's
+    files are laid over; ``sim/outcomes.py`` diffs against it), else None."""
+    for entry in sys.path:
+        marker = Path(entry or ".") / "LCH_WHEEL"
+        if marker.is_file():
+            return Path(marker.read_text().strip())
+    return None
 
 
 def _link_tree(source: Path, dest: Path, wanted) -> None:
@@ -101,18 +112,22 @@ def git_commit(path: str | os.PathLike) -> str | None:
 
 def describe() -> dict:
     """The vLLM under test (after it is imported): version, path, commit, and the checkout
-    an overlay came from (``LCH_VLLM_PATH``)."""
+    an overlay came from (``LCH_VLLM_PATH``); ``git`` is False for a checkout outside git."""
     import vllm
 
     from sim.vllm.release import release_or_unknown
     checkout = os.environ.get("LCH_VLLM_PATH")
     package = Path(vllm.__file__).parent
-    commit = git_commit(checkout) if checkout else None
-    if commit is None:
-        version_module = sys.modules.get("vllm._version")
-        commit = getattr(version_module, "__commit_id__", None) if version_module else None
-    return {"version": release_or_unknown(), "path": checkout or str(package),
-            "checkout": checkout, "commit": commit}
+    if checkout:
+        # A checkout's commit is its own; one outside git has none (the wheel's release
+        # commit names other code, so it is never given for it).
+        commit = git_commit(checkout)
+        return {"version": release_or_unknown(), "path": checkout, "checkout": checkout,
+                "commit": commit, "git": commit is not None}
+    version_module = sys.modules.get("vllm._version")
+    commit = getattr(version_module, "__commit_id__", None) if version_module else None
+    return {"version": release_or_unknown(), "path": str(package), "checkout": None,
+            "commit": commit, "git": None}
 
 
 def log_to_file(path: str | os.PathLike) -> None:
@@ -144,3 +159,10 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def commit_text(info: dict) -> str:
+    """How a report names the commit of ``describe()``'s vLLM."""
+    if info.get("commit"):
+        return f"commit {info['commit']}"
+    return "not a git checkout: no commit" if info.get("git") is False else "commit unknown"
