@@ -5,6 +5,7 @@ vLLM" come from code compiled under a ``site-packages/vllm/`` file name."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,7 +17,7 @@ from properties.harness import HarnessMachine
 from properties.run import run_machine
 from sim import targets
 from sim.errors import AdapterError, HarnessError
-from sim.outcomes import classify, where_arose
+from sim.outcomes import ROOT, classify, property_of, where_arose
 from sim.vllm import compat
 
 
@@ -81,6 +82,100 @@ def test_library_frames_belong_to_their_caller():
     assert where_arose(error)[0] == "adapter"
 
 
+# -- every layout a user has: a frame is placed by its module, not where its file resolves ---
+
+
+def compiled(path: Path, module: str, source: str, name: str):
+    """``name`` from ``source`` as if module ``module`` had been loaded from ``path``."""
+    scope: dict = {"__name__": module}
+    exec(compile(source, str(path), "exec"), scope)
+    return scope[name]
+
+
+RAISES = "def f():\n    raise KeyError('img0')\n"
+MISSES = "def f(x):\n    return x.renamed_field\n"
+
+
+@pytest.mark.parametrize("layout", ["plain install", "venv inside this checkout",
+                                    "venv outside", "an editable checkout"])
+def test_vllm_raising_is_vllm_s_in_every_layout(layout, tmp_path):
+    where = {"plain install": Path("/usr/lib/python3/dist-packages/vllm/v1/fake.py"),
+             "venv inside this checkout": ROOT / ".nox/vllm/lib/python3.11/site-packages"
+                                                 "/vllm/v1/fake.py",
+             "venv outside": tmp_path / "venv/lib/python3.11/site-packages/vllm/v1/fake.py",
+             "an editable checkout": tmp_path / "src/vllm/vllm/v1/fake.py"}[layout]
+    verdict = classify(raised(compiled(where, "vllm.v1.fake", RAISES, "f")))
+    assert (verdict.kind, verdict.where) == ("divergence", "vllm/v1/fake.py:2 in f")
+    assert property_of(raised(compiled(where, "vllm.v1.fake", RAISES, "f"))) == "no-raise"
+
+
+def test_vllm_through_the_overlay_is_vllm_s(tmp_path, monkeypatch):
+    """``--vllm-path``: the overlay's symlinks resolve into the user's checkout (outside this
+    repository) or into the wheel (maybe inside it, under .nox/); both are vLLM."""
+    checkout, overlay = tmp_path / "checkout", tmp_path / "overlay"
+    mine = checkout / "vllm/v1/fake.py"
+    mine.parent.mkdir(parents=True)
+    mine.write_text(RAISES)
+    link = overlay / "vllm/v1/fake.py"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(mine)
+    verdict = classify(raised(compiled(link, "vllm.v1.fake", RAISES, "f")))
+    assert (verdict.kind, verdict.where) == ("divergence", "vllm/v1/fake.py:2 in f")
+
+
+def test_a_library_in_a_venv_inside_this_checkout_is_not_the_harness():
+    """hypothesis (or numpy) raising inside .nox/: the adapter that called it decides."""
+    library = compiled(ROOT / ".nox/tests/lib/python3.11/site-packages/somelib/core.py",
+                       "somelib.core", "def g():\n    raise ValueError('bad')\n", "g")
+    adapter = compiled(ROOT / "sim/vllm/fake_adapter.py", "sim.vllm.fake_adapter",
+                       "def h(g):\n    g()\n", "h")
+    assert where_arose(raised(lambda: adapter(library)))[0] == "adapter"
+
+
+def test_a_reproducer_imported_by_its_base_name_is_placed_by_its_path():
+    test = compiled(ROOT / "fixtures/reproducers/test_x.py", "test_x",
+                    "def t():\n    assert 1 == 2, 'slots-agree: 1 != 2'\n", "t")
+    assert where_arose(raised(test))[0] == "harness"
+
+
+def overlay_with_release(tmp_path, monkeypatch, release_text: str, mine_text: str):
+    """A checkout file over a release's copy, as ``--vllm-path`` lays them out."""
+    wheel, checkout = tmp_path / "wheel/vllm", tmp_path / "checkout"
+    (wheel / "v1").mkdir(parents=True)
+    (wheel / "v1/fake.py").write_text(release_text)
+    mine = checkout / "vllm/v1/fake.py"
+    mine.parent.mkdir(parents=True)
+    mine.write_text(mine_text)
+    root = tmp_path / "overlay"
+    (root / "vllm/v1").mkdir(parents=True)
+    (root / "vllm/v1/fake.py").symlink_to(mine)
+    (root / "LCH_WHEEL").write_text(f"{wheel}\n")
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("LCH_VLLM_PATH", str(checkout))
+    return root / "vllm/v1/fake.py"
+
+
+def test_a_shape_error_on_a_line_the_checkout_changed_is_the_checkout_s(tmp_path, monkeypatch):
+    release = "def f(x):\n    return x.field\n"
+    path = overlay_with_release(tmp_path, monkeypatch, release, MISSES)
+    verdict = classify(raised(lambda: compiled(path, "vllm.v1.fake", MISSES, "f")(object())))
+    assert verdict.kind == "divergence" and "a line your checkout changed" in verdict.why
+
+
+def test_a_shape_error_on_the_release_s_own_line_stays_unavailable(tmp_path, monkeypatch):
+    path = overlay_with_release(tmp_path, monkeypatch, MISSES, "# a comment\n" + MISSES)
+    source = "# a comment\n" + MISSES
+    verdict = classify(raised(lambda: compiled(path, "vllm.v1.fake", source, "f")(object())))
+    assert verdict.kind == "unavailable"        # line 3 is the release's line 2, unchanged
+
+
+def test_the_commit_of_a_checkout_outside_git_is_none(tmp_path):
+    from sim.vllm.overlay import commit_text, git_commit
+    assert git_commit(tmp_path) is None
+    assert commit_text({"commit": None, "git": False}) == "not a git checkout: no commit"
+    assert commit_text({"commit": "abc123", "git": True}) == "commit abc123"
+
+
 # -- run_machine: an adapter error never comes back as a finding ------------------------------
 
 
@@ -102,8 +197,8 @@ class _Machine(HarnessMachine):
         self.act("call")
 
     def do_call(self):
+        self.record_step("target.op()", None, "")     # before the call, as every machine does
         self.thing.op()
-        self.record_step("target.op()", None, "")
 
 
 def machine_with(op) -> type:
@@ -130,7 +225,9 @@ def test_a_property_failure_mid_run_is_a_divergence():
 def test_vllm_crashing_mid_run_is_a_divergence():
     crash = in_vllm("def f():\n    raise KeyError('block')\n", "f")
     result = run_machine(machine_with(crash), "native", FAST)
-    assert result.failure is not None and result.failure.property == "KeyError"
+    assert result.failure is not None and result.failure.property == "no-raise"
+    assert "vLLM raised KeyError: 'block' (at vllm/v1/fake.py:2 in f)" in result.failure.message
+    assert [s.call for s in result.failure.trace.steps] == ["target.op()"]   # replayable
 
 
 def test_building_a_vllm_target_that_raises_is_unavailable(monkeypatch):

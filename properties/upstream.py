@@ -19,8 +19,8 @@ import re
 from pathlib import Path
 
 from properties.harness import COMMON_PROPERTIES, Failure, HarnessMachine
-from sim.outcomes import NO_RAISE
 from sim.files import atomic_write
+from sim.outcomes import NO_RAISE
 
 UPSTREAM = ("encoder_cache",)
 

@@ -144,16 +144,16 @@ PROPERTY_PREFIX = re.compile(r"^\s*([a-z][a-z0-9]*(?:-[a-z0-9]+)*):")
 
 def property_of(error: BaseException) -> str:
     """The property a failure breaks: the declared one (``PropertyFailed.property``), else
-    one a harness assertion's message names (``<property>: <detail>``), else ``no-raise``:
-    the target raised on a call the model accepts (its type is in the message)."""
+    one a harness assertion's message names (``<property>: <detail>``; a bare ``assert`` of
+    a test is ``AssertionError``), else ``no-raise``: the target raised on a call the model
+    accepts (its type is in the message)."""
     declared = getattr(error, "property", None)
     if declared:
         return declared
     if isinstance(error, AssertionError) and where_arose(error)[0] in ("properties",
                                                                         "harness"):
-        match = PROPERTY_PREFIX.match(str(error))
-        if match:
-            return match.group(1)
+        match = PROPERTY_PREFIX.match(str(error))   # a test's own assert names none
+        return match.group(1) if match else type(error).__name__
     return NO_RAISE
 
 
