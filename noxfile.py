@@ -133,8 +133,11 @@ def install_vllm(session: nox.Session, release: str) -> None:
     """torch (LCH_TORCH), the harness, then vLLM without its GPU dependencies plus the
     pure-Python packages its imports need (``requirements/vllm-<family>.txt``)."""
     install_harness(session, "test")
-    requirements = session.run_install("python", "-m", "sim.vllm.release", "requirements-file",
-                               release, silent=True).strip()
+    requirements = session.run_install("python", "-m", "sim.vllm.release",
+                                       "requirements-file", release, silent=True)
+    if requirements is None:        # --no-install (-R): nox ran nothing, the venv has it all
+        return
+    requirements = requirements.strip()
     session.install("--no-deps", f"vllm=={release}")
     session.install("--no-deps", "-r", requirements)
 

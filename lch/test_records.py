@@ -1,0 +1,54 @@
+"""Result records and the documents' generated blocks: the committed blocks are what the
+committed records give (a figure in a block always has its record), and a stale block or a
+block with no renderer is caught."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lch import records
+
+
+def test_every_generated_block_matches_the_committed_records():
+    stale = records.render(check=True)
+    assert not stale, (f"{[str(p) for p in stale]} differ from results/: run "
+                       "`python -m lch.records render` and commit the result")
+
+
+def test_a_record_says_what_where_and_when(tmp_path):
+    record = records.envelope("bench", "demo", "nox -s bench", vllm=None, wall_s=1.25,
+                              summary={"x": 1}, items=[{"id": "a", "outcome": "pass"}])
+    path = records.write(record, tmp_path)
+    back = json.loads(path.read_text())
+    assert back["schema"] == records.SCHEMA and back["kind"] == "bench"
+    assert back["harness"]["commit"] and back["machine"]["cores"] >= 1
+    assert back["machine"]["python"] and back["wall_s"] == round(1.25, 1)
+    assert records.load("bench", tmp_path)[0]["items"] == [{"id": "a", "outcome": "pass"}]
+
+
+def test_a_stale_block_is_caught_and_rewritten(tmp_path):
+    (tmp_path / "results").mkdir()
+    doc = tmp_path / "README.md"
+    doc.write_text("intro\n<!-- generated: records-index -->\nold figures\n"
+                   "<!-- end generated -->\nafter\n")
+    assert records.render(check=True, root=tmp_path) == [doc]
+    assert "old figures" in doc.read_text()                   # --check changes nothing
+    records.render(root=tmp_path)
+    assert "(none yet)" in doc.read_text() and "old figures" not in doc.read_text()
+    assert records.render(check=True, root=tmp_path) == []
+
+
+def test_a_block_without_a_renderer_is_an_error(tmp_path):
+    (tmp_path / "README.md").write_text("<!-- generated: no-such-block -->\nx\n"
+                                        "<!-- end generated -->\n")
+    with pytest.raises(ValueError, match="no-such-block.*no renderer"):
+        records.render(check=True, root=tmp_path)
+
+
+def test_a_record_of_another_schema_is_refused(tmp_path):
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "old.json").write_text('{"name": "old"}')
+    with pytest.raises(ValueError, match="not lch-result/1"):
+        records.load("bench", tmp_path)
