@@ -27,7 +27,9 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from sim.errors import HarnessError
 from sim.native.bugs import BUG_SWITCHES, bug_subsystems
@@ -76,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                      description="replay [pytest args...]: runs pytest on fixtures/reproducers "
                      "(or the paths given) with every argument passed through untouched, "
                      "e.g. `replay fixtures/reproducers/found -k decode`, `replay -- -k "
-                     "seed001`. Exit 0 only when tests ran and passed; 5 when none ran.")
+                     "seed001`. Exit 0 only when tests ran and passed; 5 when none matched; 3 "
+                     "when some could not run (skipped), unless --allow-skip (then 3 only "
+                     "when none ran).")
     add_bisect_parser(verbs)
     return parser
 
@@ -254,7 +258,6 @@ def run_hunt_workers(args: argparse.Namespace, targets: list[str], argv: list[st
     """Several hunt processes (``lch/workers.py``), each on its share of the runnable
     subsystems, one merged report."""
     import json
-    from pathlib import Path
 
     from lch.coverage import RUN, plan
     from lch.report import atomic_write, render_markdown
@@ -387,18 +390,49 @@ def describe_vllm(pairs) -> dict | None:
 
 
 def run_replay(pytest_args: list[str]) -> int:
-    """pytest on the saved reproducers, its arguments untouched; no path given: the
-    ``fixtures/reproducers`` directory (as pytest's ``testpaths``, so ``-k x`` stays an option
-    value). pytest's exit 5 (no tests ran) stays non-zero, with the reason."""
+    """pytest on the saved reproducers, its arguments untouched (but ``--allow-skip``, ours);
+    no path given: the ``fixtures/reproducers`` directory (as pytest's ``testpaths``, so
+    ``-k x`` stays an option value). pytest's exit 5 (no tests ran) stays non-zero, with the
+    reason; so does a run where a reproducer could not run (skipped: vLLM missing, a release
+    without the class), exit 3, unless ``--allow-skip``: a replay that skipped is no pass."""
     if pytest_args[:1] == ["--"]:
         pytest_args = pytest_args[1:]
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-               "-o", "testpaths=fixtures/reproducers", *pytest_args]
-    code = subprocess.call(command)
+    allow_skip = "--allow-skip" in pytest_args
+    pytest_args = [a for a in pytest_args if a != "--allow-skip"]
+    with tempfile.TemporaryDirectory(prefix="lch-replay-") as tmp:
+        junit = Path(tmp) / "replay.xml"
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                   "-o", "testpaths=fixtures/reproducers", "--junitxml", str(junit),
+                   *pytest_args]
+        code = subprocess.call(command)
+        ran, skipped = _junit_counts(junit)
     if code == 5:
         print("llm-cache-harness: replay ran no test: no reproducer matched "
               f"{shlex.join(pytest_args) or 'fixtures/reproducers'}", file=sys.stderr)
+    elif code == 0 and skipped and (not ran or not allow_skip):
+        reasons = "; ".join(sorted(set(skipped))[:3])
+        print(f"llm-cache-harness: replay: {len(skipped)} reproducer(s) could not run "
+              f"({reasons}), {ran} ran" + ("" if ran else ": nothing was checked")
+              + ("" if allow_skip else "; pass --allow-skip to accept that"), file=sys.stderr)
+        return 3
     return code
+
+
+def _junit_counts(path: Path) -> tuple[int, list[str]]:
+    """(tests that ran, the reasons of those skipped) from pytest's JUnit XML; an expected
+    failure (a strict xfail) ran. JUnit XML because pytest writes it for every run without a
+    plugin of ours in the reproducers' own test session."""
+    import xml.etree.ElementTree as ElementTree
+    if not path.exists():
+        return 0, []
+    ran, skipped = 0, []
+    for case in ElementTree.parse(path).iter("testcase"):
+        skip = case.find("skipped")
+        if skip is not None and skip.get("type") != "pytest.xfail":
+            skipped.append((skip.get("message") or "skipped").splitlines()[0][:120])
+        else:
+            ran += 1
+    return ran, skipped
 
 
 if __name__ == "__main__":

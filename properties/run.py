@@ -284,7 +284,11 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
 
 
 def unavailable(target: str, why: BaseException):
-    """Skip, or fail as ``unavailable`` where targets are required (``nox -s vllm``)."""
+    """A target that cannot run this test: ``absent`` (the release lacks what it needs, a
+    ``CapabilityMissing``: a skip everywhere), else a skip, or a failure as ``unavailable``
+    where targets are required (``LCH_REQUIRE_TARGETS``: ``nox -s vllm``, the mutants)."""
+    if isinstance(why, CapabilityMissing):
+        pytest.skip(f"absent: {why}")
     if os.environ.get("LCH_REQUIRE_TARGETS"):
         raise Unavailable(f"target {target} is required here but unavailable: {why}")
     pytest.skip(str(why))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from properties.run import unavailable
 from sim.errors import TargetUnavailable
 from sim.targets import make
 
@@ -25,7 +26,7 @@ def make_or_skip(target: str, subsystem: str, drives: str | None = None, **confi
     try:
         port = make(target, subsystem, **config)
     except TargetUnavailable as why:
-        pytest.skip(str(why))
+        unavailable(target, why)     # a skip, or a failure where targets are required
     if drives and not getattr(port, f"drives_{drives}", True):
         pytest.skip(getattr(port, f"why_no_{drives}", f"{target} does not drive {drives}"))
     return port

@@ -11,7 +11,6 @@ accumulator and the model's exact sum agree at every whole number.
 
 from __future__ import annotations
 
-import os
 from fractions import Fraction
 
 import pytest
@@ -19,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from models.backpressure import POLICIES
+from properties.run import unavailable
 from sim.errors import TargetUnavailable
 from sim.targets import make_drop_policy
 
@@ -35,9 +35,7 @@ def _policies(target: str, policy: str):
     try:
         return make_drop_policy("model", policy), make_drop_policy(target, policy)
     except TargetUnavailable as why:
-        if os.environ.get("LCH_REQUIRE_TARGETS"):
-            pytest.fail(f"target {target} is required here but unavailable: {why}")
-        pytest.skip(str(why))
+        unavailable(target, why)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -77,9 +75,7 @@ def test_cascade_drops_under_pressure(target, policy):
         from sim.vllm.backpressure import VllmCascade
         cascade = VllmCascade(policy)
     except TargetUnavailable as why:
-        if os.environ.get("LCH_REQUIRE_TARGETS"):
-            pytest.fail(f"target {target} is required here but unavailable: {why}")
-        pytest.skip(str(why))
+        unavailable(target, why)
     model = make_drop_policy("model", policy)
     try:
         next_key = 0

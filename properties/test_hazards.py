@@ -220,16 +220,21 @@ def test_encoder_decoder_scheduler_pass_hazards_are_reached():
                                  ENCODER_DECODER_MIN_RATE_PER_100)
 
 
-def _assert_every_hazard_reached(machine, pins: dict[str, float]) -> None:
-    """A machine of its own (not a subsystem's): every hazard it declares is pinned, and
-    reached at its pin's rate over seeds ``SEEDS`` x 150 native examples."""
-    assert set(pins) == set(machine.HAZARDS)
+def _assert_every_hazard_reached(machine, pins: dict[str, float],
+                                 unreached: dict[str, str] | None = None) -> None:
+    """A machine of its own (not a subsystem's): every hazard it declares is pinned above
+    zero and reached at its pin's rate over seeds ``SEEDS`` x 150 native examples, or named
+    in ``unreached`` with the reason this machine cannot reach it (a pin of 0 checks nothing,
+    so none is allowed)."""
+    unreached = unreached or {}
+    assert set(pins) | set(unreached) == set(machine.HAZARDS) and not set(pins) & set(unreached)
+    assert all(pin > 0 for pin in pins.values()), {h: p for h, p in pins.items() if p <= 0}
     recorder = Recorder()
     profile = settings(settings.get_profile("ci"), derandomize=False, max_examples=150)
     for seed in SEEDS:
         assert run_machine(machine, "native", profile, seed=seed, recorder=recorder).failure \
             is None
-    rates = {h: 100 * recorder.events[h] / recorder.examples for h in machine.HAZARDS}
+    rates = {h: 100 * recorder.events[h] / recorder.examples for h in pins}
     low = {h: round(r, 1) for h, r in rates.items() if r < pins[h]}
     assert not low, f"hazards reached too rarely (per 100 examples): {low}; all: {rates}"
 
@@ -241,13 +246,8 @@ def _assert_every_hazard_reached(machine, pins: dict[str, float]) -> None:
 # holding 13.8 / 20.7, no embed in the window 1.5 / 1.1, masked encoded 11.9 / 9.1, preempted
 # holding 0.0 / 0.0, preempted rescheduled 1.6 / 3.5, reset holding 9.1 / 10.9, refused 6.8 /
 # 6.5, text-only beside 6.8 / 9.7, loaded 10.0 / 11.6, held for a pending sample 18.6 / 27.3.
-# Pinned at about half the lower. Two are not required (pinned at 0): a preemption needs the
-# request to have no step in flight (mid-flight preemption is not modelled), and a pipelined
-# request that holds an input almost always has one; an entry evicted and reallocated in one
-# pass was reached once in 900 examples (inputs stay held a step longer, so fewer entries are
-# freeable when a pass evicts).
+# Pinned at about half the lower; two are not reached by this machine (ASYNC_UNREACHED).
 ASYNC_MIN_RATE_PER_100 = {
-    "evicted then reallocated in one pass": 0,
     "item shared within a pass": 13,
     "tokens cut before an item": 7.3,
     "read-ahead past the scheduled range": 6,
@@ -257,7 +257,6 @@ ASYNC_MIN_RATE_PER_100 = {
     "aborted while holding an input": 6.9,
     "item with no embed in its window": 0.5,
     "masked item encoded": 4.5,
-    "preempted while holding an input": 0,
     "preempted request rescheduled": 0.8,
     "encoder cache reset while requests hold inputs": 4.5,
     "request refused for a reused identifier": 3.2,
@@ -265,11 +264,21 @@ ASYNC_MIN_RATE_PER_100 = {
     "input loaded through the EC connector": 5,
     "input held for a pending sample": 9.3,
 }
+# The synchronous machine reaches these (its own pins above); pipelined, they are out of
+# reach, so this machine is not asked to.
+ASYNC_UNREACHED = {
+    "preempted while holding an input": "a preemption needs the request to have no step in "
+    "flight (mid-flight preemption is not modelled), and a pipelined request that holds an "
+    "input almost always has one",
+    "evicted then reallocated in one pass": "reached once in 900 examples: inputs stay held "
+    "a step longer, so few entries are freeable when a pass evicts",
+}
 
 
 def test_async_scheduler_pass_hazards_are_reached():
     from properties.scheduler_pass_machine import AsyncSchedulerPassMachine
-    _assert_every_hazard_reached(AsyncSchedulerPassMachine, ASYNC_MIN_RATE_PER_100)
+    _assert_every_hazard_reached(AsyncSchedulerPassMachine, ASYNC_MIN_RATE_PER_100,
+                                 ASYNC_UNREACHED)
 
 
 # The hybrid Mamba scheduler-pass machine's hazards (the synchronous machine's worlds with

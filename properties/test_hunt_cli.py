@@ -262,3 +262,30 @@ def test_replay_passes_pytest_arguments_through(tmp_path, args, code, ran):
     done = cli("replay", *args, cwd=tmp_path)
     assert done.returncode == code, done.stdout + done.stderr
     assert ran in done.stdout
+
+
+@pytest.mark.parametrize("args, code", [([], 3), (["--allow-skip"], 0)])
+def test_replay_that_skipped_a_reproducer_is_no_pass(tmp_path, args, code):
+    """A reproducer that could not run (vLLM missing) makes replay exit 3 unless skips are
+    allowed; a strict xfail (an affected release) counts as run."""
+    found = _reproducers(tmp_path)
+    (found / "test_needs_vllm.py").write_text(
+        "import pytest\n\ndef test_needs_vllm():\n    pytest.skip('vLLM is not installed')\n")
+    (found / "test_affected.py").write_text(
+        "import pytest\n\n@pytest.mark.xfail(strict=True, raises=AssertionError)\n"
+        "def test_affected():\n    assert 1 == 2\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    done = cli("replay", *args, cwd=tmp_path)
+    assert done.returncode == code, done.stdout + done.stderr
+    if code:
+        assert "1 reproducer(s) could not run (vLLM is not installed), 3 ran" in done.stderr
+
+
+def test_replay_where_every_reproducer_skipped_fails_even_with_skips_allowed(tmp_path):
+    found = tmp_path / "fixtures" / "reproducers"
+    found.mkdir(parents=True)
+    (found / "test_needs_vllm.py").write_text(
+        "import pytest\n\ndef test_needs_vllm():\n    pytest.skip('vLLM is not installed')\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    done = cli("replay", "--allow-skip", cwd=tmp_path)
+    assert done.returncode == 3 and "nothing was checked" in done.stderr, done.stderr

@@ -263,3 +263,19 @@ def test_records_name_the_outcome():
         pytest.skip("absent: no kv_offload")
     except pytest.skip.Exception as skip:
         assert record(skip)["outcome"] == "absent"
+
+
+# -- skips honour LCH_REQUIRE_TARGETS ----------------------------------------------------------
+
+
+def test_an_unavailable_target_fails_where_targets_are_required(monkeypatch):
+    from properties.run import unavailable
+    from sim.errors import CapabilityMissing, TargetUnavailable
+    monkeypatch.setenv("LCH_REQUIRE_TARGETS", "1")
+    with pytest.raises(Unavailable, match="required here but unavailable: vLLM is not"):
+        unavailable("vllm", TargetUnavailable("vLLM is not installed"))
+    with pytest.raises(pytest.skip.Exception, match="absent: no ARC before 0.11.1"):
+        unavailable("vllm", CapabilityMissing("no ARC before 0.11.1"))   # the release lacks it
+    monkeypatch.delenv("LCH_REQUIRE_TARGETS")
+    with pytest.raises(pytest.skip.Exception, match="vLLM is not installed"):
+        unavailable("vllm", TargetUnavailable("vLLM is not installed"))

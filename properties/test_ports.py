@@ -9,6 +9,7 @@ import inspect
 
 import pytest
 
+from properties.run import unavailable
 from sim import targets
 from sim.errors import TargetUnavailable
 from sim.ports import PORTS
@@ -64,7 +65,7 @@ def test_implementation_satisfies_its_port(subsystem, base):
     try:
         implementation = targets.make(base, subsystem, **SMALL_CONFIGS[subsystem])
     except TargetUnavailable as why:
-        pytest.skip(str(why))
+        unavailable(base, why)
     assert mismatches(PORTS[subsystem], implementation) == []
 
 

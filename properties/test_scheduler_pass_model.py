@@ -3,7 +3,7 @@
 The first trace is the real vLLM V1 Scheduler's, run offline (``specs/vllm-drive.md``
 section 4): cache and compute budget 300, five 120-token requests each with one 100-embed
 image at offset 5, ``a`` and ``b`` sharing ``imgA``, max_tokens 2. The ``vllm`` cases run where
-vLLM is installed (``nox -s vllm``) and skip elsewhere.
+vLLM is installed (``nox -s vllm``); elsewhere they skip, or fail where targets are required.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from models.scheduler_pass_values import Gathered, PlacedItem, SchedRequest, SchedulerOutputView
+from properties.run import unavailable
 from sim.errors import TargetUnavailable
 from sim.targets import make
 
@@ -22,7 +23,7 @@ def build(target: str, **config):
     try:
         return make(target, "scheduler_pass", **config)
     except TargetUnavailable as why:
-        pytest.skip(str(why))
+        unavailable(target, why)
 
 
 def build_refusing(target: str, **config):

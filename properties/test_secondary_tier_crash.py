@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from properties.run import unavailable
 from properties.secondary_tier_crash import CrashCheckFailed, crash_hunt
 from sim.errors import TargetUnavailable
 
@@ -26,9 +27,7 @@ def test_tier_survives_sigkill(target):
     try:
         rounds = crash_hunt(target, SEED, ROUNDS, log=lambda line: print(line, file=sys.stderr))
     except TargetUnavailable as why:
-        if os.environ.get("LCH_REQUIRE_TARGETS"):
-            pytest.fail(f"target {target} is required here but unavailable: {why}")
-        pytest.skip(str(why))
+        unavailable(target, why)
     killed = [r for r in rounds if r.killed]
     # The hunt must really kill: most rounds die mid-write or before a rename.
     assert len(killed) >= ROUNDS // 2, [r.describe() for r in rounds]
@@ -58,7 +57,5 @@ def test_vllm_reused_temp_name_blocks_the_key_after_a_crash(target):
         with pytest.raises(CrashCheckFailed) as caught:
             crash_hunt(target, SEED, ROUNDS, log=lambda line: None, fresh_temp_names=False)
     except TargetUnavailable as why:
-        if os.environ.get("LCH_REQUIRE_TARGETS"):
-            pytest.fail(f"target {target} is required here but unavailable: {why}")
-        pytest.skip(str(why))
+        unavailable(target, why)
     assert caught.value.property == "crash-store-after-restart", str(caught.value)
