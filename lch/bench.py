@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from lch import records
 from sim.errors import HarnessError
 from sim.files import atomic_write, check_writable
 
@@ -220,9 +222,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="hunt throughput with 1..N workers (0: skip)")
     parser.add_argument("--hunt-budget", type=int, default=20, help="seconds per hunt")
     parser.add_argument("--out", default="bench", help="bench.md, bench.json, bench.png here")
+    parser.add_argument("--record-dir", help="also write the result record here (results/: "
+                        "what the documents cite, see lch/records.py)")
     args = parser.parse_args(argv)
+    started, began = records.now(), time.monotonic()
     try:
         out = check_writable(args.out, "--out")   # checked before the long work starts
+        if args.record_dir:
+            check_writable(args.record_dir, "--record-dir")
     except HarnessError as error:
         raise SystemExit(f"error: {error}") from None
     lines = [f"{'machine':34} {'steps/s':>9} {'trivial/this':>13} {'explorer steps/s':>17} "
@@ -253,12 +260,22 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     print(text)
     atomic_write(out / "bench.md", "```\n" + text + "\n```\n")
-    atomic_write(out / "bench.json", json.dumps(
-        {"machines": [{"machine": m[0], "hypothesis_steps_per_s": round(m[1]),
-                       "trivial_over_this": round(m[2], 2),
-                       "explorer_steps_per_s": round(m[3]) if m[3] else None}
-                      for m in machines], "bugs": bugs, "shrinking": shrink_rows,
-         "scaling": scaling}, indent=2) + "\n")
+    data = {"machines": [{"machine": m[0], "hypothesis_steps_per_s": round(m[1]),
+                          "trivial_over_this": round(m[2], 2),
+                          "explorer_steps_per_s": round(m[3]) if m[3] else None}
+                         for m in machines], "bugs": bugs, "shrinking": shrink_rows,
+            "scaling": scaling}
+    atomic_write(out / "bench.json", json.dumps(data, indent=2) + "\n")
+    if args.record_dir:
+        items = [{"table": "machines", **row} for row in data["machines"]]
+        items += [{"table": f"find-{mode}", **row} for mode, rows in bugs.items() for row in rows]
+        items += [{"table": "shrinking", **row} for row in shrink_rows]
+        items += [{"table": "scaling", **row} for row in scaling]
+        record = records.envelope(
+            "bench", "bench", shlex.join(["python", "-m", "lch.bench", *(argv or sys.argv[1:])]),
+            vllm=None, wall_s=time.monotonic() - began, started=started,
+            summary={"examples": args.examples, "seeds": args.seeds}, items=items)
+        print(f"record: {records.write(record, args.record_dir)}")
     return 0
 
 
