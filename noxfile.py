@@ -131,7 +131,7 @@ def take_option(args: list[str], name: str, default: str) -> tuple[str, list[str
 
 def install_vllm(session: nox.Session, release: str) -> None:
     """torch (LCH_TORCH), the harness, then vLLM without its GPU dependencies plus the
-    pure-Python packages its imports need (``requirements/vllm-<family>.txt``)."""
+    pure-Python packages its imports need (``sim/vllm/requirements/vllm-<family>.txt``)."""
     install_harness(session, "test")
     requirements = session.run_install("python", "-m", "sim.vllm.release",
                                        "requirements-file", release, silent=True)
@@ -155,8 +155,11 @@ def vllm(session: nox.Session) -> None:
                               silent=True).strip().splitlines()[-1]
         session.env.update(PYTHONPATH=overlay, LCH_VLLM_PATH=str(Path(checkout).resolve()))
     session.run("python", "-m", "sim.vllm.release", "check")   # names a missing module first
+    # Every core (LCH_WORKERS=0: serial); each worker imports vLLM once (about 10 s). The
+    # derandomized ci profile gives each test the same examples whichever worker runs it.
+    workers = os.environ.get("LCH_WORKERS", "auto")
     session.run("pytest", "-p", "no:cacheprovider", "--ignore=fixtures/reproducers/found",
-                "--target", "vllm", *VLLM_SUITES,
+                "-n", workers, "--dist", "loadgroup", "--target", "vllm", *VLLM_SUITES,
                 *pytest_args)
 
 

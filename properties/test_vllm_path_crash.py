@@ -27,6 +27,8 @@ from properties.run import unavailable
 from sim.errors import TargetUnavailable
 
 ROOT = Path(__file__).resolve().parents[1]
+# One worker runs them all: the module's fixtures (one hunt, one checkout) are shared.
+pytestmark = pytest.mark.xdist_group("vllm-path-crash")
 
 
 @frozen

@@ -25,7 +25,8 @@ from sim.errors import HarnessError, TargetUnavailable
 
 MIN_RELEASE = (0, 10, 2)
 DEFAULT_RELEASE = "0.33.0"
-REQUIREMENTS_DIR = Path(__file__).resolve().parents[2] / "requirements"
+# Package data (pyproject.toml), so an installed harness has them too.
+REQUIREMENTS_DIR = Path(__file__).resolve().parent / "requirements"
 
 
 def parse_release(text: str) -> tuple[int, int, int]:
@@ -46,22 +47,20 @@ def check_supported(release: str) -> None:
 
 
 def requirements_file(release: str) -> Path:
-    """The requirements file of ``release``'s family (``requirements/vllm-0.X.txt``), else the
-    nearest older family that has one, else the oldest one kept."""
+    """The requirements file of ``release``'s family (``sim/vllm/requirements/vllm-0.X.txt``),
+    else the nearest older family that has one, else the oldest one kept."""
     want = parse_release(release)[:2]
     kept = sorted((parse_release(p.stem.removeprefix("vllm-"))[:2], p)
                   for p in REQUIREMENTS_DIR.glob("vllm-*.txt"))
     if not kept:
-        raise HarnessError(f"no requirements/vllm-*.txt under {REQUIREMENTS_DIR}")
+        raise HarnessError(f"no vllm-*.txt under {REQUIREMENTS_DIR}: the harness's install "
+                           "is incomplete; reinstall it")
     older = [p for family, p in kept if family <= want]
     return older[-1] if older else kept[0][1]
 
 
 def install_hint(release: str = DEFAULT_RELEASE) -> str:
-    try:
-        req = requirements_file(release).relative_to(REQUIREMENTS_DIR.parent)
-    except (HarnessError, ValueError):
-        req = "requirements/vllm-<family>.txt"
+    req = _requirements_name(release)
     return (f"run `nox -s vllm` (or `nox -s vllm -- --vllm-version X`), or install it into "
             f"this environment: `pip install torch==2.13.0 && pip install --no-deps "
             f"vllm=={release} && pip install --no-deps -r {req}`")
@@ -154,11 +153,16 @@ def release_or_unknown() -> str:
 
 
 def _requirements_name(found: str) -> str:
+    """The family's requirements file as a user types it: relative to the working directory
+    when it is below it (a checkout), else its full path (an installed harness)."""
     try:
-        return str(requirements_file(found if found != "unknown" else DEFAULT_RELEASE)
-                   .relative_to(REQUIREMENTS_DIR.parent))
-    except (HarnessError, ValueError):
-        return "requirements/vllm-<family>.txt"
+        path = requirements_file(found if found != "unknown" else DEFAULT_RELEASE)
+    except HarnessError:
+        return "sim/vllm/requirements/vllm-<family>.txt"
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 # Modules the harness's vllm target drives or will drive (vllm-drive.md): `nox -s vllm`
@@ -207,7 +211,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["check"]:
         return check_imports()
     if argv[:1] == ["requirements-file"] and len(argv) == 2:
-        print(requirements_file(argv[1]).relative_to(REQUIREMENTS_DIR.parent))
+        print(_requirements_name(argv[1]))
         return 0
     print("usage: python -m sim.vllm.release check | requirements-file RELEASE", file=sys.stderr)
     return 2
