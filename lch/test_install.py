@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -39,7 +40,11 @@ def run(args: list, **kwargs) -> subprocess.CompletedProcess:
 def installed(tmp_path_factory) -> tuple[Path, Path]:
     """(the venv's bin/, the unpacked vLLM sdist): the harness's wheel, torch, vLLM."""
     tmp = tmp_path_factory.mktemp("install")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist", ROOT])
+    # Built from a copy: setuptools writes build/ and *.egg-info next to the sources.
+    source = tmp / "harness"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".nox", ".venv", "build", "*.egg-info", ".hypothesis", "__pycache__"))
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist", source])
     wheel = next((tmp / "dist").glob("llm_cache_harness-*.whl"))
     run([sys.executable, "-m", "venv", tmp / "venv"])
     pip = [tmp / "venv" / "bin" / "python", "-m", "pip", "install", "-q"]

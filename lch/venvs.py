@@ -2,9 +2,9 @@
 
 A release's venv holds torch (``LCH_TORCH``, default the CPU wheel), the harness's pinned test
 packages, ``vllm==X`` installed ``--no-deps`` (so none of its GPU dependencies come in) and the
-pure-Python packages its imports need (``sim/vllm/requirements/vllm-<family>.txt``). The harness itself
-is not installed: suites run from the checkout (``python -m pytest`` with the repository as
-the working directory), so one venv serves every branch.
+pure-Python packages its imports need (``sim/vllm/requirements/vllm-<family>.txt``). The
+harness itself is not installed: suites run from the checkout (``python -m pytest`` with the
+repository as the working directory), so one venv serves every branch.
 
 A venv is made once and reused: ``<venv_dir>/vllm-X/.lch-installed`` records that the install
 finished and how long it took, so a report can show the fresh install time of a cached venv.

@@ -24,6 +24,10 @@ from pathlib import Path
 from attrs import define
 
 GRACE_S = 60.0          # beyond the budget before a silent worker counts as hung
+# A worker's budget starts when its search does (it prints SEED=...), after its setup: vLLM's
+# import takes 10-20 s on an idle machine, minutes on a loaded one. Setup alone may take this
+# long before the worker counts as hung.
+SETUP_S = 600.0
 
 
 @define
@@ -35,6 +39,7 @@ class Worker:
     process: subprocess.Popen | None = None
     log_offset: int = 0
     outcome: str = "running"
+    searching_since: float | None = None     # when its log said SEED=: setup is over
 
 
 def plan(subsystems: list[str], workers: int, seed: int) -> list[tuple[int, list[str]]]:
@@ -71,7 +76,7 @@ def run_workers(argv_common: list[str], subsystems: list[str], workers: int, see
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_int = signal.signal(signal.SIGINT, _raise_interrupt)
     try:
-        _watch(crew, out, began + budget_s + GRACE_S)
+        _watch(crew, out, began, budget_s)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)      # a second Ctrl-C cannot tear it
         for w in crew:
@@ -94,15 +99,19 @@ def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _watch(crew: list[Worker], out: Path, deadline: float) -> None:
+def _watch(crew: list[Worker], out: Path, began: float, budget_s: float) -> None:
+    """Wait for the workers; one still running ``GRACE_S`` past its budget (counted from its
+    search's start, or past ``SETUP_S`` of setup) is killed as hung."""
     while any(w.process.poll() is None for w in crew):
         _echo(crew, out)
-        if time.monotonic() > deadline:
-            for w in crew:
-                if w.process.poll() is None:
-                    os.killpg(w.process.pid, signal.SIGKILL)
-                    w.outcome = "hung: killed after the budget and a grace period"
-            break
+        now = time.monotonic()
+        for w in crew:
+            start = w.searching_since if w.searching_since is not None else began + SETUP_S
+            if w.process.poll() is None and now > start + budget_s + GRACE_S:
+                os.killpg(w.process.pid, signal.SIGKILL)
+                w.outcome = ("hung: killed after the budget and a grace period"
+                             if w.searching_since is not None else
+                             f"hung: no search started within {SETUP_S:.0f} s of setup")
         time.sleep(0.5)
     for w in crew:
         w.process.wait()
@@ -123,6 +132,8 @@ def _echo(crew: list[Worker], out: Path) -> None:
         complete = chunk[:chunk.rfind(b"\n") + 1]
         w.log_offset += len(complete)
         for line in complete.decode(errors="replace").splitlines():
+            if line.startswith("SEED=") and w.searching_since is None:
+                w.searching_since = time.monotonic()
             if line.startswith("["):
                 print(f"[w{w.index}] {line}", flush=True)
 
