@@ -14,6 +14,7 @@
 #               "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu")
 # NOX_OPTS      extra nox options (e.g. -R to reuse the session's virtualenvs)
 # LCH_SUITE_ARGS  extra pytest arguments for the suites (e.g. "-k encoder_cache")
+# LCH_HUNT_ARGS   extra hunt arguments (e.g. "--subsystem encoder_cache", "--accept ID")
 # Exit status: 0 when the suites passed and the hunt found nothing; else 1.
 set -uo pipefail
 checkout=$(cd "${1:?usage: vllm-pr.sh VLLM_CHECKOUT}" && pwd) || exit 2
@@ -25,7 +26,7 @@ nox ${NOX_OPTS:-} -s vllm -- --vllm-version "$release" --vllm-path "$checkout" $
 suites=$?
 # shellcheck disable=SC2086
 nox ${NOX_OPTS:-} -s hunt -- --vllm-version "$release" --target vllm --vllm-path "$checkout" \
-  --budget "${LCH_BUDGET:-5m}"
+  --budget "${LCH_BUDGET:-5m}" ${LCH_HUNT_ARGS:-}
 hunt=$?
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
   {
