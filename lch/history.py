@@ -76,6 +76,9 @@ class Cell:
     divergences: list[dict] = field(factory=list)   # property, calls, trace, reproducer, test
     unavailable: list[str] = field(factory=list)    # "test: call and error"
     notes: list[str] = field(factory=list)          # configurations the release lacks
+    # Classes and configurations the release has that the harness cannot drive yet
+    # ("unavailable: ..." from ``NotDriven``): shown in the matrix, never as absent.
+    not_driven: list[str] = field(factory=list)
     tests: int = 0
     hunt: dict | None = None        # examples, seconds, result, what was adopted going on
 
@@ -104,8 +107,9 @@ class Cell:
         elif kind == "absent":
             self.notes.append(record.get("message", ""))
         for note in record.get("missing", []):
-            if note not in self.notes:
-                self.notes.append(note)
+            into = self.not_driven if note.startswith("unavailable: ") else self.notes
+            if note not in into:
+                into.append(note)
 
     def add_hunt(self, pair: dict) -> None:
         """A hunt's findings (its report's pair), each once: by finding id. A finding the
@@ -130,14 +134,17 @@ class Cell:
 
     def text(self) -> str:
         if self.outcome == "divergence":
-            return f"divergence ({len(self.divergences)}): " + ", ".join(
+            shown = f"divergence ({len(self.divergences)}): " + ", ".join(
                 f"{d['property']} ({d['calls']} calls)" if d.get("calls")
                 else str(d["property"]) for d in self.divergences)
-        if self.outcome == "unavailable":
-            return f"unavailable ({len(self.unavailable)} tests)"
-        if self.outcome == "pass" and self.notes:
-            return "pass*"
-        return self.outcome
+        elif self.outcome == "unavailable":
+            shown = f"unavailable ({len(self.unavailable)} tests)"
+        else:
+            shown = "pass*" if self.outcome == "pass" and self.notes else self.outcome
+        if self.not_driven:
+            names = sorted({n.split(": ")[1] for n in self.not_driven})
+            shown += f"; unavailable: {', '.join(names)}"
+        return shown
 
 
 @define
@@ -324,6 +331,11 @@ def markdown(runs: list[ReleaseRun]) -> str:
     if lacking:
         lines += ["", "## Unavailable (the adapter could not drive the release)", ""]
         lines += [f"- {r.release} {c}: {why}"[:600] for r, c, why in lacking]
+    undriven = sorted({(r.release, c, n) for r in runs for c in columns if c in r.cells
+                       for n in r.cells[c].not_driven})
+    if undriven:
+        lines += ["", "## Unavailable: the release has it, the harness cannot drive it yet", ""]
+        lines += [f"- {v} {c}: {n.split(': ', 1)[1]}" for v, c, n in undriven]
     notes = sorted({(r.release, c, n) for r in runs for c in columns if c in r.cells
                     for n in r.cells[c].notes})
     if notes:
@@ -361,7 +373,8 @@ def history_record(name: str, runs: list[ReleaseRun], command: str, wall_s: floa
                            for d in cell.divergences],
                 "known_found": [k["bug"] for k in known if k["found"]],
                 "known_missed": [k["bug"] for k in known if k["found"] is False],
-                "hunt": cell.hunt, "unavailable": cell.unavailable, "notes": cell.notes})
+                "hunt": cell.hunt, "unavailable": cell.unavailable,
+                "not_driven": cell.not_driven, "absent_notes": cell.notes})
         releases.append({
             "release": r.release, "complete": r.complete, "error": r.error,
             "suite_s": round(r.suite_s, 1), "hunt_s": round(r.hunt_s, 1),

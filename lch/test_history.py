@@ -168,3 +168,16 @@ def test_a_release_that_crashes_keeps_the_others_and_every_cell_is_written(monke
     (record,) = (tmp_path / "results" / "history").glob("*.json")
     items = json.loads(record.read_text())["items"]
     assert {i["release"] for i in items} == {"0.14.0", "0.26.0", "0.30.0"}
+
+
+def test_a_class_the_release_has_but_the_harness_cannot_drive_is_unavailable_not_absent():
+    cell = Cell()
+    cell.add(rec("test_tiered_lookup.py::t", "pass", missing=[
+        "unavailable: ARC: vLLM 0.14.0 ships an ARC policy ...",
+        "secondary tiers: vLLM 0.14.0 has no TieringOffloadingManager"]))
+    assert cell.outcome == "pass" and cell.text() == "pass*; unavailable: ARC"
+    assert cell.notes == ["secondary tiers: vLLM 0.14.0 has no TieringOffloadingManager"]
+    text = markdown([ReleaseRun("0.14.0", cells={"tiered_lookup": cell}, complete=True)])
+    unavailable = text.split("## Unavailable: the release has it")[1].split("##")[0]
+    assert "ARC: vLLM 0.14.0 ships an ARC policy" in unavailable
+    assert "ARC" not in text.split("## Absent from the release")[1]

@@ -38,7 +38,7 @@ from properties.harness import (
 )
 from properties.machines import import_all_machines
 from properties.reproducer import write_reproducer
-from sim.errors import AdapterError, CapabilityMissing, HarnessError, TargetUnavailable
+from sim.errors import AdapterError, CapabilityMissing, HarnessError, NotDriven, TargetUnavailable
 from sim.outcomes import classify, message_of, same_failure
 
 # Errors that say the harness or its input is wrong, not the target: never a "finding".
@@ -284,6 +284,8 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
     """Run ``machine`` under the loaded profile (with ``overrides``) as a pytest test."""
     try:
         result = run_machine(machine, target, Settings(Settings(), **overrides))
+    except NotDriven as why:                # the release has it; the harness cannot drive it
+        pytest.skip(str(why))               # "unavailable: ...": recorded as unavailable
     except CapabilityMissing as why:        # nothing of this machine exists in the release
         pytest.skip(f"absent: {why}")
     except TargetUnavailable as why:

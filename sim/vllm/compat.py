@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
-from sim.errors import CapabilityMissing
+from sim.errors import CapabilityMissing, NotDriven
 from sim.vllm import release
 
 # -- how a request names its items ------------------------------------------------------------
@@ -298,7 +298,8 @@ def count_kwarg(manager_cls: type) -> str:
     return "num_chunks" if "num_chunks" in params else "num_blocks"
 
 
-ARC_FROM = "0.33.0"
+ARC_FROM = "0.33.0"           # what the harness drives; vLLM ships ARC from ARC_SHIPPED
+ARC_SHIPPED = "0.11.1"       # ``arc_manager.ARCOffloadingManager``; ``cpu/policies/arc.py`` 0.19
 
 
 def primary_manager(num_chunks: int, eviction_policy: str = "lru", enable_events: bool = True,
@@ -319,9 +320,15 @@ def primary_manager(num_chunks: int, eviction_policy: str = "lru", enable_events
     events = {"enable_events": True} if enable_events else {}
     if not release.has_module("vllm.v1.kv_offload.cpu.manager"):
         # ARC and the store filter are not driven on this manager (neither is mapped).
-        if eviction_policy != "lru" or admission.get("store_threshold", 1) > 1:
-            raise CapabilityMissing(f"vLLM {release.release()}'s LRUOffloadingManager: the "
-                                    "harness drives neither ARC nor a store filter on it")
+        if eviction_policy != "lru":
+            _arc_missing()
+        if admission.get("store_threshold", 1) > 1:
+            if release.has_module("vllm.v1.kv_offload.reuse_manager"):    # 0.18.x
+                raise NotDriven(f"store filter: vLLM {release.release()}'s reuse_manager "
+                                "(the store filter of the LRU/ARC managers) is not driven "
+                                "yet: its meaning before CPUOffloadingManager is not mapped")
+            raise CapabilityMissing(f"store filter: vLLM {release.release()} has none "
+                                    "(reuse_manager.py first ships in 0.18.0)")
         lru = release.import_module("vllm.v1.kv_offload.lru_manager")
         backends = release.import_module("vllm.v1.kv_offload.backends.cpu")
         return lru.LRUOffloadingManager(backends.CPUBackend(block_size=16, num_blocks=num_chunks),
@@ -337,10 +344,23 @@ def primary_manager(num_chunks: int, eviction_policy: str = "lru", enable_events
     if eviction_policy == "lru":
         return cls(**{count_kwarg(cls): num_chunks}, **events, **admission)
     if release.parse_release(release.release()) < release.parse_release(ARC_FROM):
-        raise CapabilityMissing(f"ARC: the harness drives vLLM's ARC policy from {ARC_FROM}; "
-                                f"vLLM {release.release()}'s request semantics are not mapped")
+        _arc_missing()
     return cls(**{count_kwarg(cls): num_chunks}, cache_policy=eviction_policy,
                **events, **admission)
+
+
+def _arc_missing() -> None:
+    """ARC asked of a release the harness does not drive it on: absent before 0.11.1,
+    ``unavailable`` (``NotDriven``) from there: the class ships, its older meaning (a
+    ``touch`` is the access and adapts on a ghost; no request-scoped reuse, no store-miss
+    adaptation; read in 0.26.0's ``cpu/policies/arc.py``) is not a model option yet."""
+    found = release.release()
+    if release.parse_release(found) < release.parse_release(ARC_SHIPPED):
+        raise CapabilityMissing(f"ARC: vLLM {found} has no ARC policy (first in "
+                                f"{ARC_SHIPPED}: arc_manager.py)")
+    raise NotDriven(f"ARC: vLLM {found} ships an ARC policy (from {ARC_SHIPPED}), but the "
+                    f"harness models ARC's meaning from {ARC_FROM} only (request-scoped "
+                    "reuse); the older touch-based meaning is not a model option yet")
 
 
 def cpu_metric_names() -> dict[str, str]:
