@@ -270,8 +270,12 @@ def run_release(release: str, venv_dir: Path, out_dir: Path, pytest_args: list[s
     run.recall = recall(release, groups_by_column(run))
     written(run)
     if hunt_examples or hunt_budget:
-        hunt_cells(run, venv.python, found_dir, hunt_budget, hunt_examples,
-                   lambda: written(run))
+        try:
+            hunt_cells(run, venv.python, found_dir, hunt_budget, hunt_examples,
+                       lambda: written(run))
+        except Exception as error:  # noqa: BLE001 - the suite's cells are kept
+            run.error = f"hunts crashed: {error!r}"
+            return run
     run.complete = True
     return run
 

@@ -181,3 +181,9 @@ def test_a_class_the_release_has_but_the_harness_cannot_drive_is_unavailable_not
     unavailable = text.split("## Unavailable: the release has it")[1].split("##")[0]
     assert "ARC: vLLM 0.14.0 ships an ARC policy" in unavailable
     assert "ARC" not in text.split("## Absent from the release")[1]
+
+
+def test_the_hunts_run_under_the_hunt_profile_in_the_suite_environment():
+    from lch import venvs
+    env = venvs.suite_env(HYPOTHESIS_PROFILE="hunt")
+    assert env["HYPOTHESIS_PROFILE"] == "hunt" and env["LCH_REQUIRE_TARGETS"] == "1"
