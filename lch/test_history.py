@@ -187,3 +187,57 @@ def test_the_hunts_run_under_the_hunt_profile_in_the_suite_environment():
     from lch import venvs
     env = venvs.suite_env(HYPOTHESIS_PROFILE="hunt")
     assert env["HYPOTHESIS_PROFILE"] == "hunt" and env["LCH_REQUIRE_TARGETS"] == "1"
+
+
+KILLED_RUN = '''
+import sys, time
+from lch import history
+from lch.test_history import run
+
+def fake_run(release, venv_dir, out_dir, args, hunt_examples=0, hunt_budget=None,
+             written=lambda run: None):
+    if release == "0.30.0":
+        time.sleep(600)                  # killed here, in its third release
+    done = run(release, encoder_cache="slots-agree", tiered_lookup="pass")
+    return done
+
+history.run_release = fake_run
+sys.exit(history.main(history_args))
+'''
+
+
+def test_a_history_run_killed_in_its_third_release_leaves_the_first_two(tmp_path):
+    """SIGKILL, not an exception: nothing runs after it, so what is on disk is what was
+    written as the releases completed."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = (f"import argparse; history_args = argparse.Namespace(releases='0.14.0,0.26.0,0.30.0',"
+            f" first=None, last=None, report_dir={str(tmp_path)!r}, reproducer_dir="
+            f"{str(tmp_path / 'r')!r}, record_dir={str(tmp_path / 'results')!r}, venv_dir="
+            f"{str(tmp_path)!r}, pytest_args=[], hunt_examples=0, hunt_budget='5s', "
+            f"no_hunt=False)\n")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-c", args + KILLED_RUN], cwd=root,
+                            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    report = tmp_path / "history-report.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if report.exists() and len(json.loads(report.read_text())["releases"]) == 2:
+            break
+        assert proc.poll() is None, proc.stderr.read().decode()
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    data = json.loads(report.read_text())
+    assert [r["release"] for r in data["releases"]] == ["0.14.0", "0.26.0"]
+    assert all(r["complete"] for r in data["releases"])
+    assert "0.26.0" in (tmp_path / "history-report.md").read_text()
+    (record,) = (tmp_path / "results" / "history").glob("*.json")
+    assert {i["release"] for i in json.loads(record.read_text())["items"]} == {"0.14.0",
+                                                                              "0.26.0"}
