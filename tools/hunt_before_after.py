@@ -3,8 +3,9 @@ by this one, per subsystem; how many findings each reported and which known upst
 (``fixtures/upstream_bugs.py``) their findings are. Writes a result record
 (``results/hunt/before-after-<release>.json``).
 
-    python tools/hunt_before_after.py --before /tmp/base --python /work/venvs/vllm-0.14.0/bin/python \
-        --release 0.14.0 --subsystem encoder_cache --subsystem tiered_lookup --examples 300
+    python tools/hunt_before_after.py --before /tmp/base --release 0.14.0 \
+        --python /work/venvs/vllm-0.14.0/bin/python \
+        --subsystem encoder_cache --subsystem tiered_lookup --examples 300
 
 ``--before`` is an exported tree of the older commit (``git archive <commit> | tar -x -C DIR``);
 both run with ``PYTHONPATH`` at their own tree, in the release's venv, under the hunt profile.
