@@ -19,8 +19,9 @@ that needs two, in the same examples. Accepted are the ones this hunt found and 
 with ``--accept``. Each finding is a group: the examples that met it (found, or went on past
 it), the distinct minimal programs that showed it, and its smallest reproducer.
 
-A failure whose check cannot adopt (a crash: the target's state after a raise is unknown)
-ends its Hypothesis run: the round goes on with the examples it has left under a seed
+A failure whose check cannot adopt (the machine cannot re-synchronize what it compares, or a
+crash: the target's state after a raise is unknown) ends its Hypothesis run, counted in its
+group: the round goes on with the examples it has left under a seed
 derived from the round's (``round_seed(..., part)``), so ``--seed N --examples M`` still
 repeats bit for bit. Minimizing costs replays, so it is cached per failing program, and a
 round minimizes at most ``MINIMIZE_PER_ROUND`` new failures of properties that already have
