@@ -48,7 +48,9 @@ def test_nox_history_hunts_two_releases_from_a_torch_free_session(tmp_path):
     assert {d["property"] for d in old["divergences"]} >= {"freed-not-resident",
                                                            "slots-agree"}, old
     assert all(d.get("signature") for d in old["divergences"])
-    assert new["outcome"] == "pass", new
+    # 0.30.0 fixed both (0.28.0 the stale freed entry, 0.30.0 the repeated item).
+    assert not {"freed-not-resident", "slots-agree"} & {d["property"]
+                                                          for d in new["divergences"]}, new
     (record,) = (tmp_path / "results" / "history").glob("*.json")
     items = json.loads(record.read_text())["items"]
     found = {i["release"]: i["known_found"] for i in items if i["column"] == "encoder_cache"}
