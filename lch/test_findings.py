@@ -126,6 +126,12 @@ def test_a_crash_is_grouped_by_its_type_and_where_it_raised():
      "prepare_store(...) evicted [...] (pinned, write-pending or offered)"),
     ("(free, freeable) embeds (1, 2) != (1, 1): an input held or freed out of turn",
      "(free, freeable) embeds {[1]: more}"),
+    ("sliding_window_lookup returned None after looking up [2, 1, 3, 0] (answers "
+     "(LookupResult.MISS, LookupResult.HIT_PENDING, LookupResult.MISS, LookupResult.MISS)), "
+     "expected 0", "sliding_window_lookup returned {value: None vs N}"),
+    ("sliding_window_lookup looked up [2, 3, 1], expected [2, 3] (answers (LookupResult.RETRY,"
+     " LookupResult.MISS, LookupResult.MISS), expected (LookupResult.RETRY, LookupResult.MISS))",
+     "sliding_window_lookup looked up {value: extra}"),
     ("step StepView(output=View(tokens={'r0': 3}, inputs={'r0': (0,)}), done=('r0',)) != "
      "StepView(output=View(tokens={'r0': 2}, inputs={}), done=())",
      "step {done: extra, output.inputs: extra key, output.tokens['rN']: more}"),

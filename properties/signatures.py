@@ -39,7 +39,11 @@ from sim.outcomes import NO_RAISE, where_arose
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
 _ID = re.compile(r"(?<![\w.])([A-Za-z]+)\d+\b")
 # A value compared with another: "A != B", "X returned A, the model expects B".
-_COMPARED = (re.compile(r"^(?P<a>.+?) returned (?P<b>.+), the model expects (?P<c>.+)$"),
+_COMPARED = (
+    # A scan's result; the keys it looked up and what each answered are the program's layout
+    # (a scan-agrees of vLLM 0.26.0's sticky defer split into ten groups by them).
+    re.compile(r"^(?P<a>.+?) returned (?P<b>\S+) after looking up .*, expected (?P<c>\S+)$"),
+    re.compile(r"^(?P<a>.+?) returned (?P<b>.+), the model expects (?P<c>.+)$"),
              re.compile(r"^(?P<b>.+?) != (?:FCFS prediction )?(?P<c>.+)$"),
              re.compile(r"^(?P<b>.+?), expected (?P<c>.+)$"))
 _CALL = re.compile(r"\s*(?:assert\s+)?[A-Za-z_]\w*\.(\w+)\(")
@@ -80,10 +84,16 @@ def difference_shape(message: str) -> str:
 
 
 def _parsed(text: str) -> ast.AST | None:
+    """A printed value, or None: text that only parses as something else (``[2, 3] (answers
+    ...)`` reads as calling a list) is no value."""
     try:
-        return ast.parse(text.strip(), mode="eval").body
+        tree = ast.parse(text.strip(), mode="eval").body
     except SyntaxError:
         return None
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    if any(not isinstance(c.func, (ast.Name, ast.Attribute)) for c in calls):
+        return None
+    return tree
 
 
 def _cuts(text: str) -> list[int]:
