@@ -183,11 +183,18 @@ def add_bisect_parser(verbs) -> None:
     add_release_options(history, "history")
     history.add_argument("--report-dir", default=".",
                          help="where history-report.{md,json} go")
+    history.add_argument("--hunt-budget", default=None, metavar="DURATION",
+                         help="after the suites, hunt every subsystem the release has for "
+                              "this long per cell (seed 0; e.g. 90s, 3m; default "
+                              "DEFAULT_HUNT_BUDGET of lch/history.py): every divergence per "
+                              "cell, one group per cause")
     history.add_argument("--hunt-examples", type=int, default=0, metavar="N",
-                         help="after the suites, hunt each diverged subsystem past its first "
-                              "bug for N examples (seed 0): every divergence per cell, not "
-                              "only the first (off by default; 300 finds both encoder-cache "
-                              "bugs of 0.26.0)")
+                         help="hunt each cell for N examples instead of a budget (a hunt "
+                              "fixed by count: the same findings on any machine)")
+    history.add_argument("--no-hunt", action="store_true",
+                         help="the suites alone (each cell stops at its first divergence)")
+    history.add_argument("--record-dir", default="results",
+                         help="the result record goes to DIR/history/ (empty: none)")
 
 
 def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:

@@ -9,19 +9,25 @@ from (master seed, pair, round number) only, so ``--seed N --examples M`` gives 
 bit for bit whatever the database holds or the clock says. With a budget, the clock is checked
 between examples (a round stops at the deadline), so the budget holds to about one example.
 
-A failure is minimized, named (``properties/findings.py``: subsystem, property and minimal
-program) and its reproducer written at once (atomically); then the hunt goes on with that
-divergence *accepted*, so a release with several bugs reports each with its own reproducer.
-Accepted divergences are the ones this hunt found and those given with ``--accept``. A later
-failure of a property that has an accepted divergence is minimized too and compared by
-finding id: the same id is counted ("seen N times"), another is a new finding. The failure
-ends only its Hypothesis run: the round goes on with the examples it has left under a seed
+A failure is named by its cause (``properties/findings.py``: subsystem, property, the call
+whose answer differs and the shape of the difference) and, when that finding is new,
+minimized (keeping the signature) and its reproducer written at once (atomically). From then
+on the hunt *accepts* it: every later run is bound with the accepted ids, and a check that
+fails with an accepted signature adopts the target's behaviour for what diverged and lets the
+example go on (``HarnessMachine.fail``), so a bug that needs seven calls is reached past one
+that needs two, in the same examples. Accepted are the ones this hunt found and those given
+with ``--accept``. Each finding is a group: the examples that met it (found, or went on past
+it), the distinct minimal programs that showed it, and its smallest reproducer.
+
+A failure whose check cannot adopt (the machine cannot re-synchronize what it compares, or a
+crash: the target's state after a raise is unknown) ends its Hypothesis run, counted in its
+group: the round goes on with the examples it has left under a seed
 derived from the round's (``round_seed(..., part)``), so ``--seed N --examples M`` still
 repeats bit for bit. Minimizing costs replays, so it is cached per failing program, and a
-round minimizes at most ``MINIMIZE_PER_ROUND`` failures of accepted properties (past that,
-the round ends and ``cut_rounds`` counts it: a bug that fails nearly every example would
-otherwise eat the budget). Ctrl-C / SIGTERM (turned into ``KeyboardInterrupt`` by the CLI)
-ends the hunt with every reproducer found so far on disk and the report marked interrupted.
+round minimizes at most ``MINIMIZE_PER_ROUND`` new failures of properties that already have
+a finding (past that, the round ends and ``cut_rounds`` counts it). Ctrl-C / SIGTERM (turned
+into ``KeyboardInterrupt`` by the CLI) ends the hunt with every reproducer found so far on
+disk and the report marked interrupted.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from hypothesis import Phase, settings
 
 from lch.coverage import RUN, Planned
 from properties.explore import explore
-from properties.findings import finding_id
+from properties.findings import finding_id, program_id, signature
 from properties.harness import Recorder
 from properties.machines import machine_for
 from properties.reproducer import write_reproducer
@@ -63,8 +69,9 @@ class PairReport:
     events: Counter = field(factory=Counter)
     hazards: tuple[str, ...] = ()
     failure: dict | None = None      # the first new find (findings[0])
-    findings: list[dict] = field(factory=list)   # every new find, each with its id
+    findings: list[dict] = field(factory=list)   # every new finding: one group per cause
     accepted: dict = field(factory=dict)  # id -> {"id", "property", "seen"}: --accept's
+    adopted: dict = field(factory=dict)   # finding id -> what its check adopts, going on
     unconfirmed: int = 0             # accepted-property failures the budget left unminimized
     cut_rounds: int = 0              # rounds ended at MINIMIZE_PER_ROUND
     replayed: dict | None = None     # a failure the example database replayed
@@ -210,12 +217,14 @@ class Hunt:
         recorder = Recorder(stop=self._time_up)
         result = self._run(pair, profile, None, recorder)
         pair.replayed_examples += recorder.examples
+        self._count_adoptions(pair, recorder)
         if result is not None and result.failure:
             named = finding_id(pair.subsystem, result.failure)
             if named in pair.accepted and result.failure.stopped is None:
                 pair.accepted[named]["seen"] += 1
             else:
-                pair.replayed = {**self._found(pair, result, None), "id": named}
+                pair.replayed = {**self._found(pair, result, None), "id": named,
+                                 "signature": signature(result.failure)}
             self._progress(pair)
 
     def _round(self, pair: PairReport, size: int, seed: int, share_s: float | None) -> None:
@@ -254,17 +263,22 @@ class Hunt:
             pair.examples += recorder.examples
             pair.steps += recorder.steps
             pair.events.update(recorder.events)
+            self._count_adoptions(pair, recorder)
             self._digests[id(pair)].update(recorder.trace_hash().encode())
 
     def _judge(self, pair: PairReport, result, seed: int, recorder: Recorder,
                budget: list[int]) -> str:
-        """Name a failure: "new" (a finding: reproducer written, accepted from now on),
-        "accepted" (counted), "unconfirmed" (the budget ended its minimizing) or "cut" (this
-        round minimized enough failures of accepted properties)."""
+        """Name a failure by its signature: "accepted" (a finding this hunt has: counted, no
+        minimizing needed), "new" (minimized keeping its signature, reproducer written,
+        accepted from now on), "unconfirmed" (the budget ended its minimizing) or "cut" (this
+        round minimized enough failures of properties that already have a finding)."""
         failure = result.failure
+        named = finding_id(pair.subsystem, failure)
+        if self._count_seen(pair, named, failure):
+            return "accepted"
         key = (id(pair), failure.property, failure.trace.text())
-        named = self._named.get(key)
-        if named is None:
+        cached = self._named.get(key)
+        if cached is None:
             known = {a["property"] for a in pair.accepted.values()} | \
                 {f["property"] for f in pair.findings}
             if failure.property in known:
@@ -273,26 +287,43 @@ class Hunt:
                 budget[0] -= 1
             if not failure.stopped:          # (stopped: not replayable, or interrupted)
                 failure = minimize(machine_for(pair.subsystem), failure, pair.target,
-                                   stop=recorder.stop)
+                                   stop=recorder.stop, accepted=self._accepted(pair),
+                                   keep_signature=True)
             if failure.stopped == "interrupted":
                 self.report.interrupted = True
             if failure.stopped and failure.property in known:
                 pair.unconfirmed += 1        # could be either: never reported as new
                 return "unconfirmed"
-            named = finding_id(pair.subsystem, failure)
+            cached = failure
             if failure.stopped is None:
-                self._named[key] = named
-        seen = pair.accepted.get(named) or next(
-            (f for f in pair.findings if f["id"] == named), None)
-        if seen is not None:
-            seen["seen"] += 1
+                self._named[key] = failure
+        failure = cached
+        named = finding_id(pair.subsystem, failure)
+        if self._count_seen(pair, named, failure):
             return "accepted"
         result.failure = failure
-        found = {"id": named, **self._found(pair, result, seed), "seen": 1}
+        found = {"id": named, "signature": signature(failure), **self._found(pair, result, seed),
+                 "seen": 1, "programs": [program_id(pair.subsystem, failure)]}
+        if failure.trace.adopted:
+            found["went_past"] = sorted({f for _, f, _ in failure.trace.adopted})
         pair.findings.append(found)
         pair.failure = pair.failure or found
         self._progress(pair)
         return "new"
+
+    def _count_seen(self, pair: PairReport, named: str, failure) -> bool:
+        """A failure of a finding the pair already has: counted in its group (its program
+        listed), True; else False."""
+        group = pair.accepted.get(named) or next(
+            (f for f in pair.findings if f["id"] == named), None)
+        if group is None:
+            return False
+        group["seen"] += 1
+        programs = group.setdefault("programs", [])
+        example = program_id(pair.subsystem, failure)
+        if example not in programs and len(programs) < 20:
+            programs.append(example)
+        return True
 
     def _run(self, pair: PairReport, profile: settings, seed: int | None, recorder: Recorder):
         """One run; a failure comes back replayed, minimized only in the database phase (a
@@ -303,10 +334,26 @@ class Hunt:
                                runs=profile.max_examples, recorder=recorder,
                                shrink_program=False)
             return run_machine(machine_for(pair.subsystem), pair.target, profile, seed=seed,
-                               recorder=recorder, shrink_program=seed is None)
+                               recorder=recorder, shrink_program=seed is None,
+                               accepted=self._accepted(pair))
         except TargetUnavailable as why:     # a module this release lacks, found only now
             pair.status, pair.why = "could not run", str(why)
             return None
+
+    def _accepted(self, pair: PairReport) -> frozenset[str]:
+        """The finding ids a run of ``pair`` goes on past: --accept's and the hunt's own."""
+        return frozenset(pair.accepted) | {f["id"] for f in pair.findings}
+
+    def _count_adoptions(self, pair: PairReport, recorder: Recorder) -> None:
+        """Examples that went on past an accepted finding count as its examples."""
+        groups = {f["id"]: f for f in pair.findings} | pair.accepted
+        for finding, examples in recorder.adopted.items():
+            if finding in groups:
+                groups[finding]["seen"] += examples
+        for finding, what in recorder.adoptions.items():
+            pair.adopted.setdefault(finding, what)
+            if finding in groups:
+                groups[finding].setdefault("adopted", what)
 
     def _found(self, pair: PairReport, result, seed: int | None) -> dict:
         failure = result.failure
@@ -328,8 +375,8 @@ class Hunt:
 
     def _progress(self, p: PairReport) -> None:
         elapsed_s = time.monotonic() - self._start
-        state = ("FAILED " + ", ".join(f"{f['property']} ({f['calls']} calls)"
-                                       for f in p.findings) if p.findings
+        state = ("FAILED " + ", ".join(f"{f['property']} ({f['calls']} calls, seen "
+                                       f"{f['seen']})" for f in p.findings) if p.findings
                  else f"database replay FAILED {p.replayed['property']}" if p.replayed
                  else p.why if p.status != RUN else "no failure yet")
         self.progress(f"[{elapsed_s:6.1f}s] {p.subsystem} x {p.target}: {p.examples} examples, "

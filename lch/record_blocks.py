@@ -28,3 +28,57 @@ def records_index(results: Path) -> str:
     if len(rows) == 2:
         rows.append("| (none yet) | | | | | |")
     return "\n".join(rows)
+
+
+def _history_records(results: Path) -> list[dict]:
+    return [r for r in load("history", results) if r["summary"].get("releases")]
+
+
+@renderer("history-matrix")
+def history_matrix(results: Path) -> str:
+    """Per release and column of each history record: the outcome and its finding groups
+    (one per cause), with the time per release and the machine's load."""
+    rows = []
+    for r in _history_records(results):
+        load_avg = (r["machine"].get("load_avg") or ["?"])[0]
+        rows += [f"`results/history/{r['name']}.json` (hunt budget {r['summary']['hunt_budget']} "
+                 f"per cell; {r['machine']['cores']} cores, load {load_avg} at the end):", "",
+                 "| release | column | outcome | finding groups (property, calls) |",
+                 "|---|---|---|---|"]
+        for item in r["items"]:
+            groups = ", ".join(f"`{g['property']}` ({g['calls']})" for g in item["groups"]) \
+                or "-"
+            rows.append(f"| {item['release']} | {item['column']} | {item['outcome']} | "
+                        f"{groups} |")
+        rows.append("")
+    return "\n".join(rows) if rows else "(no history record yet)"
+
+
+@renderer("known-bug-recall")
+def known_bug_recall(results: Path) -> str:
+    """Per release: the upstream-fixed bugs the harness knows there (``fixtures/
+    upstream_bugs.py``, as committed: recall is recomputed from each record's groups, so
+    every record is judged by the same table), how many its finding groups are, which were
+    missed, and the time the release took."""
+    from fixtures.upstream_bugs import recall
+    rows = ["| record | release | known bugs | found by the suites alone (history before "
+            "hunting) | found with the hunts | missed | suite | hunts | load |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in _history_records(results):
+        load_avg = (r["machine"].get("load_avg") or ["?"])[0]
+        for rel in r["summary"]["releases"]:
+            cells = {i["column"]: i["groups"] for i in r["items"]
+                     if i["release"] == rel["release"] and i["outcome"] in ("pass",
+                                                                            "divergence")}
+            known = [k for k in recall(rel["release"], cells) if k["found"] is not None]
+            missed = [k["bug"] for k in known if not k["found"]]
+            suites = {c: [g for g in groups if g.get("test") != "hunt"]
+                      for c, groups in cells.items()}
+            before = sum(bool(k["found"]) for k in recall(rel["release"], suites))
+            state = "" if rel["complete"] else " (incomplete)"
+            rows.append(f"| `{r['name']}` | {rel['release']}{state} | {len(known)} | "
+                        f"{before} | {len(known) - len(missed)} | {', '.join(missed) or '-'} | "
+                        f"{rel['suite_s']:.0f} s | {rel['hunt_s']:.0f} s | {load_avg} |")
+    if len(rows) == 2:
+        rows.append("| (none yet) | | | | | | | | |")
+    return "\n".join(rows)

@@ -137,13 +137,17 @@ def documents(root: Path = ROOT) -> list[Path]:
 def rendered(text: str, results: Path) -> str:
     """``text`` with every generated block rewritten from ``results``."""
     _load_renderers()
+    # Under ``python -m lch.records`` this module is ``__main__``; the blocks registered
+    # themselves with ``lch.records``, the module they import.
+    import lch.records as registry
+    renderers = registry.RENDERERS
 
     def block(match: re.Match) -> str:
         name = match.group("name")
-        if name not in RENDERERS:
+        if name not in renderers:
             raise ValueError(f"generated block {name!r} has no renderer; known: "
-                             f"{', '.join(sorted(RENDERERS))}")
-        body = RENDERERS[name](results).rstrip("\n") + "\n"
+                             f"{', '.join(sorted(renderers))}")
+        body = renderers[name](results).rstrip("\n") + "\n"
         return match.group(1) + body + match.group(4)
 
     return BLOCK.sub(block, text)

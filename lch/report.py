@@ -36,6 +36,7 @@ def _pair_json(p: PairReport) -> dict:
             "hazards_never_reached": [h for h in p.hazards if not p.events.get(h)]
             if p.examples else [],
             "failure": p.failure, "findings": p.findings,
+            "adopted": dict(sorted(p.adopted.items())),
             "accepted": sorted(p.accepted.values(), key=lambda a: a["id"]),
             "unconfirmed": p.unconfirmed, "cut_rounds": p.cut_rounds,
             "database_replay": p.replayed,
@@ -65,6 +66,10 @@ def render_markdown(data: dict) -> str:
     lines += _section("New divergences found by this hunt (each accepted once found)", [
         f"- {p['subsystem']} x {p['target']}: {_finding(f)}"
         for p in data["pairs"] for f in p.get("findings") or []])
+    lines += _section("Went on past (each accepted finding's check adopted the target's "
+                      "behaviour and the example continued)", [
+        f"- {p['subsystem']} x {p['target']}: `{finding}`: {what}"
+        for p in data["pairs"] for finding, what in (p.get("adopted") or {}).items()])
     lines += _section("Accepted divergences (--accept): counted, not reported as new", [
         f"- {p['subsystem']} x {p['target']}: `{a['id']}` seen {a['seen']} times"
         + ("" if a["seen"] else " (not reached: fixed here, or give a larger budget)")
@@ -114,8 +119,14 @@ def _finding(f: dict) -> str:
     text = f"**{f['property']}** in {f['calls']} calls{note}: {f['message']}; `{f['reproducer']}`"
     if f.get("id"):
         text += f"; id `{f['id']}`"
+    if f.get("signature"):
+        text += f"; signature `{f['signature']}`"
     if f.get("seen", 1) > 1:
         text += f", seen {f['seen']} times"
+    if len(f.get("programs") or []) > 1:
+        text += f" in {len(f['programs'])} minimal programs"
+    if f.get("went_past"):
+        text += f"; reached past {', '.join(f'`{i}`' for i in f['went_past'])}"
     if f.get("upstream_reproducer"):
         text += f"; vLLM-only test `{f['upstream_reproducer']}`"
     return text

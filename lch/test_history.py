@@ -26,7 +26,7 @@ def test_a_cell_is_the_worst_of_its_tests_and_keeps_every_finding():
     assert cell.outcome == "divergence" and cell.tests == 3
     assert cell.divergences[0]["property"] == "slots-agree"
     assert cell.unavailable == ["test_x: call(): TypeError"]
-    assert cell.text() == "divergence: slots-agree (4 calls)"
+    assert cell.text() == "divergence (1): slots-agree (4 calls)"
 
 
 def test_absent_and_missing_configurations_are_notes_not_failures():
@@ -47,14 +47,14 @@ def run(release: str, **states: str) -> ReleaseRun:
         cell.add(rec("t.py::t", "pass") if state == "pass" else
                  rec("t.py::t", "divergence", property=state, calls=2))
         cells[column] = cell
-    return ReleaseRun(release, suite_s=1.0, cells=cells)
+    return ReleaseRun(release, suite_s=1.0, cells=cells, complete=True)
 
 
 def test_report_lists_the_matrix_and_each_divergence(tmp_path: Path):
     runs = [run("0.11.0", encoder_cache="cached-inputs-agree", tiered_lookup="pass"),
             run("0.33.0", encoder_cache="pass", tiered_lookup="pass")]
     text = markdown(runs)
-    assert "| 0.11.0 |" in text and "divergence: cached-inputs-agree (2 calls)" in text
+    assert "| 0.11.0 |" in text and "divergence (1): cached-inputs-agree (2 calls)" in text
     assert "**0.11.0 encoder_cache**: `cached-inputs-agree`" in text
     write_reports(runs, tmp_path)
     assert (tmp_path / "history-report.json").read_text().count('"release"') == 2
@@ -80,20 +80,166 @@ def test_bisect_places_each_change_between_neighbours(monkeypatch, tmp_path: Pat
                      f"(slots-agree), first {releases[flip]} (pass)"]
 
 
-def test_a_hunt_past_the_first_bug_adds_each_other_divergence_once(tmp_path):
+def test_a_hunt_adds_each_other_divergence_once_and_joins_the_suites_groups(tmp_path):
     suite_repro = tmp_path / "test_found.py"
     suite_repro.write_text('FINDING = "encoder_cache/slots-agree/aaaaaaaa"\n')
     cell = Cell()
     cell.add(rec("test_encoder_cache.py::test_m[vllm]", "divergence", property="slots-agree",
-                 calls=4, trace=["a"], reproducer=str(suite_repro)))
+                 calls=4, trace=["a"], reproducer=str(suite_repro),
+                 message="slots-agree: num_freeable_slots 1 != 0"))
+    # Another test meeting the same cause joins its group.
+    cell.add(rec("test_vllm_target.py::test_x", "divergence", property="slots-agree",
+                 calls=6, reproducer=str(suite_repro), message="slots-agree: ..."))
+    assert len(cell.divergences) == 1 and cell.divergences[0]["seen"] == 2
     assert cell.divergences[0]["id"] == "encoder_cache/slots-agree/aaaaaaaa"
+    assert cell.divergences[0]["signature"] == "slots-agree | num_freeable_slots {value: more}"
     hunt = {"findings": [
-        {"id": "encoder_cache/slots-agree/aaaaaaaa", "property": "slots-agree", "calls": 4},
+        {"id": "encoder_cache/slots-agree/aaaaaaaa", "property": "slots-agree", "calls": 3,
+         "reproducer": "small.py", "seen": 5},
         {"id": "encoder_cache/freed-not-resident/bbbbbbbb", "property": "freed-not-resident",
-         "calls": 7, "reproducer": "r.py", "message": "m"}]}
+         "calls": 7, "reproducer": "r.py", "message": "m", "seen": 2,
+         "signature": "freed-not-resident | [...] reported freed but resident"}],
+        "adopted": {"encoder_cache/slots-agree/aaaaaaaa": "holders re-synchronized"},
+        "examples": 300, "seconds": 9.0, "result": "failed"}
     cell.add_hunt(hunt)
-    cell.add_hunt(hunt)                              # the same findings again: no new row
     assert [d["property"] for d in cell.divergences] == ["slots-agree", "freed-not-resident"]
-    assert cell.text() == "divergence: slots-agree (4 calls), freed-not-resident (7 calls)"
-    assert "(hunt past the first bug)" in markdown([ReleaseRun("0.26.0",
-                                                              cells={"encoder_cache": cell})])
+    assert (cell.divergences[0]["calls"], cell.divergences[0]["reproducer"]) == (3, "small.py")
+    assert cell.divergences[0]["seen"] == 7
+    assert cell.text() == "divergence (2): slots-agree (3 calls), freed-not-resident (7 calls)"
+    text = markdown([ReleaseRun("0.26.0", cells={"encoder_cache": cell}, complete=True)])
+    assert "(found by the hunt)" in text and "holders re-synchronized" in text
+    assert "signature: `freed-not-resident | [...] reported freed but resident`" in text
+
+
+def test_recall_names_each_known_bug_found_or_missed():
+    from fixtures.upstream_bugs import UPSTREAM_BUGS, recall
+    groups = {"encoder_cache": [
+        {"id": "a", "property": "freed-not-resident",
+         "signature": "freed-not-resident | [...] reported freed but resident"},
+        {"id": "b", "property": "slots-agree",
+         "signature": "slots-agree | num_freeable_slots {value: more}"}],
+        "tiered_lookup": []}
+    got = {k["bug"]: k["found"] for k in recall("0.26.0", groups)}
+    affecting = {b.id for b in UPSTREAM_BUGS if b.affects("0.26.0")}
+    assert set(got) == affecting
+    assert got["enc-stale-freed"] and got["enc-repeat-item"]
+    assert got["window-pending-cut-off"] is False          # the tiered cell found nothing
+    assert "enc-cached-inputs-unrecorded" not in got         # fixed in 0.24.0
+    assert got["sched-unchunked-at-start"] is None           # its column did not run
+    # One group is credited to one bug only.
+    twice = recall("0.14.0", {"scheduler_pass": [
+        {"id": "s", "property": "scheduler-output-agrees",
+         "signature": "scheduler-output-agrees | {num_scheduled_tokens: extra key, "
+                      "num_scheduled_tokens['rN']: more}"}]})
+    found = [k["bug"] for k in twice if k["found"]]
+    assert found == ["sched-unchunked-at-start"], twice       # matches both: credited once
+
+
+def test_a_release_that_crashes_keeps_the_others_and_every_cell_is_written(monkeypatch,
+                                                                           tmp_path):
+    """The report and the record are rewritten as cells complete: a run killed during
+    release 3 leaves releases 1 and 2 (and release 3's finished cells) on disk."""
+    import argparse
+    import json
+
+    from lch import history
+    written_states: list[list[str]] = []
+
+    def fake_run(release, venv_dir, out_dir, args, hunt_examples=0, hunt_budget=None,
+                 written=lambda run: None):
+        if release == "0.30.0":
+            raise RuntimeError("torch missing")       # a crash inside the release
+        done = run(release, encoder_cache="slots-agree", tiered_lookup="pass")
+        written(done)                               # a cell completes
+        written_states.append(json.loads((tmp_path / "history-report.json").read_text())
+                              ["releases"][-1]["release"])
+        done.complete = True
+        return done
+
+    monkeypatch.setattr(history, "run_release", fake_run)
+    args = argparse.Namespace(releases="0.14.0,0.26.0,0.30.0", first=None, last=None,
+                              report_dir=str(tmp_path), reproducer_dir=str(tmp_path / "r"),
+                              record_dir=str(tmp_path / "results"), venv_dir=str(tmp_path),
+                              pytest_args=[], hunt_examples=0, hunt_budget="5s",
+                              no_hunt=False)
+    assert history.main(args) == 1
+    assert written_states == ["0.14.0", "0.26.0"]       # each written while under way
+    data = json.loads((tmp_path / "history-report.json").read_text())
+    assert [r["release"] for r in data["releases"]] == ["0.14.0", "0.26.0", "0.30.0"]
+    assert "torch missing" in data["releases"][2]["error"]
+    (record,) = (tmp_path / "results" / "history").glob("*.json")
+    items = json.loads(record.read_text())["items"]
+    assert {i["release"] for i in items} == {"0.14.0", "0.26.0", "0.30.0"}
+
+
+def test_a_class_the_release_has_but_the_harness_cannot_drive_is_unavailable_not_absent():
+    cell = Cell()
+    cell.add(rec("test_tiered_lookup.py::t", "pass", missing=[
+        "unavailable: ARC: vLLM 0.14.0 ships an ARC policy ...",
+        "secondary tiers: vLLM 0.14.0 has no TieringOffloadingManager"]))
+    assert cell.outcome == "pass" and cell.text() == "pass*; unavailable: ARC"
+    assert cell.notes == ["secondary tiers: vLLM 0.14.0 has no TieringOffloadingManager"]
+    text = markdown([ReleaseRun("0.14.0", cells={"tiered_lookup": cell}, complete=True)])
+    unavailable = text.split("## Unavailable: the release has it")[1].split("##")[0]
+    assert "ARC: vLLM 0.14.0 ships an ARC policy" in unavailable
+    assert "ARC" not in text.split("## Absent from the release")[1]
+
+
+def test_the_hunts_run_under_the_hunt_profile_in_the_suite_environment():
+    from lch import venvs
+    env = venvs.suite_env(HYPOTHESIS_PROFILE="hunt")
+    assert env["HYPOTHESIS_PROFILE"] == "hunt" and env["LCH_REQUIRE_TARGETS"] == "1"
+
+
+KILLED_RUN = '''
+import sys, time
+from lch import history
+from lch.test_history import run
+
+def fake_run(release, venv_dir, out_dir, args, hunt_examples=0, hunt_budget=None,
+             written=lambda run: None):
+    if release == "0.30.0":
+        time.sleep(600)                  # killed here, in its third release
+    done = run(release, encoder_cache="slots-agree", tiered_lookup="pass")
+    return done
+
+history.run_release = fake_run
+sys.exit(history.main(history_args))
+'''
+
+
+def test_a_history_run_killed_in_its_third_release_leaves_the_first_two(tmp_path):
+    """SIGKILL, not an exception: nothing runs after it, so what is on disk is what was
+    written as the releases completed."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = (f"import argparse; history_args = argparse.Namespace(releases='0.14.0,0.26.0,0.30.0',"
+            f" first=None, last=None, report_dir={str(tmp_path)!r}, reproducer_dir="
+            f"{str(tmp_path / 'r')!r}, record_dir={str(tmp_path / 'results')!r}, venv_dir="
+            f"{str(tmp_path)!r}, pytest_args=[], hunt_examples=0, hunt_budget='5s', "
+            f"no_hunt=False)\n")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-c", args + KILLED_RUN], cwd=root,
+                            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    report = tmp_path / "history-report.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if report.exists() and len(json.loads(report.read_text())["releases"]) == 2:
+            break
+        assert proc.poll() is None, proc.stderr.read().decode()
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    data = json.loads(report.read_text())
+    assert [r["release"] for r in data["releases"]] == ["0.14.0", "0.26.0"]
+    assert all(r["complete"] for r in data["releases"])
+    assert "0.26.0" in (tmp_path / "history-report.md").read_text()
+    (record,) = (tmp_path / "results" / "history").glob("*.json")
+    assert {i["release"] for i in json.loads(record.read_text())["items"]} == {"0.14.0",
+                                                                              "0.26.0"}

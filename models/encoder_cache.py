@@ -43,6 +43,15 @@ class EncoderCacheModel:
     recorded: dict[str, dict[int, str]] = field(factory=dict)
     evicted_this_pass: list[str] = field(factory=list)
     tick: int = 0
+    # (request_id, mm_hash) references the implementation under test was seen to drop while
+    # the request still records an input with that hash: a hunt that accepted a divergence
+    # of the freeable count goes on with the target's holders (``adopt_freeable``). Empty
+    # unless a hunt adopted one; a new record of the hash by that request restores it.
+    released: set[tuple[str, str]] = field(factory=set)
+    # What ``get_cached_input_ids`` means: "recorded" (the inputs the request recorded, vLLM
+    # 0.24.0 on) or "resident" (every input whose item is resident, before 0.24.0): a named
+    # option a hunt switches to once it accepted that divergence.
+    cached_input_ids: str = "recorded"
 
     def __attrs_post_init__(self) -> None:
         if self.cache_size < 1:
@@ -51,7 +60,8 @@ class EncoderCacheModel:
     # -- computed views (what the implementation counts) ------------------------------------
 
     def holders(self, mm_hash: str) -> set[str]:
-        return {rid for rid, inputs in self.recorded.items() if mm_hash in inputs.values()}
+        return {rid for rid, inputs in self.recorded.items()
+                if mm_hash in inputs.values() and (rid, mm_hash) not in self.released}
 
     @property
     def num_free_slots(self) -> int:
@@ -110,6 +120,8 @@ class EncoderCacheModel:
         mm_hash = inputs.pop(input_id, None)
         if not inputs:
             self.recorded.pop(request.request_id, None)
+        if mm_hash is not None and mm_hash not in inputs.values():
+            self.released.discard((request.request_id, mm_hash))
         if mm_hash is not None:
             self._note_if_unreferenced(mm_hash)
 
@@ -125,7 +137,24 @@ class EncoderCacheModel:
         return freed
 
     def get_cached_input_ids(self, request: ReqView) -> set[int]:
+        if self.cached_input_ids == "resident":
+            return {i for i, item in enumerate(request.items) if item.mm_hash in self.entries}
         return set(self.recorded.get(request.request_id, {}))
+
+    def adopt_freeable(self, order: list[str]) -> list[str]:
+        """Re-synchronize who holds what from an implementation's freeable queue ``order``
+        (oldest first): an entry it has let go of is unreferenced here too (its holders'
+        references dropped, ``released``), in its order. Returns the hashes it could not
+        follow (resident here and held there, or not resident here)."""
+        unfollowed = [h for h in order if h not in self.entries]
+        unfollowed += [h for h in self.freeable_order() if h not in order]
+        for mm_hash in order:
+            if mm_hash not in self.entries:
+                continue
+            self.released |= {(rid, mm_hash) for rid in self.holders(mm_hash)}
+            self.tick += 1
+            self.entries[mm_hash].unreferenced_at = self.tick
+        return unfollowed
 
     def get_cached_num_encoder_embeds(self, request: ReqView, input_id: int) -> int | None:
         entry = self.entries.get(request.mm_hash(input_id))
@@ -141,11 +170,13 @@ class EncoderCacheModel:
         self.entries.clear()
         self.recorded.clear()
         self.evicted_this_pass.clear()
+        self.released.clear()
 
     # -- helpers -----------------------------------------------------------------------------
 
     def _record(self, req: ReqView, input_id: int) -> None:
         self.recorded.setdefault(req.request_id, {})[input_id] = req.mm_hash(input_id)
+        self.released.discard((req.request_id, req.mm_hash(input_id)))
         self.entries[req.mm_hash(input_id)].unreferenced_at = None
 
     def _note_if_unreferenced(self, mm_hash: str) -> None:

@@ -23,8 +23,10 @@ before PR #46363 treated HIT_PENDING as a miss) and ``promotion_answers_retry`` 
 version of PR #46363 answered RETRY, not HIT_PENDING, when a promotion started). Releases
 before 0.33.0 meant other things on purpose, each an option too (the vllm adapter picks them
 per release, ``sim/vllm/compat.py: lookup_semantics``): ``pending_lookup`` (what a chunk whose
-write is in flight answers: MISS before 0.22.0, when "not ready" meant "not offloaded"; RETRY
-in 0.22-0.24, when the manager said "retry"), ``failed_store_events`` (a failed store's
+write is in flight answers: MISS before 0.22.0, when "not ready" meant "not offloaded"),
+``answer_vocabulary`` (0.15-0.24's ``bool | None`` API says None for HIT_PENDING and RETRY
+alike: only the word changes, the scans still act on HIT_PENDING, so the window scan's old
+pessimism, fixed by PR #46363, stays a divergence), ``failed_store_events`` (a failed store's
 removal is announced as an event: from 0.33.0), ``reset_holds_promotions`` (promotions
 wait for ``on_reset_flushed`` after a reset: from 0.33.0) and ``store_poll_gated`` (before
 0.33.0 ``prepare_store`` polled only if nothing had polled since the step began: the
@@ -81,6 +83,10 @@ class TieredLookupModel:
     pending_as_miss: bool = False
     promotion_answers_retry: bool = False
     pending_lookup: str = "HIT_PENDING"      # the answer of a chunk whose write is in flight
+    # The lookup API's vocabulary: "LookupResult" (vLLM 0.25.0 on) or "bool|None" (0.15.0-
+    # 0.24.x), where None says both HIT_PENDING and RETRY. A vocabulary, not a behaviour: the
+    # model still *means* HIT_PENDING (its scans count the chunk); ``lookup`` says RETRY.
+    answer_vocabulary: str = "LookupResult"
     failed_store_events: bool = True
     reset_holds_promotions: bool = True
     store_poll_gated: bool = False
@@ -449,7 +455,19 @@ class TieredLookupModel:
 
     # -- tiering -------------------------------------------------------------------------
 
+    def said(self, answer: LookupResult) -> LookupResult:
+        """``answer`` in the words the release's lookup API has (``answer_vocabulary``)."""
+        if self.answer_vocabulary == "bool|None" and answer is HIT_PENDING:
+            return RETRY
+        return answer
+
     def lookup(self, key: int) -> LookupResult:
+        """The answer as the release's API says it (``said``)."""
+        return self.said(self.lookup_meant(key))
+
+    def lookup_meant(self, key: int) -> LookupResult:
+        """The answer the connector's scans must act on: HIT_PENDING for a chunk in flight,
+        whatever word the API has for it."""
         if self.threshold_counts_lookups:      # before 0.30.0 each lookup counted the key
             self.admission.offer([key], self.clock.tick)
         # The first lookup of a step polls, so a promotion that landed answers HIT and chunks
@@ -538,9 +556,14 @@ class TieredLookupModel:
     # -- the connector's lookups over this manager --------------------------------------
 
     def maximal_prefix_lookup(self, keys: Sequence[int]) -> Scan:
-        return maximal_prefix_lookup(self.lookup, keys)
+        return self.said_scan(maximal_prefix_lookup(self.lookup_meant, keys))
 
     def sliding_window_lookup(self, keys: Sequence[int], window: int,
                               initial_window: int | None = None) -> Scan:
-        return sliding_window_lookup(self.lookup, keys, window, initial_window,
-                                     pending_as_miss=self.pending_as_miss)
+        return self.said_scan(sliding_window_lookup(self.lookup_meant, keys, window,
+                                                    initial_window,
+                                                    pending_as_miss=self.pending_as_miss))
+
+    def said_scan(self, scan: Scan) -> Scan:
+        """A scan decided on the meant answers, its answers as the API says them."""
+        return Scan(scan.result, scan.lookups, tuple(map(self.said, scan.answers)))

@@ -42,13 +42,20 @@ def render(machine: type[HarnessMachine], failure: Failure, target: str) -> str:
         if step.check and step is not trace.steps[-1]:
             body.append(f"    {step.check}")
     if trace.steps:
-        body += [f"    {line}" for line in trace.steps[-1].state]
+        dropped = [machine.STATE_LINES_OF.get(f.split("/")[1]) for _, f, _ in trace.adopted]
+        body += [f"    {line}" for line in trace.steps[-1].state
+                 if not any(d and d in line for d in dropped)]
     message = failure.message.splitlines()[0] if failure.message else failure.property
+    past = [f"    step {n}: {f} ({what})" for n, f, what in trace.adopted]
+    if past:
+        past = ["Accepted divergences this program goes on past (their checks are not asserted;",
+                "on a release without them the program reaches the same step):", *past]
     lines = [
         f'"""Reproducer: {failure.property} fails on {target}.',
         "",
         f"Scenario ({failure.calls} calls, found by {machine.__name__} against {target}):",
         f"    {message}",
+        *past,
         "Each step asserts the reference model's value; the target fails where it diverges.",
         f"Run: pytest {DEFAULT_DIR}/{name}.py",
         '"""',

@@ -38,7 +38,7 @@ from properties.harness import (
 )
 from properties.machines import import_all_machines
 from properties.reproducer import write_reproducer
-from sim.errors import AdapterError, CapabilityMissing, HarnessError, TargetUnavailable
+from sim.errors import AdapterError, CapabilityMissing, HarnessError, NotDriven, TargetUnavailable
 from sim.outcomes import classify, message_of, same_failure
 
 # Errors that say the harness or its input is wrong, not the target: never a "finding".
@@ -46,16 +46,19 @@ NOT_FINDINGS = (HarnessError, FailedHealthCheck, InvalidArgument, InvalidDefinit
                 Unsatisfiable)
 
 
-def bind(machine: type[HarnessMachine], target: str, recorder: Recorder) -> type:
+def bind(machine: type[HarnessMachine], target: str, recorder: Recorder,
+         accepted: frozenset[str] = frozenset()) -> type:
     # The bound class keeps the machine's name: Hypothesis derives a derandomized run's seed
     # from it, so every target gets the same stream of choices and their runs compare.
     return type(machine.__name__, (machine,), {"target_name": target, "recorder": recorder,
+                                              "accepted": frozenset(accepted),
                                               "__qualname__": machine.__qualname__})
 
 
 def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
                 seed: int | None = None, recorder: Recorder | None = None,
-                shrink_program: bool = True, hypothesis_shrink: bool = False) -> RunResult:
+                shrink_program: bool = True, hypothesis_shrink: bool = False,
+                accepted: frozenset[str] = frozenset()) -> RunResult:
     """Run ``machine`` against ``target``; a failure is returned (minimized), not raised.
 
     Hypothesis's own shrink phase is skipped unless ``hypothesis_shrink``: ``minimize``
@@ -79,7 +82,7 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
     if not hypothesis_shrink:
         settings = Settings(settings, phases=[p for p in settings.phases if p != Phase.shrink])
     recorder = recorder or Recorder()
-    bound = bind(machine, target, recorder)
+    bound = bind(machine, target, recorder, accepted)
     # The seed goes on the bound class itself (not a wrapper): Hypothesis keys its example
     # database by the factory, so seeded and unseeded runs of a machine share one key, and a
     # failure a seeded hunt round saved is replayed by the next hunt's database phase.
@@ -119,11 +122,11 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
         if found.trace.world is None:
             found = attrs.evolve(found, stopped="not replayable")
         try:
-            found = _replayed(machine, target, found)
+            found = _replayed(machine, target, found, accepted)
         except KeyboardInterrupt:
             found = attrs.evolve(found, stopped="interrupted")
         if shrink_program and not found.stopped:
-            found = minimize(machine, found, target, stop=recorder.stop)
+            found = minimize(machine, found, target, stop=recorder.stop, accepted=accepted)
         result.failure = found
         result.interrupted = found.stopped == "interrupted"
     return result
@@ -154,10 +157,11 @@ INVALID = InvalidAction("replayed program is not valid")
 
 
 def replay(machine: type[HarnessMachine], target: str, world: object,
-           actions: list[tuple]) -> tuple[BaseException | None, Trace]:
+           actions: list[tuple], accepted: frozenset[str] = frozenset()
+           ) -> tuple[BaseException | None, Trace]:
     """Run ``actions`` on a fresh machine; the error it raises (None: it passed)."""
     recorder = Recorder(report_events=False, keep_state=True)
-    m = bind(machine, target, recorder)()
+    m = bind(machine, target, recorder, accepted)()
     try:
         m.setup(world=world)
         m.check_all_invariants()
@@ -173,7 +177,8 @@ def replay(machine: type[HarnessMachine], target: str, world: object,
     return None, recorder.trace
 
 
-def _replayed(machine: type[HarnessMachine], target: str, failure: Failure) -> Failure:
+def _replayed(machine: type[HarnessMachine], target: str, failure: Failure,
+              accepted: frozenset[str] = frozenset()) -> Failure:
     """The failure replayed once outside Hypothesis, so its trace carries the state checks a
     reproducer ends with (a run records none, to stay fast).
 
@@ -183,7 +188,7 @@ def _replayed(machine: type[HarnessMachine], target: str, failure: Failure) -> F
     reported and minimized (minimizing towards the run's property would keep the whole
     program, as no shorter one reaches it past the earlier check)."""
     actions = failure.trace.actions()
-    error, trace = replay(machine, target, failure.trace.world, actions)
+    error, trace = replay(machine, target, failure.trace.world, actions, accepted)
     if error is None or isinstance(error, InvalidAction) \
             or classify(error).kind != "divergence":
         return failure
@@ -191,14 +196,19 @@ def _replayed(machine: type[HarnessMachine], target: str, failure: Failure) -> F
 
 
 def minimize(machine: type[HarnessMachine], failure: Failure, target: str,
-             stop: Callable[[], bool] | None = None) -> Failure:
+             stop: Callable[[], bool] | None = None, accepted: frozenset[str] = frozenset(),
+             keep_signature: bool = False) -> Failure:
     """Shrink the failing *program*: delete steps, then simplify the world, while the same
     property still fails. Hypothesis shrinks the choices that made a program; this shrinks
     the program a reproducer reads, and it is fast (a replay costs about a millisecond).
     Ctrl-C, or ``stop()`` turning true, ends it early with the shortest program so far
-    (``stopped`` says why), so a hunt that is interrupted still writes its reproducer."""
+    (``stopped`` says why), so a hunt that is interrupted still writes its reproducer.
+
+    ``accepted``: the divergences the program may go on past (each replay adopts them as the
+    run did). ``keep_signature``: a smaller program must fail with the same signature, not
+    only the same property (a hunt's, so the reproducer shows the finding it names)."""
     try:
-        return _minimize(machine, failure, target, stop)
+        return _minimize(machine, failure, target, stop, accepted, keep_signature)
     except _Stopped as why:
         return attrs.evolve(why.best, stopped=why.reason)
 
@@ -210,7 +220,10 @@ class _Stopped(Exception):
 
 
 def _minimize(machine: type[HarnessMachine], failure: Failure, target: str,
-              stop: Callable[[], bool] | None) -> Failure:
+              stop: Callable[[], bool] | None, accepted: frozenset[str],
+              keep_signature: bool) -> Failure:
+    from properties.findings import signature
+    wanted = signature(failure) if keep_signature else None
     best = failure
     progress = True
     while progress:
@@ -219,14 +232,17 @@ def _minimize(machine: type[HarnessMachine], failure: Failure, target: str,
             if stop is not None and stop():
                 raise _Stopped(best, "budget")
             try:
-                error, trace = replay(machine, target, world, actions)
+                error, trace = replay(machine, target, world, actions, accepted)
             except KeyboardInterrupt:
                 raise _Stopped(best, "interrupted") from None
             if error is not None and not isinstance(error, InvalidAction) \
                     and same_failure(error, failure.error) \
                     and classify(error).kind == "divergence" \
                     and _smaller(trace, best.trace):
-                best = Failure(failure.property, message_of(error), trace, error)
+                candidate = Failure(failure.property, message_of(error), trace, error)
+                if wanted is not None and signature(candidate) != wanted:
+                    continue
+                best = candidate
                 progress = True
                 break
     return best
@@ -268,6 +284,8 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
     """Run ``machine`` under the loaded profile (with ``overrides``) as a pytest test."""
     try:
         result = run_machine(machine, target, Settings(Settings(), **overrides))
+    except NotDriven as why:                # the release has it; the harness cannot drive it
+        pytest.skip(str(why))               # "unavailable: ...": recorded as unavailable
     except CapabilityMissing as why:        # nothing of this machine exists in the release
         pytest.skip(f"absent: {why}")
     except TargetUnavailable as why:

@@ -65,7 +65,7 @@ class TieredLookupChecks:
         promotions = len(m.promotions)
         could_promote = not m.promotions_held and key not in m.chunks and (
             m.secondary_answer(key) is LookupResult.HIT)
-        answer = m.lookup(key)
+        answer = m.lookup_meant(key)
         live.append(m.in_flight(key))
         if answer in DEFERRED:
             self.hazard(f"lookup: {answer.name}")

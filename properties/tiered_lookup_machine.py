@@ -395,7 +395,7 @@ def end_step(mgr):
     def do_lookup(self, key: int):
         self._step()
         live: list[bool] = []
-        expect = self._model_lookup(key, live)
+        expect = self.model.said(self._model_lookup(key, live))
         self.record_step(f"mgr.lookup({key})", repr(expect), _lookup_effect(expect))
         actual = self.mgr.lookup(key)
         self._check_answer(key, expect, actual, live[0], "lookup")
@@ -408,7 +408,8 @@ def end_step(mgr):
     def do_maximal_prefix_lookup(self, keys: tuple[int, ...]):
         self._step()
         live: list[bool] = []
-        expect = maximal_prefix_lookup(lambda k: self._model_lookup(k, live), keys)
+        expect = self.model.said_scan(
+            maximal_prefix_lookup(lambda k: self._model_lookup(k, live), keys))
         self.record_step(f"mgr.maximal_prefix_lookup({list(keys)})", repr(expect),
                          f"{len(expect.lookups)} lookups")
         actual = self.mgr.maximal_prefix_lookup(keys)
@@ -418,8 +419,9 @@ def end_step(mgr):
                                  initial_window: int | None):
         self._step()
         live: list[bool] = []
-        expect = sliding_window_lookup(lambda k: self._model_lookup(k, live), keys, window,
-                                       initial_window, self.model.pending_as_miss)
+        expect = self.model.said_scan(sliding_window_lookup(
+            lambda k: self._model_lookup(k, live), keys, window, initial_window,
+            self.model.pending_as_miss))
         self.record_step(f"mgr.sliding_window_lookup({list(keys)}, {window}, "
                          f"{initial_window})", repr(expect), f"{len(expect.lookups)} lookups")
         actual = self.mgr.sliding_window_lookup(keys, window, initial_window)

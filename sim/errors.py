@@ -18,3 +18,12 @@ class AdapterError(TargetUnavailable):
 class CapabilityMissing(TargetUnavailable):
     """The installed release lacks what one configuration needs (e.g. secondary tiers before
     vLLM 0.22.0). A machine skips that configuration and reports the reason; the others run."""
+
+
+class NotDriven(CapabilityMissing):
+    """The installed release *has* the class or feature, but the harness cannot drive it yet
+    (its meaning there is not modelled, or the adapter cannot build it): reported
+    ``unavailable`` with the reason, never ``absent`` (which says the release lacks it)."""
+
+    def __str__(self) -> str:
+        return f"unavailable: {super().__str__()}"

@@ -107,6 +107,9 @@ class NativeEncoderCache:
     def resident_hashes(self) -> set[str]:
         return set(self._size_of)
 
+    def freeable_order(self) -> list[str]:
+        return list(self._idle)
+
     def check_valid(self) -> None:
         """Structural self-check: the counters agree with the maps they summarise."""
         resident = sum(self._size_of.values())

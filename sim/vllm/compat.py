@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
-from sim.errors import CapabilityMissing
+from sim.errors import CapabilityMissing, NotDriven
 from sim.vllm import release
 
 # -- how a request names its items ------------------------------------------------------------
@@ -298,7 +298,8 @@ def count_kwarg(manager_cls: type) -> str:
     return "num_chunks" if "num_chunks" in params else "num_blocks"
 
 
-ARC_FROM = "0.33.0"
+ARC_FROM = "0.33.0"           # what the harness drives; vLLM ships ARC from ARC_SHIPPED
+ARC_SHIPPED = "0.11.1"       # ``arc_manager.ARCOffloadingManager``; ``cpu/policies/arc.py`` 0.19
 
 
 def primary_manager(num_chunks: int, eviction_policy: str = "lru", enable_events: bool = True,
@@ -319,9 +320,15 @@ def primary_manager(num_chunks: int, eviction_policy: str = "lru", enable_events
     events = {"enable_events": True} if enable_events else {}
     if not release.has_module("vllm.v1.kv_offload.cpu.manager"):
         # ARC and the store filter are not driven on this manager (neither is mapped).
-        if eviction_policy != "lru" or admission.get("store_threshold", 1) > 1:
-            raise CapabilityMissing(f"vLLM {release.release()}'s LRUOffloadingManager: the "
-                                    "harness drives neither ARC nor a store filter on it")
+        if eviction_policy != "lru":
+            _arc_missing()
+        if admission.get("store_threshold", 1) > 1:
+            if release.has_module("vllm.v1.kv_offload.reuse_manager"):    # 0.18.x
+                raise NotDriven(f"store filter: vLLM {release.release()}'s reuse_manager "
+                                "(the store filter of the LRU/ARC managers) is not driven "
+                                "yet: its meaning before CPUOffloadingManager is not mapped")
+            raise CapabilityMissing(f"store filter: vLLM {release.release()} has none "
+                                    "(reuse_manager.py first ships in 0.18.0)")
         lru = release.import_module("vllm.v1.kv_offload.lru_manager")
         backends = release.import_module("vllm.v1.kv_offload.backends.cpu")
         return lru.LRUOffloadingManager(backends.CPUBackend(block_size=16, num_blocks=num_chunks),
@@ -337,10 +344,23 @@ def primary_manager(num_chunks: int, eviction_policy: str = "lru", enable_events
     if eviction_policy == "lru":
         return cls(**{count_kwarg(cls): num_chunks}, **events, **admission)
     if release.parse_release(release.release()) < release.parse_release(ARC_FROM):
-        raise CapabilityMissing(f"ARC: the harness drives vLLM's ARC policy from {ARC_FROM}; "
-                                f"vLLM {release.release()}'s request semantics are not mapped")
+        _arc_missing()
     return cls(**{count_kwarg(cls): num_chunks}, cache_policy=eviction_policy,
                **events, **admission)
+
+
+def _arc_missing() -> None:
+    """ARC asked of a release the harness does not drive it on: absent before 0.11.1,
+    ``unavailable`` (``NotDriven``) from there: the class ships, its older meaning (a
+    ``touch`` is the access and adapts on a ghost; no request-scoped reuse, no store-miss
+    adaptation; read in 0.26.0's ``cpu/policies/arc.py``) is not a model option yet."""
+    found = release.release()
+    if release.parse_release(found) < release.parse_release(ARC_SHIPPED):
+        raise CapabilityMissing(f"ARC: vLLM {found} has no ARC policy (first in "
+                                f"{ARC_SHIPPED}: arc_manager.py)")
+    raise NotDriven(f"ARC: vLLM {found} ships an ARC policy (from {ARC_SHIPPED}), but the "
+                    f"harness models ARC's meaning from {ARC_FROM} only (request-scoped "
+                    "reuse); the older touch-based meaning is not a model option yet")
 
 
 def cpu_metric_names() -> dict[str, str]:
@@ -589,8 +609,11 @@ def lookup_semantics(found: str) -> dict[str, Any]:
 
     - ``pending_lookup``: what a chunk whose write is in flight answers.
       # vLLM >=0.25.0: HIT_PENDING (PR #46363).
-      # vLLM 0.22.0-0.24.x: None, "write in flight; retry" (RETRY).
+      # vLLM 0.22.0-0.24.x: None, "write in flight; retry": the API's word, not a meaning
+      #   (``answer_vocabulary``); the scans' handling of it was the bug #46363 fixed.
       # vLLM 0.11.0-0.21.x: not ready is not offloaded (MISS).
+    - ``answer_vocabulary``: "bool|None" where the lookup API returns ``bool | None``: its
+      None says HIT_PENDING and RETRY alike. # vLLM 0.22.0-0.24.x (drivable with tiering).
     - ``promotion_answers_retry``: a promotion that starts answers RETRY, not HIT_PENDING.
       # vLLM 0.22.0-0.24.x: None ("retry later"; tiering answered bool | None).
       # vLLM 0.25.0-0.27.x: ``LookupResult.RETRY`` (seed 001's version of PR #46363; read in
@@ -622,7 +645,10 @@ def lookup_semantics(found: str) -> dict[str, Any]:
     if version < (0, 22, 0):
         options["pending_lookup"] = "MISS"
     elif version < (0, 25, 0):
-        options["pending_lookup"] = "RETRY"
+        # Not ``pending_lookup="RETRY"``: that made the model's window scan reset at a pending
+        # block as these releases do, which is the pessimism PR #46363 fixed (seed 001,
+        # ``lookup-pending-as-miss``). Only the word is the release's: None for both.
+        options["answer_vocabulary"] = "bool|None"
     if (0, 22, 0) <= version < (0, 28, 0):
         options["promotion_answers_retry"] = True
     if version < (0, 33, 0):
@@ -637,6 +663,67 @@ def lookup_semantics(found: str) -> dict[str, Any]:
     if (0, 22, 0) <= version < (0, 25, 0):
         options["load_polls"] = True
     return options
+
+
+# Why each model option adopts a release's behaviour: a change upstream made on purpose (a
+# meaning, or a vocabulary), with where that was read. A change upstream calls a fix is never
+# an option: the old behaviour stays a divergence on the releases that have it (PR #46363's
+# window scan: the catalogue's lookup-pending-as-miss). ``lch/test_model_options.py`` lists
+# every option ``lookup_semantics`` returns and requires its entry here.
+MODEL_OPTIONS: dict[str, tuple[str, str]] = {
+    "pending_lookup": (
+        "meaning",
+        "0.11.0-0.21.x: the manager's lookup counted ready blocks only (``is_ready``; read in "
+        "0.14.0's ``lru_manager.py``): a block being written was not offloaded yet. "
+        "Upstream reason for the later change: PR #46363's summary (seed 001) calls the "
+        "scans' treatment of a pending write 'too pessimistic'; whether that also judges the "
+        "0.11-0.21 MISS is not said there (not found): kept as a meaning"),
+    "answer_vocabulary": (
+        "vocabulary",
+        "0.22.0-0.24.x: ``lookup -> bool | None``; PR #46363 replaced it by ``LookupResult`` "
+        "to tell HIT_PENDING from RETRY (seed 001). Only the word is adopted; the scans' "
+        "handling of a pending block, which that PR fixed, is not"),
+    "promotion_answers_retry": (
+        "meaning",
+        "0.22.0-0.27.x: a promotion that starts answers None (0.22-0.24) or "
+        "``LookupResult.RETRY`` (0.25-0.27; the docstring above: read in 0.26.0): the key "
+        "is in another tier, which #46363 (seed 001) defines as RETRY. HIT_PENDING from "
+        "0.28.0; the upstream change that moved it was not found, so whether it calls "
+        "itself a fix is unknown"),
+    "failed_store_events": (
+        "meaning",
+        "0.33.0 announces a failed store's removal as an event (``metadata_only``); older "
+        "releases define no event for it (a feature added, per the docstring above). "
+        "Upstream PR not found"),
+    "reset_holds_promotions": (
+        "meaning",
+        "0.33.0 adds ``on_reset_flushed`` (a new API, ``kv_offload/base.py``): promotions "
+        "wait for it after a reset; older releases have no such call. PR not found"),
+    "store_poll_gated": (
+        "meaning",
+        "0.22.0-0.32.x: the connector polled right after ``on_schedule_end``, which began "
+        "the step; 0.33.0 moved ``on_schedule_end`` to the step's end and polls always (the "
+        "docstring above). A reordering of the step; PR not found"),
+    "request_positions": (
+        "meaning",
+        "0.33.0 adds ``set_key_positions`` (a new API) and LRU ranks a running request's "
+        "chunks by them; older releases set no positions (the docstring above). PR not found"),
+    "threshold_counts_lookups": (
+        "meaning",
+        "0.22.0-0.29.x: the store threshold counted each ``lookup`` (the docstring above: "
+        "read in 0.22.0-0.26.x); 0.30.0 counts ``prepare_store``'s offers "
+        "(``_record_accesses``, read in 0.30.0's ``cpu/manager.py``). Upstream reason not "
+        "found: taken as a change of policy, not named a fix anywhere read"),
+    "recency_when_evictable": (
+        "meaning",
+        "0.24.0-0.31.x: LRU orders only evictable chunks (the docstring above: read in "
+        "0.24.0, 0.26.0, 0.30.0); 0.32.0 ranks requests in a lazy heap. A redesign; PR not "
+        "found"),
+    "load_polls": (
+        "meaning",
+        "0.22.0-0.24.x: the tiering manager's ``prepare_load`` polled finished jobs first "
+        "(the docstring above: read in 0.22.0 and 0.24.0; gone in 0.26.0). PR not found"),
+}
 
 
 # -- KV offload: tiering (vllm/v1/kv_offload/tiering, from 0.22.0) -----------------------------

@@ -126,6 +126,12 @@ class VllmEncoderCache(VllmCacheManager):
     def tracked_request_ids(self) -> set[str]:
         return compat.tracked_request_ids(self.manager)
 
+    def freeable_order(self) -> list[str]:
+        """The unreferenced resident hashes, next to evict first (the manager's ``freeable``
+        queue, every release): what a hunt re-synchronizes the model from after it accepts
+        a divergence of the freeable count."""
+        return list(self.manager.freeable)
+
     def __repr__(self) -> str:
         return f"VllmEncoderCache(vllm=={self.release}, cache_size={self.cache_size})"
 
