@@ -258,7 +258,33 @@ def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
         report = hunt.report
         report.interrupted = True
     report.vllm = vllm_info
+    if not report.interrupted:
+        judge_on_release([f for p in report.pairs for f in [*p.findings, p.replayed] if f],
+                         vllm_info)
     return finish(report, args)
+
+
+def judge_on_release(findings: list[dict], vllm_info: dict | None) -> None:
+    """Under ``--vllm-path``: mark each finding with what its reproducer does on the release
+    alone (``on_release``: fails, passes, could not run); one the release fails too is the
+    release's divergence, not the checkout's, and does not fail the hunt."""
+    if not vllm_info or not vllm_info.get("checkout"):
+        return
+    mine = [f for f in findings if f.get("reproducer") and "on_release" not in f]
+    if not mine:
+        return
+    from lch.baseline import on_release
+    print(f"checking {len(mine)} finding(s) on vLLM {vllm_info['version']} without the "
+          "checkout...", flush=True)
+    verdicts = on_release(sorted({f["reproducer"] for f in mine}))
+    for f in mine:
+        f["on_release"] = verdicts.get(f["reproducer"], "could not run: not checked")
+
+
+def checkouts_own(findings: list[dict]) -> list[dict]:
+    """The findings that count against what is under test: all, except under --vllm-path the
+    ones the release has too."""
+    return [f for f in findings if f.get("on_release") != "fails"]
 
 
 def run_hunt_workers(args: argparse.Namespace, targets: list[str], argv: list[str]) -> int:
@@ -280,6 +306,9 @@ def run_hunt_workers(args: argparse.Namespace, targets: list[str], argv: list[st
     merged = run_workers(passed, subsystems, args.workers, seed, parse_budget(args.budget),
                          args.report_dir, [p for p in planned if p.status != RUN])
     merged["command"] = shlex.join(["python", "-m", "lch.cli", *argv])
+    found = [f for p in merged["pairs"] for f in [*p["findings"], p["database_replay"]] if f]
+    if not merged["interrupted"]:
+        judge_on_release(found, merged.get("vllm"))
     lines = [render_markdown(merged), "| worker | seed | subsystems | examples | steps | "
              "steps/s | outcome |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {w['worker']} | {w['seed']} | {', '.join(w['subsystems'])} | "
@@ -297,7 +326,7 @@ def run_hunt_workers(args: argparse.Namespace, targets: list[str], argv: list[st
         print("llm-cache-harness: interrupted: partial report in "
               f"{out / 'hunt-report.md'}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    if any(p["findings"] or p["database_replay"] for p in merged["pairs"]):
+    if checkouts_own(found):
         return EXIT_FAILURE
     if any(not w["outcome"].startswith("done") for w in merged["workers"]) or any(
             p["result"] not in ("failed", "no failure", "accepted only") and not (
@@ -335,7 +364,7 @@ def finish(report, args) -> int:
         print("llm-cache-harness: interrupted: partial report in "
               f"{os.path.join(args.report_dir, 'hunt-report.md')}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    if report.failures:
+    if checkouts_own([f for p in report.failures for f in [*p.findings, p.replayed] if f]):
         return EXIT_FAILURE
     unchecked = [p for p in report.unchecked
                  if not (args.allow_skip and p.result == "could not run")]

@@ -107,8 +107,12 @@ def _per_round() -> int:
 
 def _result(p: dict) -> str:
     findings = p.get("findings") or ([p["failure"]] if p["failure"] else [])
+    own = [f for f in findings if f.get("on_release") != "fails"]
+    if own:
+        return f"**failed: {', '.join(f['property'] for f in own)}**"
     if findings:
-        return f"**failed: {', '.join(f['property'] for f in findings)}**"
+        return ("the release diverges too (not your change): "
+                f"{', '.join(f['property'] for f in findings)}")
     if p["database_replay"]:
         return f"**failed (database replay): {p['database_replay']['property']}**"
     return p["result"]
@@ -129,6 +133,13 @@ def _finding(f: dict) -> str:
         text += f"; reached past {', '.join(f'`{i}`' for i in f['went_past'])}"
     if f.get("upstream_reproducer"):
         text += f"; vLLM-only test `{f['upstream_reproducer']}`"
+    on_release = f.get("on_release")
+    if on_release == "fails":
+        text += "; **the release fails it too: not your checkout's change**"
+    elif on_release == "passes":
+        text += "; the release passes it: **your checkout's change**"
+    elif on_release:
+        text += f"; on the release alone it {on_release}"
     return text
 
 

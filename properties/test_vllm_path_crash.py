@@ -125,6 +125,9 @@ def test_a_checkout_that_raises_is_a_finding_in_every_subsystem(hunted, checkout
         assert found is not None, (plant, pair["findings"])
         assert f"vllm/{plant.path}" in found["message"], (plant, found["message"])
         assert Path(found["reproducer"]).is_file()
+        assert found["on_release"] == "passes", (plant, found)     # the checkout's change
+    others = [f for p in report["pairs"] for f in p["findings"] if f["property"] != "no-raise"]
+    assert all(f["on_release"] == "fails" for f in others), others  # vLLM 0.33.0's own
     assert report["vllm"]["checkout"] == str(checkout)
     assert report["vllm"]["commit"] is None and report["vllm"]["git"] is False
 
