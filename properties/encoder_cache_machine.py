@@ -277,10 +277,11 @@ def slots(cache):
         self.check("freed-not-resident", not stale, f"{stale} reported freed but resident")
         # Before the list is compared: a list that leaves an eviction out is a leak on the
         # worker, the more telling name (an extra, non-resident hash frees nothing).
-        leaked = self.worker.resident_hashes() - set(self.model.entries)
-        self.check("worker-agrees-with-manager", not leaked,
-                   lambda: f"{sorted(leaked)} evicted, never reported freed: the worker keeps "
-                           "their tensors (leak)")
+        held, resident = self.worker.resident_hashes(), set(self.model.entries)
+        self.check("worker-agrees-with-manager", held == resident,
+                   lambda: f"{sorted(held - resident)} evicted, never reported freed: the "
+                           f"worker keeps their tensors (leak); {sorted(resident - held)} "
+                           "resident without a tensor (miss)")
         self.check("returns-agree", actual == expect,
                    f"get_freed_mm_hashes returned {actual}, the model expects {expect}")
 
