@@ -8,7 +8,7 @@ with ``lch.mutate`` (``properties`` sits below ``lch``); ``nox -s vllm`` runs it
 
 from __future__ import annotations
 
-import functools
+import ast
 from pathlib import Path
 
 import pytest
@@ -31,11 +31,19 @@ def _class(path: str):
     return module, getattr(module, name), release.release()
 
 
-@functools.cache
-def _mutants(path: str, class_name: str) -> dict:
-    """Every mutant of the class by its diff: enumerating them compiles each (35 s for the
-    tiering manager's 479), so once per class and session."""
-    return {m.diff: m for m in mutate.mutants(Path(path).read_text(), class_name)}
+def find_mutant(path: str, class_name: str, diff: str) -> mutate.Mutant | None:
+    """The mutant of ``class_name`` named ``diff``. ``mutate.mutants`` compiles every mutant
+    of the class to drop those that do not compile (35 s for the tiering manager's 479), which
+    this one-mutant lookup does not need (``mutate.apply`` compiles the one it applies): it
+    walks the same sites and names them the same way. Its index is not the campaign's."""
+    source = Path(path).read_text()
+    lines = source.splitlines()
+    for method, site, node in mutate._sites(ast.parse(source), class_name):
+        before, after = mutate._texts(lines, site, node)
+        found = mutate.Mutant(-1, method, node.lineno, site[0], before, after, site)
+        if found.diff == diff:
+            return found
+    return None
 
 
 def _run(witness, module, cls, mutant) -> dict:
@@ -62,7 +70,7 @@ def test_a_planted_vllm_bug_fails_its_property(target, witness, tmp_path):
     if release != RELEASE:
         pytest.skip(f"the mutants are lines of vLLM {RELEASE}'s classes, not {release}'s")
     assert control is None, f"the program fails on vLLM's real class already: {control}"
-    mutant = _mutants(module.__file__, cls.__name__).get(witness.diff)
+    mutant = find_mutant(module.__file__, cls.__name__, witness.diff)
     assert mutant is not None, (f"no mutant {witness.diff!r} of vLLM {RELEASE}'s "
                                 f"{cls.__name__}: write the diff as lch.mutate names it "
                                 "(python -m lch.mutants --list)")
@@ -74,3 +82,16 @@ def test_a_planted_vllm_bug_fails_its_property(target, witness, tmp_path):
     assert result["property"] == witness.property, (
         f"with {witness.diff!r} the machine failed {result['property']}, not "
         f"{witness.property}: {result['message']}")
+
+
+def test_the_one_mutant_lookup_names_mutants_as_the_campaign_does():
+    # Any module's class will do (this one needs no vLLM): every mutant the campaign lists
+    # is found under its diff, at the same site.
+    from models import encoder_cache
+    path = encoder_cache.__file__
+    everything = mutate.mutants(Path(path).read_text(), "EncoderCacheModel")
+    assert everything
+    for m in everything:
+        found = find_mutant(path, "EncoderCacheModel", m.diff)
+        assert (found.method, found.line, found.site) == (m.method, m.line, m.site), m.diff
+    assert find_mutant(path, "EncoderCacheModel", "no such line") is None
