@@ -65,15 +65,19 @@ OUTSIDE_DECLARED_PROPERTIES = {
 def test_every_state_machine_declares_its_properties_or_is_listed():
     from hypothesis.stateful import RuleBasedStateMachine
     declaring_machines()                       # imports every module of properties
-    found, todo = set(), list(RuleBasedStateMachine.__subclasses__())
+    found, todo = [], list(RuleBasedStateMachine.__subclasses__())
     while todo:
         cls = todo.pop()
         todo.extend(cls.__subclasses__())
         if cls.__module__.startswith("properties.") and not issubclass(cls, HarnessMachine):
-            found.add(cls.__name__)
-    assert found == set(OUTSIDE_DECLARED_PROPERTIES), (
-        f"state machines that declare no PROPERTIES: {sorted(found)}; make them "
-        "HarnessMachines (declared properties, witnessed here)")
+            found.append(cls)
+    # A test's subclass of a listed machine (one binding its world) is that machine.
+    listed = {b.__name__ for cls in found for b in cls.__mro__} & set(OUTSIDE_DECLARED_PROPERTIES)
+    unlisted = sorted(cls.__name__ for cls in found
+                      if not {b.__name__ for b in cls.__mro__} & set(OUTSIDE_DECLARED_PROPERTIES))
+    assert not unlisted, (f"state machines that declare no PROPERTIES: {unlisted}; make them "
+                          "HarnessMachines (declared properties, witnessed here)")
+    assert listed == set(OUTSIDE_DECLARED_PROPERTIES), "a listed machine is gone: unlist it"
 
 
 def test_every_witness_is_of_a_declared_property():
