@@ -110,7 +110,7 @@ VLLM_SUITES = ["properties/test_encoder_cache.py",
                "properties/test_tiered_lookup.py", "properties/test_tiered_lookup_policies.py",
                "properties/test_tiered_lookup_vllm_scans.py", "properties/test_tier_poll_thread.py",
                "properties/test_tiering_manager.py", "properties/test_tier_poll_loop.py",
-               "lch/test_tiering_checks_fail.py",
+               "lch/test_tiering_checks_fail.py", "lch/test_mutant_witnesses.py",
                "properties/test_vllm_target.py",
                "properties/test_upstream_reproducer.py", "properties/test_vllm_path_crash.py",
                "lch/test_ci_recipe.py", "fixtures/reproducers"]

@@ -185,4 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as ``python -m lch.records`` this file is ``__main__``, while the renderers register
+    # with ``lch.records`` (``lch/record_blocks.py`` imports it by name): use that module.
+    from lch import records
+    sys.exit(records.main())

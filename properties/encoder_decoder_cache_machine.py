@@ -12,7 +12,9 @@ input after each decoding step, held or not, and ``free`` of a request that may 
 (KV allocation failed, preemption, finish). ``get_freed_mm_hashes`` ends the pass; the worker
 then does what the model runner does in ``execute_model``: it deletes the freed tensors first,
 then encodes the pass's inputs, and the decoder reads them. A weights update (``reset``)
-comes between passes.
+comes between passes. The worker is the harness's and encodes after it deletes, so the freed
+list cannot make it miss or misread a tensor of the pass: what a wrong list does there is
+leak (``worker-agrees-with-manager``).
 
 Of the encoder cache's properties, these do not apply (the class keeps none of it, and the
 scheduler never asks): ``num_freeable_slots`` (nothing is evicted), entries and their reuse
@@ -33,7 +35,7 @@ from properties.encoder_cache_shrink import simpler_worlds
 from properties.encoder_cache_worlds import encoder_cache_worlds
 from properties.harness import HarnessMachine, InvalidAction, draw_integer, pick
 from sim import targets
-from sim.encoder_worker import EncoderWorker, encoder_output
+from sim.encoder_worker import EncoderWorker
 
 UNLIMITED_BUDGET = 10**6
 BUDGET_SLACK_UNLIMITED = 8       # the largest drawn slack means "no compute limit"
@@ -51,11 +53,9 @@ HAZARDS = (
 
 PROPERTIES = {
     "returns-agree": "every call returns what the model returns",
+    # Its bound (0 <= num_free_slots <= cache_size) is the model's: no property of its own.
     "slots-agree": "num_free_slots equals the model's (cache_size minus what is held)",
-    "slot-bounds": "0 <= num_free_slots <= cache_size",
     "cached-inputs-agree": "get_cached_input_ids(request) names every input of the request",
-    "no-encoder-cache-miss": "every input encoded in a pass has its tensor when it runs",
-    "gathered-equals-encoded": "the decoder gathers the encoder's output, intact",
     "worker-agrees-with-manager": "after a pass the worker holds a tensor exactly for each "
                                   "input encoded in it (the freed list leaks none)",
 }
@@ -235,13 +235,6 @@ class EncoderDecoderCacheMachine(HarnessMachine):
         encoded, self.encoding = self.encoding, []
         for item in encoded:
             self.worker.encode(item)
-        for item in encoded:
-            got = self.worker.encoder_cache.get(item.mm_hash)
-            if got is None:
-                self.fail("no-encoder-cache-miss", f"{item.mm_hash} encoded in this pass but "
-                          "its tensor is gone before the decoder reads it")
-            if not got.equal(encoder_output(item, self.worker.device)):
-                self.fail("gathered-equals-encoded", f"{item.mm_hash} is corrupted")
         leaked = self.worker.resident_hashes() - {item.mm_hash for item in encoded}
         self.check("worker-agrees-with-manager", not leaked,
                    lambda: f"{sorted(leaked)} still on the worker after the pass that used "
@@ -266,8 +259,6 @@ class EncoderDecoderCacheMachine(HarnessMachine):
         free = self.cache.num_free_slots
         self.check("slots-agree", free == self.model.num_free_slots,
                    f"num_free_slots {free} != {self.model.num_free_slots}")
-        self.check("slot-bounds", 0 <= free <= self.cache.cache_size,
-                   f"0 <= {free} <= {self.cache.cache_size} fails")
         self.check_valid(self.cache)
 
     @invariant()

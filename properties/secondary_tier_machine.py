@@ -10,11 +10,14 @@ bytes into a primary chunk, and the world: a fault armed at the operating-system
 deleted or truncated behind the tier's back.
 
 Checked: every answer against the model's; bytes loaded equal bytes stored for every key a
-finished load reports loaded (``no-wrong-bytes-served``, independent of the model); after
-every step the primary chunks, the files on disk (whole, short, foreign), leftover temp files
-and the pending jobs. The run ends by running every job and checking that every deferred
-lookup resolves and that every key reported stored, unless a fault destroyed its file, is
-found and loads back byte for byte in a fresh request (``stored-survives``).
+finished load reports loaded (``no-wrong-bytes-served``: the tier's own report against the
+chunk, before the report is compared with the model's); a RETRY once the model holds the
+key's verdict (its probe answered: ``deferred-lookup-resolves``); after every step the
+primary chunks, the files on disk (whole, short, foreign), leftover temp files and the
+pending jobs. The run ends by running every job and checking that every deferred lookup
+resolves and that every key reported stored, unless a fault destroyed its file, is found by
+a fresh request (``stored-survives``, before its answer is compared with the model's) and
+loads back byte for byte.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ PROPERTIES = {
     "files-agree": "the files on disk are the model's: whole, short or foreign, per key",
     "no-temp-left": "no temp file is left behind after a step",
     "jobs-agree": "the pending jobs are the model's",
-    "deferred-lookup-resolves": "a RETRY answers HIT or MISS once the step ends",
-    "stored-survives": "a key reported stored and not destroyed by a fault is found and "
-                       "loads back byte for byte",
+    "deferred-lookup-resolves": "a RETRY answers HIT or MISS once the step ends (never "
+                                "RETRY after the key's probe was answered)",
+    "stored-survives": "a key reported stored and not destroyed by a fault is found by a "
+                       "fresh request (RETRY while probed, then HIT; never MISS)",
 }
 
 HAZARDS = (
@@ -208,8 +212,18 @@ class SecondaryTierMachine(HarnessMachine):
             self.hazard("load failed: short read removed the file")
 
     def do_get_finished_jobs(self):
-        done = self.call("finished-jobs-agree", "get_finished_jobs",
-                         shown="tier.get_finished_jobs()", effect="polled")
+        done = self.model.get_finished_jobs()
+        self.record("tier.get_finished_jobs()", done, "polled")
+        actual = self.tier.get_finished_jobs()
+        # What the tier reports loaded is checked against the chunk first: a load reported
+        # whole over other bytes serves wrong data, whatever the model says of the job.
+        for job in actual:
+            if job.job_id in self.jobs and self.jobs[job.job_id][0]:
+                _, keys, chunks = self.jobs[job.job_id]
+                loaded = keys if job.success else (job.successful_keys or ())
+                self._check_loaded(job.job_id, keys, chunks, loaded)
+        self.check("finished-jobs-agree", actual == done,
+                   lambda: f"get_finished_jobs returned {actual!r}, the model expects {done!r}")
         for job in done:
             is_load, keys, chunks = self.jobs.pop(job.job_id)
             if not is_load:
@@ -219,15 +233,23 @@ class SecondaryTierMachine(HarnessMachine):
                     self.hazard("store failed: fault")
                 continue
             loaded = keys if job.success else (job.successful_keys or ())
-            self._check_loaded(job.job_id, keys, chunks, loaded)
             if not job.success:
                 self.hazard("load failed: keys loaded before the failure" if loaded
                             else "load failed: missing file")
 
     def do_lookup(self, key: int):
         held_before = {k for k, p in self.model.probes.items() if not p.held}
-        expect = self.call("lookup-results-agree", "lookup", key,
-                           shown=f"tier.lookup({key})", effect=_lookup_effect)
+        expect = self.model.lookup(key)
+        self.record(f"tier.lookup({key})", expect, _lookup_effect(expect))
+        actual = self.tier.lookup(key)
+        # The model answers a verdict once the key's probe came back: a RETRY then waits for
+        # an answer that is not coming (the probe is not queued again), forever.
+        self.check("deferred-lookup-resolves",
+                   actual is not LookupResult.RETRY or expect is LookupResult.RETRY,
+                   lambda: f"lookup({key}) answered RETRY after its probe was answered (the "
+                           f"model answers {expect!r}): the request waits forever")
+        self.check("lookup-results-agree", actual == expect,
+                   lambda: f"lookup returned {actual!r}, the model expects {expect!r}")
         if expect is LookupResult.RETRY:
             self.deferred.add(key)
         elif key in self.deferred:
@@ -237,6 +259,24 @@ class SecondaryTierMachine(HarnessMachine):
             self.hazard("stale HIT verdict: file gone")
         if held_before - set(self.model.probes):
             self.hazard("probe answer dropped: request finished")
+
+    def do_lookup_stored(self, key: int):
+        """A fresh request's lookup of a key reported stored whose file is whole: RETRY while
+        its probe is out, then HIT, never MISS (checked before the answer is compared with
+        the model's, which says the same)."""
+        if key not in self.reported_stored or self.model.files.get(key) != (key, True):
+            raise InvalidAction("lookup_stored: the key was not reported stored, or its file "
+                                "is not whole")
+        expect = self.model.lookup(key)
+        self.record(f"tier.lookup({key})", expect, _lookup_effect(expect))
+        actual = self.tier.lookup(key)
+        lost = actual is LookupResult.MISS or (
+            expect is LookupResult.HIT and actual is not LookupResult.HIT)
+        self.check("stored-survives", not lost,
+                   lambda: f"key {key} was reported stored and its file is whole, yet a fresh "
+                           f"request's lookup answers {actual!r}")
+        self.check("lookup-results-agree", actual == expect,
+                   lambda: f"lookup returned {actual!r}, the model expects {expect!r}")
 
     def do_on_schedule_end(self):
         self.apply("on_schedule_end", shown="tier.on_schedule_end()",
@@ -284,13 +324,10 @@ class SecondaryTierMachine(HarnessMachine):
             return
         self.act("on_request_finished")
         for key in survivors:
-            self.act("lookup", key)
+            self.act("lookup_stored", key)
         self.act("on_schedule_end")
         for key in survivors:
-            self.act("lookup", key)
-            if self.model.lookup(key) is not LookupResult.HIT and self.world.tier == "fs":
-                self.fail("stored-survives", f"key {key} was reported stored and its file is "
-                          "whole, yet a fresh request does not find it")
+            self.act("lookup_stored", key)
         for key in survivors:
             self.act("submit_load", (key,), (0,))
             if self.world.tier == "fs":

@@ -1,0 +1,99 @@
+"""Where every declared property's witness is: the one place witnesses are declared.
+
+A property a machine declares (``PROPERTIES``, and ``COMMON_PROPERTIES`` for every machine)
+must be shown able to fail; ``properties/test_property_witnesses.py`` finds every machine and
+requires a witness for each (subsystem, property) it declares, and for each common property
+one anywhere. A witness is one of:
+
+- a catalogue entry (``fixtures/known_bugs.py``: read from there, not repeated here): its
+  native switch caught by that property, home subsystem or ``also_caught_by``, in the fast
+  tier (``properties/test_known_bugs.py``);
+- a scenario (``SCENARIOS``, by subsystem in this package's modules): a written-out program
+  against a broken stand-in of the native target (``fixtures/broken``), run through the
+  machine's own checks by the witness test, in the fast tier;
+- a vLLM mutant (``MUTANTS``): a named mutant of a vLLM 0.33.0 class, the machine run against
+  it in a forked child (``lch/test_mutant_witnesses.py``, in ``nox -s vllm``);
+- a test (``TESTS``): a test of the repository that makes the property fail another way.
+"""
+
+from __future__ import annotations
+
+from properties.witnesses import (
+    encoder_cache,
+    offload_engine,
+    scheduler_pass,
+    secondary_tier,
+    tiered_lookup,
+)
+from properties.witnesses.kinds import Mutant, Scenario, Test
+
+SCENARIOS: tuple[Scenario, ...] = (*encoder_cache.SCENARIOS, *scheduler_pass.SCENARIOS,
+                                   *offload_engine.SCENARIOS, *secondary_tier.SCENARIOS,
+                                   *tiered_lookup.SCENARIOS)
+
+TESTS: tuple[Test, ...] = (
+    Test("", "no-raise", "properties/test_outcomes.py::test_vllm_crashing_mid_run_is_a_divergence",
+         "a machine run whose target raises inside vLLM's code fails no-raise, replayably"),
+    Test("", "no-raise", "properties/test_vllm_path_crash.py::"
+         "test_a_checkout_that_raises_is_a_finding_in_every_subsystem",
+         "a planted raise in each subsystem's vLLM class, under --vllm-path, is a no-raise "
+         "finding", vllm=True),
+    Test("tiered_lookup", "request-policy-agrees", "properties/test_tiered_lookup_checks_fail.py"
+         "::test_request_policy_agrees_can_fail",
+         "a manager telling the connector not to offload"),
+    Test("tiered_lookup", "recency-order-agrees", "properties/test_tiered_lookup_checks_fail.py"
+         "::test_recency_order_agrees_can_fail",
+         "a primary reporting the recency of its evictable chunks only"),
+)
+
+ENCODER_CACHE = "properties.encoder_cache_machine:EncoderCacheMachine"
+ENCODER_CACHE_CLASS = "vllm.v1.core.encoder_cache_manager:EncoderCacheManager"
+TIERED = "properties.tiered_lookup_machine:TieredLookupMachine"
+TIERING_CLASS = "vllm.v1.kv_offload.tiering.manager:TieringOffloadingManager"
+ALLOCATED_0 = (("can_allocate", 0, 0, 0, 0), ("allocate",))
+
+# Properties whose observation goes through the vLLM adapter's own reads (private fields,
+# the harness's stand-in secondary tiers, the metrics' wrapping): a planted bug in vLLM's
+# class shows those reads can see it.
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("encoder_cache", "returns-agree", ENCODER_CACHE, ENCODER_CACHE_CLASS,
+           "can_allocate L188: if num_embeds > encoder_compute_budget:  ->  "
+           "if num_embeds >= encoder_compute_budget:",
+           encoder_cache.ONE_ITEM, ALLOCATED_0[:1],
+           "an item with exactly the compute budget's embeds is refused"),
+    Mutant("encoder_cache", "cached-inputs-agree", ENCODER_CACHE, ENCODER_CACHE_CLASS,
+           "free_encoder_input L276: cached_ids.remove(input_id)  ->  pass",
+           encoder_cache.TWO_ITEMS,
+           (*ALLOCATED_0, ("can_allocate", 0, 1, 0, 0), ("allocate",),
+            ("free_encoder_input", 0, 0)),
+           "input 0 freed, input 1 still held: input 0 stays recorded"),
+    Mutant("encoder_cache", "worker-agrees-with-manager", ENCODER_CACHE, ENCODER_CACHE_CLASS,
+           "can_allocate L208: self.freed.append(mm_hash)  ->  pass",
+           encoder_cache.TWO_ITEMS_ONE_SLOT,
+           (*ALLOCATED_0, ("free", 0), ("can_allocate", 0, 1, 0, 0), ("allocate",),
+            ("get_freed_mm_hashes",)),
+           "img1 evicts img0, whose eviction is never reported: the worker keeps it"),
+    Mutant("encoder_cache", "bookkeeping-bounded", ENCODER_CACHE, ENCODER_CACHE_CLASS,
+           "free_encoder_input L282: del self.request_cached_ids[req_id]  ->  pass",
+           encoder_cache.ONE_ITEM, (*ALLOCATED_0, ("free", 0)),
+           "r0 finished: its emptied record of cached inputs is kept"),
+    Mutant("tiered_lookup", "pending-work-agrees", TIERED, TIERING_CLASS,
+           "has_pending_work L1122: return ( ...  ->  pass",
+           tiered_lookup.PRELOADED, tiered_lookup.PROMOTED_0,
+           "has_pending_work answers None: key 0's finished promotion is no work pending"),
+    Mutant("tiered_lookup", "load-source-agrees", TIERED, TIERING_CLASS,
+           "get_load_source L683: return load_sources[key]  ->  pass",
+           tiered_lookup.PRELOADED, (*tiered_lookup.PROMOTED_0, ("lookup", 0)),
+           "key 0 was promoted from the secondary tier: its hit is counted as the primary's"),
+    Mutant("tiered_lookup", "tier-touched", TIERED, TIERING_CLASS,
+           "touch L798: tier.touch(keys, req_context)  ->  pass",
+           tiered_lookup.TIERED, (("touch", (0,)),),
+           "a touch is not passed on to the secondary tier"),
+    Mutant("tiered_lookup", "shutdown-releases-all", TIERED, TIERING_CLASS,
+           "_shutdown_tiers L1291: tier.shutdown()  ->  pass",
+           tiered_lookup.TIERED, (), "shutdown never stops the secondary tier", ends=True),
+    Mutant("tiered_lookup", "events-agree", TIERED, TIERING_CLASS,
+           "take_events L1136: yield from self.primary_tier.take_events()  ->  pass",
+           tiered_lookup.TIERED, (*tiered_lookup.WRITTEN_0, ("on_schedule_end",)),
+           "key 0's stored event never leaves the primary"),
+)
