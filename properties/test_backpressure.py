@@ -11,7 +11,6 @@ accumulator and the model's exact sum agree at every whole number.
 
 from __future__ import annotations
 
-import os
 from fractions import Fraction
 
 import pytest
@@ -19,6 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from models.backpressure import POLICIES
+from properties.run import unavailable
+from properties.scenarios import agrees, holds
 from sim.errors import TargetUnavailable
 from sim.targets import make_drop_policy
 
@@ -35,9 +36,7 @@ def _policies(target: str, policy: str):
     try:
         return make_drop_policy("model", policy), make_drop_policy(target, policy)
     except TargetUnavailable as why:
-        if os.environ.get("LCH_REQUIRE_TARGETS"):
-            pytest.fail(f"target {target} is required here but unavailable: {why}")
-        pytest.skip(str(why))
+        unavailable(target, why)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -51,16 +50,17 @@ def test_drop_policy_agrees(target, policy):
         for op in ops:
             if op[0] != "should_store":
                 want, got = getattr(model, op[0])(), getattr(real, op[0])()
-                assert got == want, f"{op[0]}() -> {got}, the model expects {want}"
+                holds("drops-agree", got == want, f"{op[0]}() -> {got}, the model expects {want}")
                 continue
             _, pressure, high, eighths, blocks = op
             ema = high * (1 + Fraction(eighths, 8))      # rate = eighths / 16, capped at 1
             want = model.should_store(pressure, ema, high, blocks)
             got = real.should_store(pressure, ema, high, blocks)
-            assert got is want, (f"should_store(pressure={pressure}, ema={ema}, "
-                                 f"high={high}) -> {got}, the model expects {want}")
-            assert got or pressure, "a store to a tier not under pressure was dropped"
-        assert real.pop_stores_dropped() == model.pop_stores_dropped(), "drops counted"
+            holds("drops-agree", got is want, f"should_store(pressure={pressure}, ema={ema}, "
+                  f"high={high}) -> {got}, the model expects {want}")
+            holds("drops-agree", got or pressure, "a store to a tier not under pressure was "
+                  "dropped")
+        agrees("drops-agree", real.pop_stores_dropped(), model.pop_stores_dropped())
 
     run()
 
@@ -77,9 +77,7 @@ def test_cascade_drops_under_pressure(target, policy):
         from sim.vllm.backpressure import VllmCascade
         cascade = VllmCascade(policy)
     except TargetUnavailable as why:
-        if os.environ.get("LCH_REQUIRE_TARGETS"):
-            pytest.fail(f"target {target} is required here but unavailable: {why}")
-        pytest.skip(str(why))
+        unavailable(target, why)
     model = make_drop_policy("model", policy)
     try:
         next_key = 0
@@ -91,11 +89,12 @@ def test_cascade_drops_under_pressure(target, policy):
             ema = high * (1 + Fraction(eighths, 8))
             keep = model.should_store(pressure, ema, high, size)
             sent = cascade.store(keys, pressure, ema, high)
-            assert sent == (keys if keep else ()), (
-                f"pressure={pressure} ema={ema}: cascade sent {sent}, the model "
-                f"{'keeps' if keep else 'drops'} it")
-            assert [cascade.ref_cnt(k) for k in keys] == [1 if keep else 0] * size, \
-                "a kept cascade pins its chunks until polled; a dropped one pins nothing"
-        assert cascade.pop_stores_dropped() == model.pop_stores_dropped()
+            holds("drops-agree", sent == (keys if keep else ()),
+                  f"pressure={pressure} ema={ema}: cascade sent {sent}, the model "
+                  f"{'keeps' if keep else 'drops'} it")
+            holds("ref-counts-agree", [cascade.ref_cnt(k) for k in keys] == [1 if keep else 0]
+                  * size, "a kept cascade pins its chunks until polled; a dropped one pins "
+                  "nothing")
+        agrees("drops-agree", cascade.pop_stores_dropped(), model.pop_stores_dropped())
     finally:
         cascade.close()
