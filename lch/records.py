@@ -181,4 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Through the package module: the renderers register in ``lch.records.RENDERERS``, which
+    # under ``python -m`` is another module object than this ``__main__``.
+    from lch.records import main as package_main
+    sys.exit(package_main())
