@@ -187,6 +187,8 @@ def history(session: nox.Session) -> None:
 def mutants(session: nox.Session) -> None:
     """Mutation score of the vllm suites on one real vLLM class (``-- --class M:C``)."""
     release, args = take_option(session.posargs, "--release", VLLM_RELEASE)
+    # The campaign's record goes to results/mutants/ unless told otherwise (commit it)
+    record_dir, args = take_option(args, "--record-dir", "results")
     install_vllm(session, release)
     if "--compare-upstream" in args:
         # pip prepares the sdist's metadata even to download it: vLLM's build tools
@@ -194,4 +196,5 @@ def mutants(session: nox.Session) -> None:
     session.env.update(HYPOTHESIS_PROFILE="ci", LCH_REQUIRE_TARGETS="1",
                        VLLM_TARGET_DEVICE="cpu")
     session.run("python", "-m", "sim.vllm.release", "check")
-    session.run("python", "-m", "lch.mutants", "--release", release, *args)
+    session.run("python", "-m", "lch.mutants", "--release", release, "--record-dir", record_dir,
+                *args)

@@ -1,12 +1,18 @@
-"""Mutation campaign on a real vLLM class: how many mutants do the harness's vllm suites kill?
+"""Mutation campaign on a real vLLM class: how many mutants do the harness's vllm suites kill,
+by a property?
 
 ``nox -s mutants -- --class vllm.v1.core.encoder_cache_manager:EncoderCacheManager`` (or
 ``python -m lch.mutants`` in an environment with vLLM). Every mutant of the class's methods
 (``lch.mutate``) runs the harness's vllm suites that reach the class (``lch.suites``) in a
 fresh forked child with a time limit, ``--jobs`` at once; ``--compare-upstream`` runs the same
-mutants against vLLM's own unit tests for the class, from the release's sdist. Writes
-``mutants-<Class>.md`` and ``.json``: both scores, every survivor with its one-line diff, the
-mutants only one side kills, the time per mutant.
+mutants against vLLM's own unit tests for the class, from the release's sdist. A mutant is
+killed only by a failure the kill rules name (``lch.kills``: a declared property, or vLLM
+raising on a call the model accepts; for vLLM's tests, an assertion or vLLM raising): a
+timeout, a crash, an unavailable target, an unnamed assertion or an error are outcomes of
+their own, shown beside the score and never in it. Writes ``mutants-<Class>.md`` and
+``.json`` (both scores, every outcome, each survivor's diff, the mutants only one side kills,
+the time per mutant) and, with ``--record-dir``, the campaign's record
+(``<dir>/mutants/<Class>-<release>.json``, ``lch.records``).
 
 Why not cosmic-ray or mutmut (both evaluated on vLLM 0.33.0): cosmic-ray writes each mutant
 into the module's file on disk and runs the test command in a new process per mutant, so it
@@ -19,8 +25,10 @@ source for pragmas. What they lack here is small: an ``ast`` mutator restricted 
 applied in memory to the live class in a child forked after vLLM is imported once.
 
 Equivalent mutants are argued, not assumed: ``fixtures/mutants/<release>/<Class>.toml`` lists
-them, each with one sentence on why no caller can observe it; they still run, and one that
-a suite kills is reported (the argument was wrong).
+them, each with one sentence naming the callers vLLM ships and why none can tell the mutant
+from the original; ``--check-equivalents`` runs them too, and one that a suite kills is
+reported (the argument was wrong). Entries once argued equivalent that a caller could observe
+are kept there as ``[[formerly]]``: counted like any mutant, and marked so in the record.
 """
 
 from __future__ import annotations
@@ -33,15 +41,15 @@ import os
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
-from lch import forked, mutate, suites
+from attrs import frozen
+
+from lch import forked, mutant_report, mutate, records, suites
 from sim.errors import HarnessError
 from sim.files import atomic_write, check_writable
 
 EQUIVALENTS_DIR = suites.ROOT / "fixtures" / "mutants"
-KILLS = ("killed", "timeout", "crash")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -63,20 +71,25 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "(default: 3x the unmutated run's + 20); each test also stops "
                    "at 3x its own unmutated CPU + 5")
     p.add_argument("--out", default=".", help="where mutants-<Class>.md/.json go")
+    p.add_argument("--record-dir", metavar="DIR", help="also write the campaign's record to "
+                   "DIR/mutants/<Class>-<release>.json (nox -s mutants: results)")
     p.add_argument("--check-equivalents", action="store_true",
                    help="run the argued-equivalent mutants too: a kill refutes the argument "
                         "(each costs a whole suite, as every survivor does)")
     p.add_argument("--list", action="store_true", help="print the mutants and exit")
     p.add_argument("--fail-under", type=float, help="exit 1 if the harness score (percent of "
-                   "the non-equivalent mutants) is below this")
+                   "the non-equivalent mutants killed by a property) is below this")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    started = time.monotonic()
+    command = "python -m lch.mutants " + " ".join(sys.argv[1:] if argv is None else argv)
+    started, started_at = time.monotonic(), records.now()
     try:             # before vLLM's import and the baseline: minutes a bad --out would waste
         out = check_writable(args.out, "--out")
+        if args.record_dir:
+            check_writable(args.record_dir, "--record-dir")
     except HarnessError as error:
         raise SystemExit(f"error: {error}") from None
     for name, value in (("HYPOTHESIS_PROFILE", "ci"), ("LCH_REQUIRE_TARGETS", "1"),
@@ -87,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     subj = suites.subject(args.spec, args.suite, args.upstream_test)
     everything = [m for m in mutate.mutants(source, cls.__name__)
                   if not subj.methods or m.method in subj.methods]
-    equivalents, stale = load_equivalents(release, cls.__name__, everything)
+    argued = load_equivalents(release, cls.__name__, everything)
+    equivalents = argued.equivalent
     if args.list:
         for m in everything:
             print(f"{m.id} {m.operator:6} {m.diff}"
@@ -98,22 +112,29 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [m for m in selected if args.check_equivalents or m.diff not in equivalents]
     workdir = Path(tempfile.mkdtemp(prefix=f"lch-mutants-{cls.__name__}-"))
     os.environ["LCH_REPRODUCER_DIR"] = str(workdir / "reproducers")
-    runs = {"harness": (suites.harness_args(subj), suites.ROOT)}
+    runs = {"harness": suites.Run(suites.harness_args(subj), suites.ROOT, "harness",
+                                  shown=subj.harness)}
     if args.compare_upstream:
         sdist = suites.sdist_path(release, args.sdist, Path(args.sdist_dir))
         root = workdir / "upstream"
         files = suites.extract_upstream(sdist, subj.upstream, root, subj.support)
-        runs["upstream"] = (suites.upstream_args(root, files), root)
+        runs["upstream"] = suites.Run(suites.upstream_args(root, files), root, "upstream",
+                                      shown=subj.upstream)
     warm(subj)
     print(f"{args.spec} (vLLM {release}): {len(everything)} mutants, {len(chosen)} to run, "
           f"{len(equivalents)} argued equivalent; logs in {workdir}", flush=True)
-    baseline = run_baseline(module, cls, runs, args, workdir)
-    results = run_campaign(module, cls, chosen, runs, baseline, args, workdir)
-    report = build_report(args.spec, release, everything, selected, equivalents, stale, runs,
-                          baseline, results, time.monotonic() - started)
+    baseline, could_not_run = run_baseline(module, cls, runs, args, workdir)
+    runnable = {name: run for name, run in runs.items() if name not in could_not_run}
+    results = run_campaign(module, cls, chosen, runnable, baseline, args, workdir)
+    report = mutant_report.build(args.spec, release, everything, selected, argued, runs,
+                                 baseline, could_not_run, results, time.monotonic() - started)
     atomic_write(out / f"mutants-{cls.__name__}.json", json.dumps(report, indent=2) + "\n")
-    atomic_write(out / f"mutants-{cls.__name__}.md", render_markdown(report))
-    print(summary(report))
+    atomic_write(out / f"mutants-{cls.__name__}.md", mutant_report.render_markdown(report))
+    print(mutant_report.summary(report))
+    if args.record_dir:
+        from sim.vllm import overlay
+        record = mutant_report.record(report, command, overlay.describe(), started_at)
+        print(f"record: {records.write(record, args.record_dir)}")
     score = report["suites"]["harness"]["score_percent"]
     return 1 if args.fail_under is not None and score < args.fail_under else 0
 
@@ -133,16 +154,29 @@ def load_class(spec: str, want_release: str | None):
     return module, getattr(module, class_name), found
 
 
-def load_equivalents(release: str, class_name: str, everything: list[mutate.Mutant]):
-    """{diff: why} of the committed list; also the entries that match no mutant (stale)."""
+@frozen
+class Argued:
+    """The committed list of ``release``/``Class``.toml: ``equivalent`` {diff: why} (no
+    caller vLLM ships can tell the mutant from the original), ``formerly`` {diff: why not}
+    (argued equivalent once, now counted: a caller could observe it), and the entries
+    matching no mutant (``stale``)."""
+
+    equivalent: dict[str, str]
+    formerly: dict[str, str]
+    stale: list[str]
+
+
+def load_equivalents(release: str, class_name: str, everything: list[mutate.Mutant]) -> Argued:
     import tomllib  # Python 3.11+, as every vLLM these campaigns mutate
     path = EQUIVALENTS_DIR / release / f"{class_name}.toml"
     if not path.exists():
-        return {}, []
-    entries = tomllib.loads(path.read_text()).get("equivalent", [])
+        return Argued({}, {}, [])
+    text = tomllib.loads(path.read_text())
     diffs = {m.diff for m in everything}
-    argued = {e["mutant"]: e["why"] for e in entries}
-    return argued, sorted(d for d in argued if d not in diffs)
+    argued = {e["mutant"]: e["why"] for e in text.get("equivalent", [])}
+    formerly = {e["mutant"]: e["observable"] for e in text.get("formerly", [])}
+    stale = sorted(d for d in (*argued, *formerly) if d not in diffs)
+    return Argued(argued, formerly, stale)
 
 
 def warm(subj: suites.Subject) -> None:
@@ -163,33 +197,38 @@ def warm(subj: suites.Subject) -> None:
     gc.freeze()
 
 
-def _job(module, cls, mutant, run, budgets=None):
-    pytest_args, cwd = run
-
+def _job(module, cls, mutant, run: suites.Run, budgets=None):
     def job() -> dict:
         if mutant is not None:
             mutate.apply(mutant, module, cls)
         suites.disable_minimizing()
-        return suites.run_pytest(pytest_args, cwd, budgets)
+        return suites.run_pytest(run.pytest_args, run.cwd, budgets, run.judge)
     return job
 
 
-def run_baseline(module, cls, runs: dict, args, workdir: Path) -> dict[str, float]:
-    """Each suite once on the real class: it must pass, and its time sets the limit."""
+def run_baseline(module, cls, runs: dict, args, workdir: Path):
+    """Each suite once on the real class: it must pass, and its time sets the limit. The
+    harness suite failing stops the campaign; vLLM's own failing is recorded as could not
+    run (its offline machine lacks what they need), with why, and the harness goes on."""
     tasks = [forked.Task(f"baseline-{name}", _job(module, cls, None, run), timeout_s=1800)
              for name, run in runs.items()]
-    seconds = {}
+    seconds, could_not_run = {}, {}
     for task in forked.run_all(tasks, args.jobs, workdir):
         name = task.key.removeprefix("baseline-")
         if task.result["outcome"] != "survived":
-            raise SystemExit(f"the {name} suite fails without any mutant "
-                             f"({task.result.get('test')}: {task.result.get('message')}); "
-                             f"log: {workdir / task.key}.log")
+            why = (f"the {name} suite fails without any mutant ({task.result['outcome']}: "
+                   f"{task.result.get('test')}: {task.result.get('message')})")
+            if name == "harness":
+                raise SystemExit(f"{why}; log: {workdir / task.key}.log")
+            could_not_run[name] = why
+            print(f"{why}: could not run, scored as such; log: {workdir / task.key}.log",
+                  flush=True)
+            continue
         seconds[name] = {"wall": task.seconds, "cpu": task.cpu_seconds,
                          "test_cpu": task.result.get("test_cpu", {})}
         print(f"unmutated {name} suite: passes in {task.seconds:.1f} s "
               f"({task.cpu_seconds:.1f} s CPU)", flush=True)
-    return seconds
+    return seconds, could_not_run
 
 
 def run_campaign(module, cls, chosen, runs, baseline, args, workdir) -> dict:
@@ -206,8 +245,9 @@ def run_campaign(module, cls, chosen, runs, baseline, args, workdir) -> dict:
         done.append(task)
         mutant_id, _, name = task.key.partition("-")
         m = next(x for x in chosen if x.id == mutant_id)
-        print(f"[{len(done):3}/{total}] {m.id} {name:8} {task.result['outcome']:8} "
-              f"{task.seconds:5.1f} s  {m.diff}", flush=True)
+        why = task.result.get("property") or ""
+        print(f"[{len(done):3}/{total}] {m.id} {name:8} {task.result['outcome']:11} "
+              f"{why:24} {task.seconds:5.1f} s  {m.diff}", flush=True)
 
     results: dict[str, dict] = {m.id: {} for m in chosen}
     for task in forked.run_all(tasks, args.jobs, workdir, on_done=progress):
@@ -216,107 +256,6 @@ def run_campaign(module, cls, chosen, runs, baseline, args, workdir) -> dict:
         results[mutant_id][name] = {**result, "seconds": round(task.seconds, 2),
                                     "cpu_seconds": round(task.cpu_seconds, 2)}
     return results
-
-
-# -- the report ----------------------------------------------------------------------------------
-
-
-def build_report(spec, release, everything, selected, equivalents, stale, runs, baseline,
-                 results, wall_s) -> dict:
-    not_run = {"outcome": "not run", "seconds": 0.0, "cpu_seconds": 0.0}
-    rows = []
-    for m in selected:
-        outcomes = {name: results.get(m.id, {}).get(name, not_run) for name in runs}
-        rows.append({"id": m.id, "method": m.method, "line": m.line, "operator": m.operator,
-                     "diff": m.diff, "equivalent": equivalents.get(m.diff), **outcomes})
-    counted = [r for r in rows if r["equivalent"] is None]
-    ran = [r for r in rows if any(r[name] is not not_run for name in runs)]
-    report = {"class": spec, "release": release, "mutants": len(everything),
-              "ran": len(ran), "operators": dict(Counter(m.operator for m in everything)),
-              "equivalent": len([r for r in rows if r["equivalent"] is not None]),
-              "wall_s": round(wall_s, 1), "suites": {}, "stale_equivalents": stale,
-              "results": rows}
-    for name, (pytest_args, _cwd) in runs.items():
-        killed = [r["id"] for r in counted if r[name]["outcome"] in KILLS]
-        seconds = [r[name]["seconds"] for r in ran]
-        report["suites"][name] = {
-            "tests": pytest_args, "baseline_s": round(baseline[name]["wall"], 1),
-            "baseline_cpu_s": round(baseline[name]["cpu"], 1),
-            "killed": len(killed), "of": len(counted),
-            "score_percent": round(100 * len(killed) / max(1, len(counted)), 1),
-            "timeouts": sum(r[name]["outcome"] == "timeout" for r in rows),
-            "errors": [r["id"] for r in rows if r[name]["outcome"] == "error"],
-            "survivors": [r["id"] for r in counted if r[name]["outcome"] == "survived"],
-            "equivalents_killed": [r["id"] for r in rows if r["equivalent"] is not None
-                                   and r[name]["outcome"] in KILLS],
-            "seconds_mean": round(sum(seconds) / max(1, len(seconds)), 2),
-            "seconds_max": round(max(seconds, default=0), 2)}
-    if "upstream" in runs:
-        both = [(r["id"], r["harness"]["outcome"] in KILLS, r["upstream"]["outcome"] in KILLS)
-                for r in counted]
-        report["only_harness"] = [i for i, h, u in both if h and not u]
-        report["only_upstream"] = [i for i, h, u in both if u and not h]
-        report["killed_by_either"] = sum(h or u for _, h, u in both)
-    return report
-
-
-def summary(report: dict) -> str:
-    lines = [f"{report['class']} on vLLM {report['release']}: {report['ran']} mutants, "
-             f"{report['equivalent']} argued equivalent, {report['wall_s']:.0f} s"]
-    for name, s in report["suites"].items():
-        lines.append(f"  {name:8}: {s['killed']}/{s['of']} killed ({s['score_percent']}%), "
-                     f"survivors {', '.join(s['survivors']) or 'none'}")
-    if "only_harness" in report:
-        lines.append(f"  only the harness kills {', '.join(report['only_harness']) or 'none'}; "
-                     f"only upstream kills {', '.join(report['only_upstream']) or 'none'}")
-    for name, s in report["suites"].items():
-        if s["equivalents_killed"] or s["errors"]:
-            lines.append(f"  {name}: argued equivalent but killed: {s['equivalents_killed']}; "
-                         f"could not run: {s['errors']}")
-    return "\n".join(lines)
-
-
-def render_markdown(report: dict) -> str:
-    by_id = {r["id"]: r for r in report["results"]}
-    names = list(report["suites"])
-    ops = ", ".join(f"{k} {v}" for k, v in sorted(report["operators"].items()))
-    out = [f"# Mutants of `{report['class']}` (vLLM {report['release']})", "",
-           f"{report['mutants']} mutants in the class's methods ({ops}); {report['ran']} run; "
-           f"{report['equivalent']} argued equivalent (`fixtures/mutants/{report['release']}/`). "
-           f"Campaign wall time {report['wall_s']:.0f} s.", "",
-           "| suite | killed | score | timeouts | unmutated run (CPU) | s per mutant (mean, max) |",
-           "|---|---|---|---|---|---|"]
-    for name, s in report["suites"].items():
-        out.append(f"| {name} | {s['killed']} / {s['of']} | {s['score_percent']}% | "
-                   f"{s['timeouts']} | {s['baseline_s']} s ({s['baseline_cpu_s']} s) | "
-                   f"{s['seconds_mean']}, {s['seconds_max']} |")
-    for name, s in report["suites"].items():
-        out += ["", f"## Survivors: {name}", ""]
-        out += [f"- {i} `{by_id[i]['diff']}`" for i in s["survivors"]] or ["none"]
-    if "only_harness" in report:
-        for title, key in (("Killed only by the harness", "only_harness"),
-                           ("Killed only by upstream", "only_upstream")):
-            out += ["", f"## {title}", ""]
-            out += [f"- {i} `{by_id[i]['diff']}`" for i in report[key]] or ["none"]
-    out += ["", "## Argued equivalent", ""]
-    out += [f"- {r['id']} `{r['diff']}`: {r['equivalent']}" for r in report["results"]
-            if r["equivalent"] is not None] or ["none"]
-    if report["stale_equivalents"]:
-        out += ["", "Entries matching no mutant (stale): "
-                + "; ".join(f"`{d}`" for d in report["stale_equivalents"])]
-    out += ["", "## Every mutant", "",
-            "| id | diff | " + " | ".join(f"{n} | s" for n in names) + " |",
-            "|---|---|" + "---|---|" * len(names)]
-    for r in report["results"]:
-        cells = " | ".join(f"{_cell(r[n])} | {r[n]['seconds']}" for n in names)
-        out.append(f"| {r['id']} | `{r['diff'].replace('|', '¦')}` | {cells} |")
-    return "\n".join(out) + "\n"
-
-
-def _cell(result: dict) -> str:
-    test = result.get("test", "").rpartition("::")[2]
-    return f"{result['outcome']} {test}".strip() if result["outcome"] == "killed" \
-        else result["outcome"]
 
 
 if __name__ == "__main__":

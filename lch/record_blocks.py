@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lch.records import load, renderer
 
-KINDS = ("mutants", "history", "bench", "hunt", "gpu", "witnesses")
+KINDS = ("mutants", "mutants/old-rule", "history", "bench", "hunt", "gpu", "witnesses")
 
 
 @renderer("records-index")
@@ -82,6 +82,8 @@ def known_bug_recall(results: Path) -> str:
     if len(rows) == 2:
         rows.append("| (none yet) | | | | | | | | |")
     return "\n".join(rows)
+
+
 @renderer("property-witnesses")
 def property_witnesses(results: Path) -> str:
     """Each declared property's witnesses by kind, and the witness suites' run times
@@ -108,3 +110,59 @@ def property_witnesses(results: Path) -> str:
         f"{m['cores']} cores, load average {m['load_avg']} (shared), harness "
         f"`{(r['harness']['commit'] or '?')[:10]}`; record "
         f"`results/witnesses/property-witnesses.json`.")
+
+
+
+
+# -- mutation campaigns (lch.mutants --record-dir) ----------------------------------------------
+
+SUITE_TITLES = {"harness": "this harness", "upstream": "vLLM's own tests"}
+OTHER_OUTCOMES = ("survived", "timeout", "crash", "unavailable", "unnamed", "error")
+
+
+def _old_rule(results: Path) -> dict[str, dict]:
+    """Campaigns run with the code before ``lch/kills.py`` (``results/mutants/old-rule/``),
+    by record name: the figures of the old kill rule, measured."""
+    folder = results / "mutants" / "old-rule"
+    if not folder.is_dir():
+        return {}
+    return {r["name"]: r for r in load("mutants/old-rule", results)}
+
+
+def _class_order(record: dict) -> tuple:
+    from lch.suites import CLASSES
+    spec = record["summary"]["class"]
+    return (list(CLASSES).index(spec) if spec in CLASSES else len(CLASSES), record["name"])
+
+
+@renderer("mutation-scores")
+def mutation_scores(results: Path) -> str:
+    """Per class and suite: the mutants killed by the kill rules (``lch/kills.py``) and every
+    other outcome, the old rule's count in the same run, the old code's where it was run."""
+    old = _old_rule(results)
+    rows = ["| class | mutants (argued equivalent) | suite | killed | score | "
+            + " | ".join(OTHER_OUTCOMES) + " | any failure (the old rule, same run) | "
+            "old code (its rule, own run) | record |",
+            "|---|---|---|---|---|" + "---|" * len(OTHER_OUTCOMES) + "---|---|---|"]
+    for r in sorted(load("mutants", results), key=_class_order):
+        summary = r["summary"]
+        short = summary["class"].rpartition(":")[2]
+        counts = f"{summary['mutants']} ({summary['equivalent']})"
+        for suite, s in summary["suites"].items():
+            title = SUITE_TITLES.get(suite, suite)
+            if "could_not_run" in s:
+                rows.append(f"| `{short}` | {counts} | {title} | could not run: "
+                            f"{s['could_not_run']} | |" + " |" * len(OTHER_OUTCOMES)
+                            + f" | | `results/mutants/{r['name']}.json` |")
+                continue
+            before = old.get(r["name"], {}).get("summary", {}).get("suites", {}).get(suite)
+            old_cell = (f"{before['killed']} / {before['of']} "
+                        f"(`results/mutants/old-rule/{r['name']}.json`)" if before else "-")
+            rows.append(f"| `{short}` | {counts} | {title} | {s['killed']} / {s['of']} | "
+                        f"{s['score_percent']}% | "
+                        + " | ".join(str(s[o]) for o in OTHER_OUTCOMES)
+                        + f" | {s['any_failure']} / {s['of']} | {old_cell} | "
+                        f"`results/mutants/{r['name']}.json` |")
+    if len(rows) == 2:
+        rows.append("| (none yet) |" + " |" * (len(OTHER_OUTCOMES) + 8))
+    return "\n".join(rows)

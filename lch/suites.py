@@ -40,6 +40,18 @@ class Subject:
     support: tuple[str, ...] = ()
 
 
+@frozen
+class Run:
+    """One suite as a campaign runs it: pytest's arguments, where it runs, which kill rule
+    judges its failures (``lch.kills.JUDGES``), and the tests as a record names them
+    (``shown``: repository or sdist paths, never the campaign's temporary directory)."""
+
+    pytest_args: list[str]
+    cwd: Path
+    judge: str
+    shown: tuple[str, ...] = ()
+
+
 ENCODER_REPRODUCERS = tuple(f"fixtures/reproducers/test_encoder_cache_vllm_{name}.py"
                             for name in ("cached_input_ids", "repeat_item", "stale_freed"))
 
@@ -136,23 +148,6 @@ def subject(spec: str, harness: list[str], upstream: list[str]) -> Subject:
 # -- running one suite in the (forked) child ---------------------------------------------------
 
 
-class _FirstFailure:
-    """A pytest plugin that keeps the first failing test and the last line of its error."""
-
-    def __init__(self) -> None:
-        self.failed: list[tuple[str, str]] = []
-        self.passed = 0
-
-    def pytest_runtest_logreport(self, report) -> None:
-        if report.failed:
-            crash = getattr(report.longrepr, "reprcrash", None)
-            message = crash.message if crash is not None else str(report.longrepr)
-            self.failed.append((report.nodeid, message.strip().splitlines()[0][:300]
-                                if message.strip() else ""))
-        elif report.passed and report.when == "call":
-            self.passed += 1
-
-
 class OverBudget(BaseException):
     """A test ran past its CPU budget. A BaseException, not an Exception: Hypothesis would
     take an Exception for a failing example and shrink it, re-running the loop it is in."""
@@ -225,31 +220,30 @@ class _TestClock:
             self.cpu[item.nodeid] = time.process_time() - started
 
 
-def run_pytest(args: list[str], cwd: Path, budgets: dict[str, float] | None = None) -> dict:
-    """``pytest.main(args)`` here; ``outcome``: survived (all passed), killed (a test failed),
-    timeout (a test ran past its CPU budget: ``budgets`` holds each test's unmutated CPU
-    seconds) or error (pytest could not run the tests: a broken suite is no kill).
-    ``test_cpu``: each test's CPU seconds."""
+def run_pytest(args: list[str], cwd: Path, budgets: dict[str, float] | None = None,
+               judge: str = "harness") -> dict:
+    """``pytest.main(args)`` here, each failing test judged by ``lch.kills.JUDGES[judge]``:
+    ``outcome`` is the run's first kill (``test``, ``property``, ``message``), else the first
+    other failure's outcome (timeout, unavailable, unnamed, error), else survived (all
+    passed) or error (pytest could not run the tests: a broken suite is no kill); a test that
+    runs past its CPU budget (``budgets`` holds each test's unmutated CPU seconds) is a
+    timeout. ``failures`` counts the failing tests by outcome; ``test_cpu``: each test's CPU
+    seconds."""
     import pytest
+
+    from lch import kills
     os.chdir(cwd)
     # Per child, pytest's start-up would cost more than the tests: no plugin scan (anyio's
     # alone takes 1.4 s), no assertion rewriting (a kill needs no rich diff).
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    plugin, clock = _FirstFailure(), _TestClock(budgets)
-    code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "_hypothesis_pytestplugin",
-                        "--assert=plain", *args], plugins=[plugin, clock])
-    test, message = plugin.failed[0] if plugin.failed else ("", "")
-    if code == 0:
-        outcome = "survived"
-    elif clock.over is not None:
-        outcome, test = "timeout", clock.over
-    elif code == 1 and plugin.failed:
-        outcome = "killed"
-    else:
-        outcome = "error"
-        message = message or f"pytest exit code {int(code)}"
-    return {"outcome": outcome, "test": test, "message": message, "passed": plugin.passed,
-            "test_cpu": clock.cpu}
+    # No -x: ``Verdicts`` stops at the first kill, and goes on past a failure that is none.
+    verdicts, clock = kills.Verdicts(kills.JUDGES[judge]), _TestClock(budgets)
+    code = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "_hypothesis_pytestplugin",
+                        "--assert=plain", *args], plugins=[verdicts, clock])
+    result = verdicts.outcome(code)
+    if clock.over is not None and result["outcome"] != "killed":
+        result.update(outcome="timeout", test=clock.over)
+    return {**result, "test_cpu": clock.cpu}
 
 
 def harness_args(subj: Subject) -> list[str]:

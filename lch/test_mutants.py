@@ -120,16 +120,30 @@ def test_forked_tasks_report_and_a_loop_is_killed_by_its_cpu_limit(tmp_path):
     assert time.monotonic() - started < 20
 
 
+KINDS = {"same-behaviour", "cannot-fail", "never-used"}
+
+
 @pytest.mark.parametrize("path", sorted(EQUIVALENTS_DIR.glob("*/*.toml")),
                          ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_every_equivalent_mutant_is_argued(path):
+    """An equivalent names the callers vLLM ships and why none can tell it from the original,
+    and of what kind; a formerly argued one keeps its old argument and says who can tell."""
     tomllib = pytest.importorskip("tomllib")          # Python 3.11+, as vLLM itself
-    entries = tomllib.loads(path.read_text())["equivalent"]
+    text = tomllib.loads(path.read_text())
+    entries, formerly = text["equivalent"], text.get("formerly", [])
     assert entries
     for entry in entries:
-        assert set(entry) == {"mutant", "why"}, entry
+        assert set(entry) == {"mutant", "kind", "callers", "why"}, entry
+        assert entry["kind"] in KINDS, entry
+        assert entry["callers"].strip(), entry
+    for entry in formerly:
+        assert set(entry) == {"mutant", "argued", "observable"}, entry
+    mutants = [e["mutant"] for e in entries + formerly]
+    assert len(mutants) == len(set(mutants)), "one entry per mutant"
+    for entry in entries + formerly:
         assert " L" in entry["mutant"] and "  ->  " in entry["mutant"], entry["mutant"]
-        assert entry["why"].strip().endswith("."), entry["why"]
+        for text_ in (entry.get("why"), entry.get("argued"), entry.get("observable")):
+            assert text_ is None or text_.strip().endswith("."), text_
 
 
 SPINNING_SUITE = '''

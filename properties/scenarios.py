@@ -1,22 +1,86 @@
 """Helpers of the written-out scenario tests (``test_*`` files that check one hand-written
 trace on several targets): build a target or skip saying why it cannot run the scenario, and
-compare a value with the expected one."""
+check a value against the expected one under a declared property.
+
+A scenario's check names the property it checks, as a machine's does (``PropertyFailed``):
+a failure then says *what* broke, and the mutation campaigns (``lch/kills.py``) count a test
+failure as a kill only when it names a declared property. The names are a machine's
+``PROPERTIES`` where the scenario checks what a machine checks, or ``SCENARIO_PROPERTIES``
+for what only written-out scenarios check (the tier-poll thread's timing and locking)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from properties.harness import PropertyFailed
 from properties.run import unavailable
-from sim.errors import TargetUnavailable
+from sim.errors import HarnessError, TargetUnavailable
 from sim.targets import make
 
+# Checked only by written-out scenarios (no machine drives these): name -> what holds.
+SCENARIO_PROPERTIES = {
+    "tier-poll-thread": "the tier-poll thread is a daemon that runs exactly when a tier asked "
+                        "for it and the interval is positive, notices a polled tier's "
+                        "finished jobs between steps, and stops at shutdown",
+    "tier-poll-give-up": "rounds failing without a break end the tier-poll thread after "
+                         "_TIER_POLL_GIVE_UP_AFTER_S (a success restarts the count), logging "
+                         "a run of failures at most once per interval",
+    "tier-poll-locking": "a round polls tiers only holding the manager's lock and pauses only "
+                         "without it; a lock unavailable past the stall limit is warned of "
+                         "once per limit",
+    "tier-poll-shutdown": "shutdown never shuts a tier down under a running round (it raises "
+                          "while the round keeps the lock, else holds the lock itself), and a "
+                          "tier whose shutdown fails keeps the primary's memory",
+    "drops-agree": "a back-pressure policy keeps or drops each store as the model does, never "
+                   "drops a store to a tier not under pressure, and counts each drop once",
+    "hazards-agree": "on the same seeds a machine reaches every hazard as often against vLLM "
+                     "as against native",
+}
 
-def agrees(actual: Any, expect: Any) -> None:
-    """The target's value is the expected one; the message shows both (mutation runs read
-    it without pytest's assertion rewriting)."""
-    assert actual == expect, f"{actual!r} != expected {expect!r}"
+
+@functools.cache
+def declared_properties() -> frozenset[str]:
+    """Every property some check declares: the machines' ``PROPERTIES`` (and the common
+    ones), the tiering machine's, and ``SCENARIO_PROPERTIES``."""
+    from properties.harness import COMMON_PROPERTIES, HarnessMachine
+    from properties.machines import import_all_machines
+    from properties.tiering_manager_machine import PROPERTIES as TIERING_PROPERTIES
+    import_all_machines()
+    names = set(COMMON_PROPERTIES) | set(TIERING_PROPERTIES) | set(SCENARIO_PROPERTIES)
+    todo = [HarnessMachine]
+    while todo:                       # every machine class loaded, subclasses of subclasses
+        cls = todo.pop()
+        names.update(getattr(cls, "PROPERTIES", {}))
+        todo += cls.__subclasses__()
+    return frozenset(names)
+
+
+def _declared(property: str) -> str:
+    if property not in declared_properties():
+        raise HarnessError(f"a scenario checks undeclared property {property!r}: name one of a "
+                           "machine's PROPERTIES or add it to properties/scenarios.py "
+                           "SCENARIO_PROPERTIES")
+    return property
+
+
+def agrees(property: str, actual: Any, expect: Any) -> None:
+    """``property`` holds: the target's value is the expected one. The message shows both
+    (mutation runs read it without pytest's assertion rewriting)."""
+    _declared(property)
+    if actual != expect:
+        raise PropertyFailed(property, f"{actual!r} != expected {expect!r}")
+
+
+def holds(property: str, ok: object, detail: str | Callable[[], str]) -> None:
+    """``property`` holds when ``ok`` is true; ``detail`` (or what it returns, computed only
+    on failure) says what was seen."""
+    _declared(property)
+    if not ok:
+        raise PropertyFailed(property, detail() if callable(detail) else detail)
 
 
 def make_or_skip(target: str, subsystem: str, drives: str | None = None, **config: Any) -> Any:

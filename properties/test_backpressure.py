@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from models.backpressure import POLICIES
 from properties.run import unavailable
+from properties.scenarios import agrees, holds
 from sim.errors import TargetUnavailable
 from sim.targets import make_drop_policy
 
@@ -49,16 +50,17 @@ def test_drop_policy_agrees(target, policy):
         for op in ops:
             if op[0] != "should_store":
                 want, got = getattr(model, op[0])(), getattr(real, op[0])()
-                assert got == want, f"{op[0]}() -> {got}, the model expects {want}"
+                holds("drops-agree", got == want, f"{op[0]}() -> {got}, the model expects {want}")
                 continue
             _, pressure, high, eighths, blocks = op
             ema = high * (1 + Fraction(eighths, 8))      # rate = eighths / 16, capped at 1
             want = model.should_store(pressure, ema, high, blocks)
             got = real.should_store(pressure, ema, high, blocks)
-            assert got is want, (f"should_store(pressure={pressure}, ema={ema}, "
-                                 f"high={high}) -> {got}, the model expects {want}")
-            assert got or pressure, "a store to a tier not under pressure was dropped"
-        assert real.pop_stores_dropped() == model.pop_stores_dropped(), "drops counted"
+            holds("drops-agree", got is want, f"should_store(pressure={pressure}, ema={ema}, "
+                  f"high={high}) -> {got}, the model expects {want}")
+            holds("drops-agree", got or pressure, "a store to a tier not under pressure was "
+                  "dropped")
+        agrees("drops-agree", real.pop_stores_dropped(), model.pop_stores_dropped())
 
     run()
 
@@ -87,11 +89,12 @@ def test_cascade_drops_under_pressure(target, policy):
             ema = high * (1 + Fraction(eighths, 8))
             keep = model.should_store(pressure, ema, high, size)
             sent = cascade.store(keys, pressure, ema, high)
-            assert sent == (keys if keep else ()), (
-                f"pressure={pressure} ema={ema}: cascade sent {sent}, the model "
-                f"{'keeps' if keep else 'drops'} it")
-            assert [cascade.ref_cnt(k) for k in keys] == [1 if keep else 0] * size, \
-                "a kept cascade pins its chunks until polled; a dropped one pins nothing"
-        assert cascade.pop_stores_dropped() == model.pop_stores_dropped()
+            holds("drops-agree", sent == (keys if keep else ()),
+                  f"pressure={pressure} ema={ema}: cascade sent {sent}, the model "
+                  f"{'keeps' if keep else 'drops'} it")
+            holds("ref-counts-agree", [cascade.ref_cnt(k) for k in keys] == [1 if keep else 0]
+                  * size, "a kept cascade pins its chunks until polled; a dropped one pins "
+                  "nothing")
+        agrees("drops-agree", cascade.pop_stores_dropped(), model.pop_stores_dropped())
     finally:
         cascade.close()

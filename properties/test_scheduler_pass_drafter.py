@@ -13,6 +13,8 @@ from models.scheduler_pass_values import Gathered, PlacedItem, SchedRequest, Sch
 from properties.scenarios import agrees, make_or_skip
 
 TARGETS = ["model", "native", "vllm"]
+# What each pass is checked under: its output and the step (gathered rows, finished requests).
+OUTPUT = "scheduler-output-agrees"
 
 
 def build(target: str, **config):
@@ -27,8 +29,8 @@ def test_item_only_the_drafter_reaches_is_encoded_in_the_same_pass(target):
     sched = build(target, cache_size=4, token_budget=3, encoder_compute_budget=4, read_ahead=1)
     sched.add_request(SchedRequest("r0", 8, 1, (PlacedItem("img0", 3, 2),)))
     step = sched.step()
-    agrees(step.output, SchedulerOutputView({"r0": 3}, {"r0": (0,)}, (), {"r0": 1}))
-    agrees(step.gathered, (Gathered("r0", "img0", 0, 1),))     # the drafter's row
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 3}, {"r0": (0,)}, (), {"r0": 1}))
+    agrees(OUTPUT, step.gathered, (Gathered("r0", "img0", 0, 1),))     # the drafter's row
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -40,12 +42,12 @@ def test_unchunked_item_stops_the_chunk_a_lookahead_early(target):
                   disable_chunked_mm_input=True)
     sched.add_request(SchedRequest("r0", 8, 1, (PlacedItem("img0", 3, 3),)))
     out = sched.schedule()                 # the output, before the worker gathers for it
-    agrees(out, SchedulerOutputView({"r0": 2}, {}, (), {"r0": 1}))
+    agrees(OUTPUT, out, SchedulerOutputView({"r0": 2}, {}, (), {"r0": 1}))
     sched.execute_model(out)
     sched.update_from_output(out)
     step = sched.step()                    # [2, 6): img0 whole, the drafter reads token 6
-    agrees(step.output, SchedulerOutputView({"r0": 4}, {"r0": (0,)}, (), {"r0": 1}))
-    agrees(step.gathered, (Gathered("r0", "img0", 0, 3),))
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 4}, {"r0": (0,)}, (), {"r0": 1}))
+    agrees(OUTPUT, step.gathered, (Gathered("r0", "img0", 0, 3),))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -56,7 +58,7 @@ def test_unchunked_item_inside_the_lookahead_stops_the_chunk(target):
     sched = build(target, cache_size=2, token_budget=4, encoder_compute_budget=2, read_ahead=2,
                   disable_chunked_mm_input=True)
     sched.add_request(SchedRequest("r0", 9, 1, (PlacedItem("img0", 5, 2),)))
-    agrees(sched.step().output, SchedulerOutputView({"r0": 3}, {}, (), {"r0": 2}))
+    agrees(OUTPUT, sched.step().output, SchedulerOutputView({"r0": 3}, {}, (), {"r0": 2}))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -68,8 +70,8 @@ def test_refused_item_cuts_the_chunk_right_before_it(target):
     sched.add_request(SchedRequest("r0", 8, 1, (PlacedItem("img0", 0, 2),
                                                 PlacedItem("img1", 3, 2))))
     step = sched.step()
-    agrees(step.output, SchedulerOutputView({"r0": 3}, {"r0": (0,)}, (), {"r0": 0}))
-    agrees(step.gathered, (Gathered("r0", "img0", 0, 2),))
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 3}, {"r0": (0,)}, (), {"r0": 0}))
+    agrees(OUTPUT, step.gathered, (Gathered("r0", "img0", 0, 2),))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -79,5 +81,5 @@ def test_mtp_chunk_leaves_the_drafter_its_lookahead(target):
     next one finishes the prompt."""
     sched = build(target, cache_size=2, token_budget=5, encoder_compute_budget=2, read_ahead=2)
     sched.add_request(SchedRequest("r0", 6, 1, (PlacedItem("img0", 0, 2),)))
-    agrees(sched.step().output, SchedulerOutputView({"r0": 4}, {"r0": (0,)}, (), {"r0": 2}))
-    agrees(sched.step().output.num_scheduled_tokens, {"r0": 2})
+    agrees(OUTPUT, sched.step().output, SchedulerOutputView({"r0": 4}, {"r0": (0,)}, (), {"r0": 2}))
+    agrees(OUTPUT, sched.step().output.num_scheduled_tokens, {"r0": 2})

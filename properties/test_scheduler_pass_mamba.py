@@ -13,6 +13,8 @@ from models.scheduler_pass_values import PlacedItem, SchedRequest
 from properties.scenarios import agrees, make_or_skip
 
 TARGETS = ["model", "native", "vllm"]
+# What each pass is checked under: its output and the step (gathered rows, finished requests).
+OUTPUT = "scheduler-output-agrees"
 
 
 def build(target: str, **config):
@@ -28,7 +30,7 @@ def test_prefill_chunks_end_on_block_boundaries(target):
     sched = build(target, cache_size=2, token_budget=6, encoder_compute_budget=2)
     sched.add_request(SchedRequest("r0", 11, 1))
     sched.add_request(SchedRequest("r1", 5, 1))
-    agrees([sched.step().output.num_scheduled_tokens for _ in range(3)],
+    agrees(OUTPUT, [sched.step().output.num_scheduled_tokens for _ in range(3)],
            [{"r0": 4}, {"r0": 4}, {"r0": 3}])
 
 
@@ -45,9 +47,10 @@ def test_request_left_no_aligned_chunk_judges_no_item(target):
     sched.add_request(SchedRequest("r0", 24, 1, (PlacedItem("W", 0, 4), PlacedItem("A", 8, 4),
                                                  PlacedItem("U", 17, 4))))
     sched.add_request(SchedRequest("r1", 12, 1, (PlacedItem("A", 4, 4),)))
-    agrees(sched.step().output.num_scheduled_tokens, {"r0": 8, "r1": 4})
+    agrees(OUTPUT, sched.step().output.num_scheduled_tokens, {"r0": 8, "r1": 4})
     step = sched.step()
-    agrees((step.output.num_scheduled_tokens, step.output.scheduled_encoder_inputs),
+    agrees(OUTPUT, (step.output.num_scheduled_tokens, step.output.scheduled_encoder_inputs),
            ({"r0": 9}, {"r0": (1,)}))
-    agrees((sched.manager_slots(), sched.freeable_order()), ((0, 8), ["W", "A"]))
-    agrees(sched.step().output.num_scheduled_tokens, {"r0": 3, "r1": 4})
+    agrees("slots-agree", (sched.manager_slots(), sched.freeable_order()),
+           ((0, 8), ["W", "A"]))
+    agrees(OUTPUT, sched.step().output.num_scheduled_tokens, {"r0": 3, "r1": 4})

@@ -12,11 +12,14 @@ import pytest
 
 from models.scheduler_pass_values import Gathered, PlacedItem, SchedRequest, SchedulerOutputView
 from properties.run import unavailable
+from properties.scenarios import agrees
 from sim.errors import TargetUnavailable
 from sim.targets import make
 
 TARGETS = ["model", "native"]
 WITH_VLLM = [*TARGETS, "vllm"]
+# What each pass is checked under: its output and the step (gathered rows, finished requests).
+OUTPUT = "scheduler-output-agrees"
 
 
 def build(target: str, **config):
@@ -44,15 +47,15 @@ def test_vllm_drive_trace(target):
     for rid, img in zip("abcde", ("imgA", "imgA", "imgC", "imgD", "imgE"), strict=True):
         sched.add_request(SchedRequest(rid, 120, 2, image(img)))
     out = sched.schedule()
-    assert out == SchedulerOutputView({"a": 120, "b": 120, "c": 120, "d": 120, "e": 5},
-                                      {"a": (0,), "c": (0,), "d": (0,)}, ())
-    assert sched.update_from_output(out) == ()
+    agrees(OUTPUT, out, SchedulerOutputView({"a": 120, "b": 120, "c": 120, "d": 120, "e": 5},
+                                            {"a": (0,), "c": (0,), "d": (0,)}, ()))
+    agrees(OUTPUT, sched.update_from_output(out), ())
     out = sched.schedule()
     # vllm-drive.md shows e:116: its fake runner output sampled a token for e's partial
     # prefill too. A runner samples only where the prefill is complete: 115 prompt tokens.
-    assert out == SchedulerOutputView({"a": 1, "b": 1, "c": 1, "d": 1, "e": 115},
-                                      {"e": (0,)}, ("imgA",))
-    assert sched.update_from_output(out) == ("a", "b", "c", "d")
+    agrees(OUTPUT, out, SchedulerOutputView({"a": 1, "b": 1, "c": 1, "d": 1, "e": 115},
+                                            {"e": (0,)}, ("imgA",)))
+    agrees(OUTPUT, sched.update_from_output(out), ("a", "b", "c", "d"))
 
 
 @pytest.mark.parametrize("target", WITH_VLLM)
@@ -61,11 +64,11 @@ def test_evicted_then_reallocated_is_not_freed(target):
     evicts a, its second item re-allocates a (evicting d): only d is freed."""
     sched = build(target, cache_size=8, token_budget=16, encoder_compute_budget=8)
     sched.add_request(SchedRequest("r0", 8, 1, (PlacedItem("a", 0, 4), PlacedItem("d", 4, 4))))
-    assert sched.step().finished == ("r0",)
+    agrees(OUTPUT, sched.step().finished, ("r0",))
     sched.add_request(SchedRequest("r1", 8, 1, (PlacedItem("b", 0, 4), PlacedItem("a", 4, 4))))
     step = sched.step()
-    assert step.output.free_encoder_mm_hashes == ("d",)
-    assert step.gathered == (Gathered("r1", "b", 0, 4), Gathered("r1", "a", 0, 4))
+    agrees(OUTPUT, step.output.free_encoder_mm_hashes, ("d",))
+    agrees(OUTPUT, step.gathered, (Gathered("r1", "b", 0, 4), Gathered("r1", "a", 0, 4)))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -74,9 +77,9 @@ def test_read_ahead_is_cut_before_an_item_that_cannot_be_encoded(target):
                  encoder_compute_budget=4, read_ahead=2)
     sched.add_request(SchedRequest("r0", 10, 1, (PlacedItem("a", 0, 2), PlacedItem("b", 4, 4))))
     step = sched.step()          # [0, 3) scheduled; b at 4 fits the read-ahead [3, 5)? no room
-    assert step.output.num_scheduled_tokens == {"r0": 3}
-    assert step.output.num_read_ahead_tokens == {"r0": 1}
-    assert step.gathered == (Gathered("r0", "a", 0, 2),)
+    agrees(OUTPUT, step.output.num_scheduled_tokens, {"r0": 3})
+    agrees(OUTPUT, step.output.num_read_ahead_tokens, {"r0": 1})
+    agrees(OUTPUT, step.gathered, (Gathered("r0", "a", 0, 2),))
 
 
 @pytest.mark.parametrize("target", WITH_VLLM)
@@ -90,15 +93,15 @@ def test_masked_item_is_encoded_when_its_first_embed_is_scheduled(target):
     a = PlacedItem("a", 0, 6, is_embed=(False, False, False, True, True, True))
     sched.add_request(SchedRequest("r0", 8, 1, (a, PlacedItem("b", 6, 2))))
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r0": 3}, {}, ())
-    assert step.gathered == ()
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 3}, {}, ()))
+    agrees(OUTPUT, step.gathered, ())
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r0": 3}, {"r0": (0,)}, ())
-    assert step.gathered == (Gathered("r0", "a", 0, 3),)
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 3}, {"r0": (0,)}, ()))
+    agrees(OUTPUT, step.gathered, (Gathered("r0", "a", 0, 3),))
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (1,)}, ())
-    assert step.gathered == (Gathered("r0", "b", 0, 2),)
-    assert step.finished == ("r0",)
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 2}, {"r0": (1,)}, ()))
+    agrees(OUTPUT, step.gathered, (Gathered("r0", "b", 0, 2),))
+    agrees(OUTPUT, step.finished, ("r0",))
 
 
 @pytest.mark.parametrize("target", WITH_VLLM)
@@ -107,14 +110,15 @@ def test_preempted_request_restarts_and_reencodes_after_a_reset(target):
     ``a`` turns freeable); a reset drops ``a``; r0 restarts from token 0 and encodes it again."""
     sched = build(target, cache_size=4, token_budget=2, encoder_compute_budget=4)
     sched.add_request(SchedRequest("r0", 6, 1, (PlacedItem("a", 0, 4),)))
-    assert sched.step().output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
+    agrees(OUTPUT, sched.step().output, SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ()))
     sched.preempt_request("r0")
-    assert sched.manager_slots() == (0, 4)          # a resident, held by nobody
+    agrees("slots-agree", sched.manager_slots(), (0, 4))     # a resident, held by nobody
     sched.reset_encoder_cache()
-    assert sched.resident_mm_hashes() == set() == sched.worker_mm_hashes()
+    agrees("worker-agrees-with-manager", sched.resident_mm_hashes(), set())
+    agrees("worker-agrees-with-manager", sched.worker_mm_hashes(), set())
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
-    assert step.gathered == (Gathered("r0", "a", 0, 2),)
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ()))
+    agrees(OUTPUT, step.gathered, (Gathered("r0", "a", 0, 2),))
 
 
 @pytest.mark.parametrize("target", WITH_VLLM)
@@ -128,16 +132,16 @@ def test_reset_inside_an_items_gap_encodes_it_again_at_its_next_embed(target):
     a = PlacedItem("a", 0, 6, is_embed=(True, True, False, False, True, True))
     sched.add_request(SchedRequest("r0", 6, 1, (a,)))
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
-    assert step.gathered == (Gathered("r0", "a", 0, 2),)
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ()))
+    agrees(OUTPUT, step.gathered, (Gathered("r0", "a", 0, 2),))
     sched.reset_encoder_cache()
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r0": 2}, {}, ())
-    assert step.gathered == ()
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 2}, {}, ()))
+    agrees(OUTPUT, step.gathered, ())
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ())
-    assert step.gathered == (Gathered("r0", "a", 2, 4),)
-    assert step.finished == ("r0",)
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 2}, {"r0": (0,)}, ()))
+    agrees(OUTPUT, step.gathered, (Gathered("r0", "a", 2, 4),))
+    agrees(OUTPUT, step.finished, ("r0",))
 
 
 @pytest.mark.parametrize("target", WITH_VLLM)
@@ -150,10 +154,10 @@ def test_reused_identifier_refuses_the_request(target):
     sched.add_request(SchedRequest("r1", 8, 1, (PlacedItem("b", 0, 4), PlacedItem("img", 4, 3))))
     out = sched.schedule()
     # r0 places both; r1 reaches b (resident: held) and then img, resident with 4 embeds.
-    assert out == SchedulerOutputView({"r0": 8}, {"r0": (0, 1)}, ())
-    assert sched.update_from_output(out) == ("r1",)
-    assert sched.manager_slots() == (0, 8)
-    assert sched.get_num_unfinished_requests() == 1
+    agrees(OUTPUT, out, SchedulerOutputView({"r0": 8}, {"r0": (0, 1)}, ()))
+    agrees(OUTPUT, sched.update_from_output(out), ("r1",))
+    agrees("slots-agree", sched.manager_slots(), (0, 8))
+    agrees(OUTPUT, sched.get_num_unfinished_requests(), 1)
 
 
 @pytest.mark.parametrize("target", WITH_VLLM)
@@ -164,10 +168,10 @@ def test_reused_identifier_within_one_request(target):
     sched.add_request(SchedRequest("r0", 7, 1, (PlacedItem("img", 0, 3), PlacedItem("img", 3, 4))))
     sched.add_request(SchedRequest("r1", 2, 1))               # text only: unaffected
     out = sched.schedule()
-    assert out == SchedulerOutputView({"r1": 2}, {}, ())
-    assert sched.update_from_output(out) == ("r1", "r0")
-    assert sched.manager_slots() == (8, 8)
-    assert sched.get_num_unfinished_requests() == 0
+    agrees(OUTPUT, out, SchedulerOutputView({"r1": 2}, {}, ()))
+    agrees(OUTPUT, sched.update_from_output(out), ("r1", "r0"))
+    agrees("slots-agree", sched.manager_slots(), (8, 8))
+    agrees(OUTPUT, sched.get_num_unfinished_requests(), 0)
 
 
 def build_with_connector(target: str, **config):
@@ -191,17 +195,17 @@ def test_ec_connector_load_spends_room_not_compute(target):
                                  ec_cached_mm_hashes=("ext",))
     sched.add_request(SchedRequest("r0", 4, 1, (PlacedItem("ext", 0, 1), PlacedItem("img", 1, 2))))
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r0": 4}, {"r0": (1,)}, (),
-                                              loaded_encoder_inputs={"r0": (0,)})
-    assert step.gathered == (Gathered("r0", "ext", 0, 1), Gathered("r0", "img", 0, 2))
-    assert step.finished == ("r0",)
-    assert sched.ec_notifications() == [("alloc", "r0", 0), ("alloc", "r0", 1),
-                                        ("free", "r0", 0), ("free", "r0", 1)]
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 4}, {"r0": (1,)}, (),
+                                                    loaded_encoder_inputs={"r0": (0,)}))
+    agrees(OUTPUT, step.gathered, (Gathered("r0", "ext", 0, 1), Gathered("r0", "img", 0, 2)))
+    agrees(OUTPUT, step.finished, ("r0",))
+    agrees("ec-connector-agrees", sched.ec_notifications(),
+           [("alloc", "r0", 0), ("alloc", "r0", 1), ("free", "r0", 0), ("free", "r0", 1)])
     sched.add_request(SchedRequest("r1", 2, 1, (PlacedItem("ext", 0, 1),)))
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r1": 2}, {}, ())
-    assert sched.ec_notifications() == [("free", "r1", 0)]
-    assert sched.manager_slots() == (1, 4)
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r1": 2}, {}, ()))
+    agrees("ec-connector-agrees", sched.ec_notifications(), [("free", "r1", 0)])
+    agrees("slots-agree", sched.manager_slots(), (1, 4))
 
 
 @pytest.mark.parametrize("target", WITH_VLLM)
@@ -216,13 +220,14 @@ def test_ec_connector_load_needs_cache_room(target):
     sched.add_request(SchedRequest("r0", 5, 1, (PlacedItem("a", 0, 3),)))
     sched.add_request(SchedRequest("r1", 2, 1, (PlacedItem("ext", 0, 2),)))
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r0": 5}, {"r0": (0,)}, ())
-    assert step.finished == ("r0",)
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 5}, {"r0": (0,)}, ()))
+    agrees(OUTPUT, step.finished, ("r0",))
     step = sched.step()
-    assert step.output == SchedulerOutputView({"r1": 2}, {}, ("a",),
-                                              loaded_encoder_inputs={"r1": (0,)})
-    assert step.gathered == (Gathered("r1", "ext", 0, 2),)
-    assert sched.resident_mm_hashes() == {"ext"} == sched.worker_mm_hashes()
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r1": 2}, {}, ("a",),
+                                                    loaded_encoder_inputs={"r1": (0,)}))
+    agrees(OUTPUT, step.gathered, (Gathered("r1", "ext", 0, 2),))
+    agrees("worker-agrees-with-manager", sched.resident_mm_hashes(), {"ext"})
+    agrees("worker-agrees-with-manager", sched.worker_mm_hashes(), {"ext"})
 
 
 @pytest.mark.parametrize("target", WITH_VLLM)
@@ -239,13 +244,13 @@ def test_async_input_at_prompt_end_is_held_until_the_first_sample_is_known(targe
         pytest.skip("this release's AsyncScheduler frees an input once it is scheduled")
     sched.add_request(SchedRequest("r0", 4, 3, (PlacedItem("a", 0, 4),)))
     step = sched.step()                              # step 1 in flight, nothing applied
-    assert step.output == SchedulerOutputView({"r0": 4}, {"r0": (0,)}, ())
-    assert sched.manager_slots() == (0, 0)
+    agrees(OUTPUT, step.output, SchedulerOutputView({"r0": 4}, {"r0": (0,)}, ()))
+    agrees("slots-agree", sched.manager_slots(), (0, 0))
     step = sched.step()                              # step 2 scheduled; step 1 applied
-    assert step.output.num_scheduled_tokens == {"r0": 1}
-    assert sched.manager_slots() == (0, 0)           # a held: r0's first sample pending
+    agrees(OUTPUT, step.output.num_scheduled_tokens, {"r0": 1})
+    agrees("slots-agree", sched.manager_slots(), (0, 0))   # a held: r0's first sample pending
     step = sched.step()                              # step 3 scheduled; step 2 applied
-    assert step.output.num_scheduled_tokens == {"r0": 1}
-    assert sched.manager_slots() == (0, 4)           # a freeable
-    assert sched.step().finished == ("r0",)          # r0 skipped: its last sample in flight
-    assert sched.get_num_unfinished_requests() == 0
+    agrees(OUTPUT, step.output.num_scheduled_tokens, {"r0": 1})
+    agrees("slots-agree", sched.manager_slots(), (0, 4))   # a freeable
+    agrees(OUTPUT, sched.step().finished, ("r0",))   # r0 skipped: its last sample in flight
+    agrees(OUTPUT, sched.get_num_unfinished_requests(), 0)

@@ -23,10 +23,9 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-import pytest
-
 from models.tiering_manager import Tier
 from properties.run import vllm_tiering_module
+from properties.scenarios import agrees, holds
 
 ROUND_S = 0.25          # the test's clock advances this much at each pause between rounds
 THREAD_NAME = "vllm_offload_tier_poll"
@@ -97,7 +96,8 @@ class PollLoopDriver:
 
     # the lock
     def acquire(self, blocking=True, timeout=-1):
-        assert not self.held, "the poll loop asked for the manager lock it already holds"
+        holds("tier-poll-locking", not self.held,
+              "the poll loop asked for the manager lock it already holds")
         if self.lock_free(self.now):
             self.held = True
             return True
@@ -105,7 +105,7 @@ class PollLoopDriver:
         return False
 
     def release(self):
-        assert self.held, "the poll loop released a lock it does not hold"
+        holds("tier-poll-locking", self.held, "the poll loop released a lock it does not hold")
         self.held = False
 
     # the stop event
@@ -114,7 +114,7 @@ class PollLoopDriver:
         return self.stopped or self.rounds > self.rounds_max
 
     def wait(self, timeout=None):
-        assert not self.held, "the poll loop paused holding the manager lock"
+        holds("tier-poll-locking", not self.held, "the poll loop paused holding the manager lock")
         self.now += ROUND_S
         return self.stopped
 
@@ -122,14 +122,15 @@ class PollLoopDriver:
         self.stopped = True
 
     def _polled(self, tier):
-        assert self.held, "a tier was polled without the manager lock"
+        holds("tier-poll-locking", self.held, "a tier was polled without the manager lock")
         self.poll_times.append(self.now)
         tier.poll_error = RuntimeError("peer gone") if self.failing(self.now) else None
 
     def run(self) -> bool:
         """Run the loop until it returns; True if it stopped by itself (gave up)."""
         self.manager._tier_poll_loop()
-        assert not self.held, "the poll loop returned holding the manager lock"
+        holds("tier-poll-locking", not self.held,
+              "the poll loop returned holding the manager lock")
         return self.rounds <= self.rounds_max
 
 
@@ -148,19 +149,20 @@ def test_failing_rounds_give_up_after_the_limit(target, monkeypatch):
     start = 1000.0
     driver = PollLoopDriver(module, world, monkeypatch, lambda now: True,
                             lambda now: now >= start + 2)
-    assert driver.run(), "rounds failing continuously must end the thread (on_schedule_end " \
-        "still serves the tiers)"
+    holds("tier-poll-give-up", driver.run(), "rounds failing continuously must end the thread "
+          "(on_schedule_end still serves the tiers)")
     fails = [t for t in driver.poll_times if t >= start + 2]
     give_up = module._TIER_POLL_GIVE_UP_AFTER_S
-    assert fails[-1] - fails[0] == give_up, (
-        f"the thread gave up {fails[-1] - fails[0]} s after rounds began failing; it must "
-        f"give up at the first round {give_up} s into the failures")
-    assert driver.log.times("exception") == _expected_error_logs(
-        fails, module._TIER_POLL_ERROR_LOG_INTERVAL_S), \
-        "a run of failing rounds logs its traceback at most once per interval, first at once"
-    assert driver.log.times("error", "stopping") == [fails[-1]], "giving up is logged once"
-    assert driver.poll_times[:8] == [start + ROUND_S * n for n in range(8)], \
-        "rounds that succeed poll every interval"
+    holds("tier-poll-give-up", fails and fails[-1] - fails[0] == give_up,
+          lambda: f"the thread gave up {fails[-1] - fails[0] if fails else None} s after "
+                  f"rounds began failing; it must give up at the first round {give_up} s "
+                  "into the failures")
+    holds("tier-poll-give-up", driver.log.times("exception") == _expected_error_logs(
+        fails, module._TIER_POLL_ERROR_LOG_INTERVAL_S),
+        "a run of failing rounds logs its traceback at most once per interval, first at once")
+    agrees("tier-poll-give-up", driver.log.times("error", "stopping"), [fails[-1]])  # once
+    holds("tier-poll-thread", driver.poll_times[:8] == [start + ROUND_S * n for n in range(8)],
+          "rounds that succeed poll every interval")
 
 
 def test_a_success_restarts_the_failure_count(target, monkeypatch):
@@ -173,9 +175,9 @@ def test_a_success_restarts_the_failure_count(target, monkeypatch):
         return not (start + half <= now < start + half + ROUND_S)
     driver = PollLoopDriver(module, world, monkeypatch, lambda now: True, failing,
                             rounds_max=int(2 * half / ROUND_S))
-    assert not driver.run(), (
-        f"two runs of failures of {half} s each, a successful round between them, must not "
-        f"end the thread: it gives up only after {give_up} s of consecutive failures")
+    holds("tier-poll-give-up", not driver.run(),
+          f"two runs of failures of {half} s each, a successful round between them, must not "
+          f"end the thread: it gives up only after {give_up} s of consecutive failures")
 
 
 def test_an_unavailable_lock_warns_and_polls_nothing(target, monkeypatch):
@@ -190,18 +192,30 @@ def test_an_unavailable_lock_warns_and_polls_nothing(target, monkeypatch):
     driver = PollLoopDriver(module, world, monkeypatch, lock_free, lambda now: False,
                             rounds_max=200)
     driver.run()
-    assert all(lock_free(t) for t in driver.poll_times), "a tier was polled without the lock"
+    holds("tier-poll-locking", all(lock_free(t) for t in driver.poll_times),
+          "a tier was polled without the lock")
     warnings = [(msg, t) for lvl, msg, t in driver.log.records if lvl == "warning"]
     times = [t for _, t in warnings]
-    assert times and times[0] > start + 20 + warn, (
-        f"warned at {[t - start for t in times]} s: only once the lock has been unavailable "
-        f"for more than {warn} s (the first 20 s stall ended with a round)")
-    assert len(times) == 2 and times[1] - times[0] > warn, (
-        f"warned at {[t - start for t in times]} s: once per {warn} s of one stall")
+    holds("tier-poll-locking", times and times[0] > start + 20 + warn,
+          f"warned at {[t - start for t in times]} s: only once the lock has been unavailable "
+          f"for more than {warn} s (the first 20 s stall ended with a round)")
+    holds("tier-poll-locking", len(times) == 2 and times[1] - times[0] > warn,
+          f"warned at {[t - start for t in times]} s: once per {warn} s of one stall")
     for msg, _ in warnings:
-        waited = float(msg.split(" for ")[1].split("s")[0])
-        assert warn < waited <= warn + 2, f"the warning reports {waited} s unavailable: {msg!r}"
-    assert driver.poll_times, "once the lock is free again the rounds poll"
+        waited = _seconds_waited(msg)
+        holds("tier-poll-locking", waited is not None and warn < waited <= warn + 2,
+              f"the warning reports {waited} s unavailable: {msg!r}")
+    holds("tier-poll-locking", driver.poll_times, "once the lock is free again the rounds poll")
+
+
+def _seconds_waited(warning: str) -> float | None:
+    """The seconds a stall warning says the lock was unavailable ("... for 12.5s ..."); None
+    when the message does not say (a mutant's garbled warning fails the property, not the
+    test's parsing)."""
+    try:
+        return float(warning.split(" for ")[1].split("s")[0])
+    except (IndexError, ValueError):
+        return None
 
 
 def test_the_thread_is_a_daemon_started_when_asked(target, monkeypatch):
@@ -209,18 +223,19 @@ def test_the_thread_is_a_daemon_started_when_asked(target, monkeypatch):
     log = Log()
     monkeypatch.setattr(module, "logger", log)
     world = _world(interval_s=0)
-    assert not _poll_threads(), "an interval of zero runs no tier-poll thread"
+    holds("tier-poll-thread", not _poll_threads(), "an interval of zero runs no tier-poll thread")
     world.shutdown()
     world = _world(interval_s=0.001)
     try:
         threads = _poll_threads()
-        assert len(threads) == 1 and threads[0].daemon, \
-            "the tier-poll thread must be a daemon (it must not keep the process alive)"
-        assert any(lvl == "info" and "t0" in msg for lvl, msg, _ in log.records), \
-            "the thread's start is logged, naming the tiers it polls"
+        holds("tier-poll-thread", len(threads) == 1 and threads[0].daemon,
+              "the tier-poll thread must be a daemon (it must not keep the process alive)")
+        holds("tier-poll-thread", any(lvl == "info" and "t0" in msg
+                                      for lvl, msg, _ in log.records),
+              "the thread's start is logged, naming the tiers it polls")
     finally:
         world.shutdown()
-    assert not _poll_threads()
+    holds("tier-poll-thread", not _poll_threads(), "shutdown stops the tier-poll thread")
 
 
 def _poll_threads() -> list[threading.Thread]:
@@ -261,17 +276,30 @@ def test_shutdown_refuses_while_a_round_holds_the_lock(target, monkeypatch):
     monkeypatch.setattr(module, "logger", log)
     world = _world(interval_s=0.001)
     stuck = StuckRound(world)
-    assert stuck.entered.wait(30), "the tier-poll thread never polled"
-    with pytest.raises(RuntimeError, match="lock"):
-        world.shutdown()
-    assert stuck.shutdowns == [] and world.released == [], (
-        f"shutdown released {world.released} under a round still running")
-    assert log.times("error", "did not exit"), "the thread that would not stop is logged"
+    holds("tier-poll-thread", stuck.entered.wait(30), "the tier-poll thread never polled")
+    refused = _raised(world.shutdown, RuntimeError)
+    holds("tier-poll-shutdown", refused is not None and "lock" in str(refused),
+          f"shutdown under a round keeping the lock must raise a RuntimeError naming the "
+          f"lock; it raised {refused!r}")
+    holds("tier-poll-shutdown", stuck.shutdowns == [] and world.released == [],
+          f"shutdown released {world.released} under a round still running")
+    holds("tier-poll-shutdown", log.times("error", "did not exit"),
+          "the thread that would not stop is logged")
     stuck.let_go()
     for thread in _poll_threads():
         thread.join(30)
     world.shutdown()
-    assert world.released == ["t0", "t1", "primary"], f"shutdown released {world.released}"
+    agrees("shutdown-releases-all", world.released, ["t0", "t1", "primary"])
+
+
+def _raised(call, kind: type[BaseException]) -> BaseException | None:
+    """The ``kind`` error ``call()`` raised, or None if it returned (another error passes
+    through: it is no answer to the property)."""
+    try:
+        call()
+    except kind as error:
+        return error
+    return None
 
 
 def test_shutdown_waits_for_the_round_then_holds_the_lock(target, monkeypatch):
@@ -283,12 +311,13 @@ def test_shutdown_waits_for_the_round_then_holds_the_lock(target, monkeypatch):
     world = _world(interval_s=0.001)
     stuck = StuckRound(world)
     monkeypatch.setattr(module, "logger", Log(on_error=stuck.let_go))
-    assert stuck.entered.wait(30), "the tier-poll thread never polled"
+    holds("tier-poll-thread", stuck.entered.wait(30), "the tier-poll thread never polled")
     world.shutdown()
-    assert stuck.shutdowns == [("t0", False, True), ("t1", False, True)], (
-        f"tier shutdowns (tier, under a running round, lock held): {stuck.shutdowns}")
-    assert world.released == ["t0", "t1", "primary"], f"shutdown released {world.released}"
-    assert not world.manager.lock.locked(), "shutdown must release the lock it took"
+    holds("tier-poll-shutdown", stuck.shutdowns == [("t0", False, True), ("t1", False, True)],
+          f"tier shutdowns (tier, under a running round, lock held): {stuck.shutdowns}")
+    agrees("shutdown-releases-all", world.released, ["t0", "t1", "primary"])
+    holds("tier-poll-shutdown", not world.manager.lock.locked(),
+          "shutdown must release the lock it took")
     for thread in _poll_threads():
         thread.join(30)
 
@@ -299,10 +328,11 @@ def test_a_failing_tier_shutdown_keeps_the_primary(target, monkeypatch):
     monkeypatch.setattr(module, "logger", log)
     world = _world()
     world.tiers[0].shutdown_error = OSError("tier stuck")
-    with pytest.raises(OSError, match="tier stuck"):
-        world.shutdown()
-    assert world.released == ["t0", "t1"], (
-        f"released {world.released}: every tier gets its shutdown, and the primary's memory "
-        "stays while a failed tier may still use it")
-    assert log.times("exception", "t0") or log.times("exception", "#0"), \
-        "the failed tier's shutdown is logged"
+    failed = _raised(world.shutdown, OSError)
+    holds("tier-poll-shutdown", failed is not None and "tier stuck" in str(failed),
+          f"a tier's failed shutdown must reach the caller; shutdown raised {failed!r}")
+    holds("tier-poll-shutdown", world.released == ["t0", "t1"],
+          f"released {world.released}: every tier gets its shutdown, and the primary's memory "
+          "stays while a failed tier may still use it")
+    holds("tier-poll-shutdown", log.times("exception", "t0") or log.times("exception", "#0"),
+          "the failed tier's shutdown is logged")

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from properties.run import unavailable
+from properties.scenarios import agrees, holds
 from sim.errors import CapabilityMissing, TargetUnavailable
 
 NOTICE_S = 5.0          # the thread polls every 1 ms; 5 s absorbs a loaded machine
@@ -47,7 +48,8 @@ def _pinned_by_cascade(mgr) -> None:
     finished; the tier then finishes it."""
     mgr.prepare_store([0])
     mgr.complete_store([0])
-    assert mgr.ref_cnt(0) == 1, "the cascade job pins the stored chunk until polled"
+    holds("ref-counts-agree", mgr.ref_cnt(0) == 1,
+          "the cascade job pins the stored chunk until polled")
     mgr.complete_job(0)
 
 
@@ -67,15 +69,17 @@ def test_polled_tier_is_served_between_steps(target):
         deadline = time.monotonic() + NOTICE_S
         while _ref_cnt(mgr, 0) != 0 and time.monotonic() < deadline:
             time.sleep(0.001)
-        assert _ref_cnt(mgr, 0) == 0, (
-            f"the tier asked to be polled between steps, but {NOTICE_S} s after its cascade "
-            "job finished no poll had noticed it: the chunk is still pinned (is the "
-            "tier-poll thread started, and does its round poll the polled tiers?)")
-        assert not mgr.has_pending_work(), "the noticed job is no pending work"
+        holds("tier-poll-thread", _ref_cnt(mgr, 0) == 0,
+              f"the tier asked to be polled between steps, but {NOTICE_S} s after its cascade "
+              "job finished no poll had noticed it: the chunk is still pinned (is the "
+              "tier-poll thread started, and does its round poll the polled tiers?)")
+        holds("pending-work-agrees", not mgr.has_pending_work(),
+              "the noticed job is no pending work")
     finally:
         released = mgr.shutdown()
-    assert released == ("secondary", "primary"), f"shutdown released {released}"
-    assert not _poll_threads(), "shutdown must stop the tier-poll thread (and wait for it)"
+    agrees("shutdown-releases-all", released, ("secondary", "primary"))
+    holds("tier-poll-thread", not _poll_threads(),
+          "shutdown must stop the tier-poll thread (and wait for it)")
 
 
 def test_unpolled_tier_waits_for_a_manager_call(target):
@@ -83,13 +87,15 @@ def test_unpolled_tier_waits_for_a_manager_call(target):
     try:
         _pinned_by_cascade(mgr)
         time.sleep(QUIET_S)
-        assert _ref_cnt(mgr, 0) == 1, (
-            "a tier that did not ask for off-thread polling was polled between steps")
-        assert not _poll_threads(), "no tier asked for the tier-poll thread, yet one runs"
+        holds("tier-poll-thread", _ref_cnt(mgr, 0) == 1,
+              "a tier that did not ask for off-thread polling was polled between steps")
+        holds("tier-poll-thread", not _poll_threads(),
+              "no tier asked for the tier-poll thread, yet one runs")
         # This step polled already (prepare_store polls, and a step polls once); the next
         # step's first manager call polls: here its end.
         mgr.on_schedule_end()
         mgr.on_schedule_end()
-        assert _ref_cnt(mgr, 0) == 0, "the next step's end polls the tier and drops the pin"
+        holds("ref-counts-agree", _ref_cnt(mgr, 0) == 0,
+              "the next step's end polls the tier and drops the pin")
     finally:
-        assert mgr.shutdown() == ("secondary", "primary")
+        agrees("shutdown-releases-all", mgr.shutdown(), ("secondary", "primary"))

@@ -9,6 +9,7 @@ from hypothesis import Phase, settings
 from models.tiered_lookup_values import LookupResult
 from models.tiering_manager import JobOutcome, Tier
 from properties.run import vllm_tiering_module
+from properties.scenarios import agrees, holds
 from properties.tiering_manager_machine import TieringManagerMachine
 
 EXAMPLES, STEPS = 300, 50
@@ -47,13 +48,13 @@ def test_a_promotion_the_full_primary_cannot_take_is_a_counted_miss(target):
     world = maker(2, [Tier("t0", False, False, False, {2}), Tier("t1", False, False, False)])
     try:
         world.on_new_request("r0")
-        assert world.prepare_store([0, 1], "r0") == (0, 1)     # both chunks write-pending
-        assert world.lookup(2, "r0") is LookupResult.MISS, "no room to promote: a miss"
+        agrees("store-outputs-agree", world.prepare_store([0, 1], "r0"), (0, 1))  # pending
+        agrees("lookup-results-agree", world.lookup(2, "r0"), LookupResult.MISS)  # no room
         stats = world.get_stats()
-        assert stats.get(("allocation_failures",)) == 1, (
-            f"the promotion that found no room is counted once: {stats}")
-        assert world.lookup(2, "r0") is LookupResult.MISS
-        assert world.get_stats().get(("allocation_failures",)) == 1, "counted since last"
+        holds("stats-agree", stats.get(("allocation_failures",)) == 1,
+              f"the promotion that found no room is counted once: {stats}")
+        agrees("lookup-results-agree", world.lookup(2, "r0"), LookupResult.MISS)
+        agrees("stats-agree", world.get_stats().get(("allocation_failures",)), 1)  # since last
     finally:
         world.shutdown()
 
@@ -71,16 +72,16 @@ def test_a_finished_request_commits_its_blocks_as_most_recent(target):
         world.on_new_request("r0")
         world.on_new_request("r1")
         for req, key in (("r0", 0), ("r1", 1)):
-            assert world.prepare_store([key], req) == (key,)
+            agrees("store-outputs-agree", world.prepare_store([key], req), (key,))
             world.complete_store([key], req, True)
         for i in (0, 1):
             for job in world.jobs(i):
                 world.run_job(i, job, JobOutcome(job.keys, True))
         world.on_request_finished("r0")
-        assert world.prepare_store([2], "r1") == (2,)      # polls first: the cascades unpin
-        assert world.last_evicted == (1,), (
-            f"evicted {world.last_evicted}: r0 finished after r1 stored 1, so its block 0 "
-            "is the more recent")
+        agrees("store-outputs-agree", world.prepare_store([2], "r1"), (2,))  # polls first
+        holds("store-outputs-agree", world.last_evicted == (1,),
+              f"evicted {world.last_evicted}: r0 finished after r1 stored 1, so its block 0 "
+              "is the more recent")
     finally:
         world.shutdown()
 
@@ -98,16 +99,19 @@ def test_a_partly_failed_promotion_keeps_the_landed_keys_source(target):
     world = maker(4, [Tier("t0", False, False, False, {0, 1}), Tier("t1", False, False, False)])
     try:
         world.on_new_request("r0")
-        assert (world.lookup(0, "r0"), world.lookup(1, "r0")) == (
-            LookupResult.HIT_PENDING, LookupResult.HIT_PENDING)
+        agrees("lookup-results-agree", (world.lookup(0, "r0"), world.lookup(1, "r0")),
+               (LookupResult.HIT_PENDING, LookupResult.HIT_PENDING))
         world.on_schedule_end()
-        [job] = world.jobs(0)
-        assert sorted(job.keys) == [0, 1], f"one promotion of both keys, got {job}"
-        world.run_job(0, job, JobOutcome((0,), False))
-        assert world.lookup(0, "r0") is LookupResult.HIT, "the landed key is readable"
-        assert world.load_source(0, "r0") == 0, (
-            "the landed key's load source must stay t0: only the failed keys lose theirs")
-        assert world.load_source(1, "r0") is None, "the failed key's source is forgotten"
-        assert world.lookup(1, "r0") is LookupResult.HIT_PENDING, "promoted again from t0"
+        jobs = world.jobs(0)
+        holds("jobs-agree", len(jobs) == 1 and sorted(jobs[0].keys) == [0, 1],
+              f"one promotion of both keys, got {jobs}")
+        world.run_job(0, jobs[0], JobOutcome((0,), False))
+        agrees("lookup-results-agree", world.lookup(0, "r0"), LookupResult.HIT)   # landed
+        holds("load-source-agrees", world.load_source(0, "r0") == 0,
+              "the landed key's load source must stay t0: only the failed keys lose theirs")
+        holds("load-source-agrees", world.load_source(1, "r0") is None,
+              "the failed key's source is forgotten")
+        agrees("lookup-results-agree", world.lookup(1, "r0"),     # promoted again from t0
+               LookupResult.HIT_PENDING)
     finally:
         world.shutdown()

@@ -15,7 +15,9 @@ import sys
 import pytest
 
 from models.encoder_cache_values import MmItem, ReqView
+from properties.harness import PropertyFailed
 from properties.run import unavailable
+from properties.scenarios import agrees, holds
 from properties.test_hazards import SEEDS
 from sim import targets
 from sim.errors import HarnessError, TargetUnavailable
@@ -106,22 +108,23 @@ def test_vllm_encoder_cache_evicts_oldest_freeable_first():
     - c hits img2, now held by a and c."""
     cache = vllm_cache(10)
     a, b, c = req("a", ("img1", 4), ("img2", 4)), req("b", ("img3", 6)), req("c", ("img2", 4))
-    assert not cache.check_and_update_cache(a, 0)
-    assert cache.can_allocate(a, 0, encoder_compute_budget=100, num_embeds_to_schedule=0)
+    agrees("returns-agree", cache.check_and_update_cache(a, 0), False)
+    agrees("returns-agree", cache.can_allocate(a, 0, encoder_compute_budget=100,
+                                               num_embeds_to_schedule=0), True)
     cache.allocate(a, 0)
-    assert cache.can_allocate(a, 1, 100, 0)
+    agrees("returns-agree", cache.can_allocate(a, 1, 100, 0), True)
     cache.allocate(a, 1)
     cache.free_encoder_input(a, 0)                               # img1 -> freeable
-    assert (cache.num_free_slots, cache.num_freeable_slots) == (2, 6)
-    assert cache.can_allocate(b, 0, 100, 0)                      # evicts img1
+    agrees("slots-agree", (cache.num_free_slots, cache.num_freeable_slots), (2, 6))
+    agrees("returns-agree", cache.can_allocate(b, 0, 100, 0), True)    # evicts img1
     cache.allocate(b, 0)
-    assert cache.get_freed_mm_hashes() == ["img1"]
-    assert cache.get_freed_mm_hashes() == []                     # the list is cleared
-    assert cache.check_and_update_cache(c, 0)                    # hit: shared with a
-    assert cache.get_cached_input_ids(c) == {0}
-    assert cache.get_cached_num_encoder_embeds(c, 0) == 4
+    agrees("returns-agree", cache.get_freed_mm_hashes(), ["img1"])
+    agrees("returns-agree", cache.get_freed_mm_hashes(), [])     # the list is cleared
+    agrees("returns-agree", cache.check_and_update_cache(c, 0), True)  # hit: shared with a
+    agrees("cached-inputs-agree", cache.get_cached_input_ids(c), {0})
+    agrees("returns-agree", cache.get_cached_num_encoder_embeds(c, 0), 4)
     cache.reset()
-    assert (cache.num_free_slots, cache.num_freeable_slots) == (10, 10)
+    agrees("slots-agree", (cache.num_free_slots, cache.num_freeable_slots), (10, 10))
 
 
 def test_vllm_target_runs_the_installed_release():
@@ -152,7 +155,12 @@ def test_vllm_reaches_the_same_hazards_as_native():
             if failure is not None and target == "vllm":    # the machine's test reports it
                 pytest.skip(f"n/a: vLLM {release.release()} diverges ({failure.property}); "
                             "hazard counts compare only where the machine agrees")
-            assert failure is None, failure
+            if failure is not None:                         # native broke a property
+                raise PropertyFailed(failure.property, failure.message)
         counts[target] = (recorder.examples, recorder.steps, dict(recorder.events))
-    assert counts["vllm"] == counts["native"]
-    assert set(counts["vllm"][2]) == set(EncoderCacheMachine.HAZARDS)   # every hazard fired
+    holds("hazards-agree", counts["vllm"] == counts["native"],
+          lambda: f"(examples, steps, hazards) against vllm {counts['vllm']}, against native "
+                  f"{counts['native']}")
+    holds("hazards-agree", set(counts["vllm"][2]) == set(EncoderCacheMachine.HAZARDS),
+          lambda: f"hazards never reached: "                          # every hazard fired
+                  f"{sorted(set(EncoderCacheMachine.HAZARDS) - set(counts['vllm'][2]))}")

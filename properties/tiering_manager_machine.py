@@ -27,11 +27,41 @@ from hypothesis.stateful import (
 
 from models.tiered_lookup_values import LookupResult
 from models.tiering_manager import JobOutcome, Tier, TieringModel
+from properties.harness import PropertyFailed
+from sim.errors import HarnessError
 
 NUM_CHUNKS = 8          # more than the keys: the primary never evicts (not this machine's job)
 KEYS = tuple(range(5))
 BATCHES_MAX = 3
 RESET_GAP = 8
+
+# What the machine checks: a failure names one (``PropertyFailed``), as a HarnessMachine's does.
+PROPERTIES = {
+    "request-policy-agrees": "on_new_request tells the connector the model's offload policy",
+    "store-outputs-agree": "prepare_store returns the model's keys to store",
+    "lookup-results-agree": "every lookup answers what the model answers",
+    "load-source-agrees": "a HIT's load source is the tier that supplied it to the request",
+    "events-agree": "take_events() drains the model's events, the primary's then each tier's",
+    "stats-agree": "get_stats() reports the model's counters and gauges",
+    "config-info-agrees": "config_info() describes the model's tiers",
+    "tier-calls-agree": "each tier is asked exactly what the model asks of it, in order",
+    "peer-answers-agree": "a tier's peers are told the model's answers",
+    "jobs-agree": "each tier holds the model's submitted jobs",
+    "tier-polls-allowed": "a round polls only tiers that opted in; a tier's serving never polls",
+    "ref-counts-agree": "each key's ref count is the model's (-1 write pending)",
+    "pending-work-agrees": "has_pending_work() is the model's",
+    "shutdown-releases-all": "shutdown releases every tier, then the primary's memory",
+}
+
+
+def check(property: str, holds: object, detail) -> None:
+    """Fail ``property`` (declared in ``PROPERTIES``) unless ``holds``; ``detail`` (or what it
+    returns, computed only on failure) says what was seen."""
+    if property not in PROPERTIES:
+        raise HarnessError(f"TieringManagerMachine checks undeclared property {property!r}: "
+                           "add it to PROPERTIES")
+    if not holds:
+        raise PropertyFailed(property, detail() if callable(detail) else detail)
 
 
 class TieringManagerMachine(RuleBasedStateMachine):
@@ -67,7 +97,8 @@ class TieringManagerMachine(RuleBasedStateMachine):
         self.started += 1
         expect = self.model.on_new_request(req, everywhere)
         actual = self.world.on_new_request(req, everywhere)
-        assert actual == expect, f"on_new_request({req}) -> {actual} policy, expected {expect}"
+        check("request-policy-agrees", actual == expect,
+              lambda: f"on_new_request({req}) -> {actual} policy, expected {expect}")
         self.live.append(req)
 
     # A request that may load only from CPU tiers (its load_tier_filter): the storage tier
@@ -93,7 +124,8 @@ class TieringManagerMachine(RuleBasedStateMachine):
         req = data.draw(st.sampled_from(self.live))
         expect = self.model.prepare_store(tuple(keys), req)
         actual = self.world.prepare_store(keys, req)
-        assert actual == expect, f"prepare_store({keys}) -> {actual}, expected {expect}"
+        check("store-outputs-agree", actual == expect,
+              lambda: f"prepare_store({keys}) -> {actual}, expected {expect}")
         if expect:
             self.batches.append((req, expect))
 
@@ -140,12 +172,14 @@ class TieringManagerMachine(RuleBasedStateMachine):
         req = data.draw(st.sampled_from(self.live))
         expect = self.model.lookup(key, req)
         actual = self.world.lookup(key, req)
-        assert actual == expect, f"lookup({key}) for {req} -> {actual!r}, expected {expect!r}"
+        check("lookup-results-agree", actual == expect,
+              lambda: f"lookup({key}) for {req} -> {actual!r}, expected {expect!r}")
         if expect is LookupResult.HIT:
             source = self.world.load_source(key, req)
             want = self.model.load_source(key, req)
-            assert source == want, (f"get_load_source({key}) for {req}: tier {source}, "
-                                    f"expected tier {want} (None: the primary)")
+            check("load-source-agrees", source == want,
+                  lambda: f"get_load_source({key}) for {req}: tier {source}, expected tier "
+                          f"{want} (None: the primary)")
 
     # The scheduler asks for a request's blocks one after another in one pass: promotions of
     # several keys from one tier in one step (one job each per tier and request).
@@ -223,7 +257,8 @@ class TieringManagerMachine(RuleBasedStateMachine):
         self.model.on_schedule_end(new)
         # the connector drains the step's events: the primary's, then each tier's own
         actual, expect = self.world.take_events(), self.model.take_events()
-        assert actual == expect, f"take_events() -> {actual}, expected {expect}"
+        check("events-agree", actual == expect,
+              lambda: f"take_events() -> {actual}, expected {expect}")
 
     @rule()
     def tier_poll_round(self):
@@ -261,13 +296,14 @@ class TieringManagerMachine(RuleBasedStateMachine):
     def get_stats(self):
         expect = _rounded(self.model.get_stats())
         actual = _rounded(self.world.get_stats())
-        assert actual == expect, "stats-agree: " + _diff(actual, expect)
+        check("stats-agree", actual == expect, lambda: _diff(actual, expect))
 
     @rule()
     def config_info(self):
         expect = self.model.config_info(self.world.primary_info())
         actual = self.world.config_info()
-        assert actual == expect, f"config_info() -> {actual}, expected {expect}"
+        check("config-info-agrees", actual == expect,
+              lambda: f"config_info() -> {actual}, expected {expect}")
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -277,37 +313,43 @@ class TieringManagerMachine(RuleBasedStateMachine):
             return
         self.steps_since_reset += 1
         for i, (mt, wt) in enumerate(zip(self.model.tiers, self.world.tiers, strict=True)):
-            assert wt.calls == mt.calls, (
-                f"tier-calls-agree: tier {i} was asked {wt.calls}, expected {mt.calls}")
+            # (details computed only on failure, bound per tier: the loop moves on)
+            check("tier-calls-agree", wt.calls == mt.calls,
+                  lambda i=i, wt=wt, mt=mt: f"tier {i} was asked {wt.calls}, expected {mt.calls}")
             wt.calls.clear()
             mt.calls.clear()
-            assert wt.answers == mt.answers, (
-                f"peer-answers-agree: tier {i}'s peers were told {wt.answers}, "
-                f"expected {mt.answers}")
-            assert self.world.jobs(i) == sorted(mt.submitted), (
-                f"tier {i} holds jobs {self.world.jobs(i)}, expected {sorted(mt.submitted)}")
-        assert not self.world.poll_faults, (
-            f"tier-polls-allowed: {self.world.poll_faults}: a round polls only the tiers that "
-            "opted in, and a tier's serving must not poll (poll_tiers keeps the step's "
-            "once-per-step poll shut while it serves)")
+            check("peer-answers-agree", wt.answers == mt.answers,
+                  lambda i=i, wt=wt, mt=mt: f"tier {i}'s peers were told {wt.answers}, "
+                                            f"expected {mt.answers}")
+            check("jobs-agree", self.world.jobs(i) == sorted(mt.submitted),
+                  lambda i=i, mt=mt: f"tier {i} holds jobs {self.world.jobs(i)}, expected "
+                                     f"{sorted(mt.submitted)}")
+        check("tier-polls-allowed", not self.world.poll_faults,
+              lambda: f"{self.world.poll_faults}: a round polls only the tiers that opted in, "
+                      "and a tier's serving must not poll (poll_tiers keeps the step's "
+                      "once-per-step poll shut while it serves)")
         # The connector asks a hit's source for its metrics: every readable key, per request.
         for req in self.live:
             for key, ref in self.model.ref_counts().items():
                 if ref >= 0:
                     source = self.world.load_source(key, req)
                     want = self.model.load_source(key, req)
-                    assert source == want, (f"load-source-agrees: get_load_source({key}) for "
-                                            f"{req}: tier {source}, expected tier {want}")
-        assert self.world.ref_counts() == self.model.ref_counts(), (
-            f"ref-counts-agree: {self.world.ref_counts()}, expected {self.model.ref_counts()}")
-        assert self.world.has_pending_work() == self.model.pending_work(), "pending work"
+                    check("load-source-agrees", source == want,
+                          f"get_load_source({key}) for {req}: tier {source}, expected tier "
+                          f"{want}")
+        check("ref-counts-agree", self.world.ref_counts() == self.model.ref_counts(),
+              lambda: f"{self.world.ref_counts()}, expected {self.model.ref_counts()}")
+        check("pending-work-agrees", self.world.has_pending_work() == self.model.pending_work(),
+              lambda: f"has_pending_work() is {self.world.has_pending_work()}, expected "
+                      f"{self.model.pending_work()}")
 
     def teardown(self):
         if hasattr(self, "world") and not self.closed:
             self.closed = True
             self.world.shutdown()
-            assert self.world.released == ["t0", "t1", "primary"], (
-                f"shutdown released {self.world.released}: every tier, then the primary")
+            check("shutdown-releases-all", self.world.released == ["t0", "t1", "primary"],
+                  lambda: f"shutdown released {self.world.released}: every tier, then the "
+                          "primary")
 
 
 def _rounded(stats: dict) -> dict:
