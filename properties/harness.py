@@ -68,6 +68,9 @@ class Trace:
     config: dict = field(factory=dict)       # the drawn configuration, printed first
     world: object = None                     # what the machine's setup() was given
     steps: list[Step] = field(factory=list)
+    # Why the world is outside what vLLM builds (the vllm target's ``outside_vllm``; empty for
+    # a world it builds, and on other targets): a failure there is no finding against vLLM.
+    outside: list[str] = field(factory=list)
 
     def actions(self) -> list[tuple]:
         """The replayable program: one entry per machine action. An action that records

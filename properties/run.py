@@ -39,7 +39,7 @@ from properties.harness import (
 from properties.machines import import_all_machines
 from properties.reproducer import write_reproducer
 from sim.errors import AdapterError, CapabilityMissing, HarnessError, TargetUnavailable
-from sim.outcomes import classify, message_of, same_failure
+from sim.outcomes import classify, message_of, outside_label, same_failure
 
 # Errors that say the harness or its input is wrong, not the target: never a "finding".
 NOT_FINDINGS = (HarnessError, FailedHealthCheck, InvalidArgument, InvalidDefinition,
@@ -275,11 +275,15 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
     note_missing(result.recorder.missing)
     if result.failure:
         path = write_reproducer(machine, result.failure, target, reproducer_dir)
+        outside = list(result.failure.trace.outside)
         raise Divergence(
             f"{result.failure.message}\n{machine.__name__} against {target}: "
-            f"{result.failure.calls} calls; reproducer: {path}",
+            f"{result.failure.calls} calls; reproducer: {path}"
+            + (f"\n{outside_label(outside)}: not a finding against vLLM"
+               if outside else ""),
             property=result.failure.property, calls=result.failure.calls,
-            reproducer=str(path), trace=[s.call for s in result.failure.trace.steps])
+            reproducer=str(path), trace=[s.call for s in result.failure.trace.steps],
+            outside_vllm=outside)
     return result
 
 
