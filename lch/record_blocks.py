@@ -67,7 +67,10 @@ def mamba_mtp(results: Path) -> str:
         "| case | budget | prompts | outcome | tokens per pass |", "|---|---|---|---|---|"]
     for item in r["items"]:
         passes = item["tokens_per_pass"]
-        shown = ", ".join(str(p) for p in passes[:6]) + (" ..." if len(passes) > 6 else "")
+        shown = ", ".join(str(p) for p in passes if p)
+        idle = sum(1 for p in passes if not p)
+        if idle:
+            shown += f"; then {idle} passes with no token"
         outcome = item["outcome"] if item["outcome"] == "finished" else \
             f"**stalled** at {item['stalled_at']}"
         lines.append(f"| `{item['id']}` | {item['budget']} | {item['prompts']} | {outcome} | "

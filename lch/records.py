@@ -124,9 +124,14 @@ def renderer(name: str):
     return register
 
 
-def _load_renderers() -> None:
+def _load_renderers() -> dict[str, Callable[[Path], str]]:
+    """The registry, every campaign's blocks registered in it. Read through the imported
+    ``lch.records``: under ``python -m lch.records`` this file runs as ``__main__``, a module
+    of its own, whose ``RENDERERS`` the campaign modules never see."""
     # Each campaign module registers its own blocks; importing them is cheap (no vLLM).
     import lch.record_blocks  # noqa: F401
+    import lch.records
+    return lch.records.RENDERERS
 
 
 def documents(root: Path = ROOT) -> list[Path]:
@@ -136,14 +141,14 @@ def documents(root: Path = ROOT) -> list[Path]:
 
 def rendered(text: str, results: Path) -> str:
     """``text`` with every generated block rewritten from ``results``."""
-    _load_renderers()
+    renderers = _load_renderers()
 
     def block(match: re.Match) -> str:
         name = match.group("name")
-        if name not in RENDERERS:
+        if name not in renderers:
             raise ValueError(f"generated block {name!r} has no renderer; known: "
-                             f"{', '.join(sorted(RENDERERS))}")
-        body = RENDERERS[name](results).rstrip("\n") + "\n"
+                             f"{', '.join(sorted(renderers))}")
+        body = renderers[name](results).rstrip("\n") + "\n"
         return match.group(1) + body + match.group(4)
 
     return BLOCK.sub(block, text)
