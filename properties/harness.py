@@ -100,6 +100,8 @@ class Recorder:
     keep_state: bool = False       # record each step's state checks (replays: reproducers)
     action: tuple = ()             # the action running now (an adapter error names it)
     missing: Counter = field(factory=Counter)   # capabilities the target lacks, and how often
+    # Examples whose world was outside what vLLM builds, per reason (``Trace.outside``).
+    outside: Counter = field(factory=Counter)
     stop: Callable[[], bool] | None = None   # asked before each example: is the time up?
     failed: bool = False           # an example failed: Hypothesis replays it, never cut that
 
@@ -139,6 +141,7 @@ class Recorder:
     def _seal(self) -> None:
         if self.trace.steps or self.trace.config:
             self.digest.update(self.trace.text().encode())
+            self.outside.update(set(self.trace.outside))
             self.trace = Trace()
 
 

@@ -25,7 +25,7 @@ from hypothesis import settings as Settings
 from hypothesis.errors import FailedHealthCheck, InvalidArgument, InvalidDefinition, Unsatisfiable
 from hypothesis.stateful import get_state_machine_test
 
-from fixtures.pytest_plugin import Divergence, Unavailable, note_missing
+from fixtures.pytest_plugin import Divergence, Unavailable, note_missing, note_outside
 from properties.harness import (
     BudgetSpent,
     Failure,
@@ -273,6 +273,8 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
     except TargetUnavailable as why:
         unavailable(target, why)
     note_missing(result.recorder.missing)
+    result.recorder.trace_hash()         # seals the last example: its reasons are counted
+    note_outside(result.recorder.outside)
     if result.failure:
         path = write_reproducer(machine, result.failure, target, reproducer_dir)
         outside = list(result.failure.trace.outside)

@@ -55,3 +55,9 @@ def test_a_read_ahead_the_adapter_computes_is_named_as_the_harnesss(tmp_path, mo
     first = str(failed.value).splitlines()[0]
     assert first.startswith("scheduler-output-agrees: num_read_ahead_tokens ")
     assert first.endswith("(computed by the harness: the test's arithmetic)")
+
+
+def test_a_passing_run_counts_its_worlds_outside_what_vllm_builds(tmp_path, monkeypatch):
+    monkeypatch.setattr(NativeSchedulerPass, "outside_vllm", [REASON], raising=False)
+    result = check_machine(SchedulerPassMachine, "native", str(tmp_path), max_examples=10)
+    assert result.recorder.outside[REASON] == result.recorder.examples >= 10
