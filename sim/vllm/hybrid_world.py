@@ -264,7 +264,7 @@ class HybridScheduler:
         """A text request; its tokens differ from every other request's from the first on
         (no prefix-cache hit between them)."""
         salt = sum(map(ord, request_id))
-        tokens = [(salt * 131 + i * 7) % 251 + 3 for i in range(prompt_len)]
+        tokens = [(salt * 31 + i * 7) % 251 + 3 for i in range(prompt_len)]
         self.scheduler.add_request(self._request.Request(
             request_id=request_id, prompt_token_ids=tokens,
             sampling_params=self._sampling.SamplingParams(max_tokens=max_tokens,
