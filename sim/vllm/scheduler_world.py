@@ -7,6 +7,13 @@ comparison with the model means something there), and it says so: a divergence i
 world is a disagreement between the model and vLLM's classes in a world no deployment has,
 never a finding against vLLM. The machine carries the reasons into the failure message, the
 outcome record and the reproducer (``sim.outcomes.outside_label``, ``properties/run.py``).
+
+Not labelled, and not derived either: the text and Whisper worlds' KV cache config is one
+full-attention group of 16-token blocks, sized by hand (``_kv_cache_config``), where vLLM
+derives it from the model's layers and the memory left (as ``hybrid_world`` does). One
+group is what vLLM makes of a model with one kind of attention layer, and the block size is
+the CacheConfig's; the number of blocks only matters under KV pressure, which these worlds
+never reach. Deriving it too is left to do.
 """
 
 from __future__ import annotations
