@@ -240,14 +240,17 @@ def max_num_seqs(token_budget: int) -> int:
 
 
 @functools.cache
-def _vllm_config(encoder_decoder: bool, token_budget: int, disable_chunked_mm_input: bool,
-                 scheduler_cls: str | None = None) -> Any:
+def _vllm_config(encoder_decoder: bool = False, token_budget: int = MAX_MODEL_LEN,
+                 disable_chunked_mm_input: bool = False, scheduler_cls: str | None = None
+                 ) -> Any:
     """One ``VllmConfig`` per process and scheduler settings, every setting given to the
     constructors that validate it: the token budget with a ``max_num_seqs`` it allows, the
     chunked-input switch, and the scheduler class (``AsyncScheduler``: named, as the CPU
     platform turns ``async_scheduling`` itself off). An encoder-decoder model runs without
     chunked prefill, where vLLM requires the budget to cover ``max_model_len``: its
-    ``max_model_len`` is the budget (the worlds' requests fit it, ``add_request`` checks)."""
+    ``max_model_len`` is the budget (the worlds' requests fit it, ``add_request`` checks).
+    Called with no argument (``lch/suites.py`` warms a mutation worker so): the text model's
+    config at a budget of ``MAX_MODEL_LEN``."""
     config_mod = release.import_module("vllm.config")
     max_model_len = token_budget if encoder_decoder else MAX_MODEL_LEN
     model_config = _model_config(encoder_decoder, max_model_len)
