@@ -16,7 +16,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-pytest_plugins = ["fixtures.pytest_plugin"]
+# pytester: tests that run a small pytest file of their own (a reproducer's marks).
+pytest_plugins = ["fixtures.pytest_plugin", "pytester"]
 
 _ROOT = Path(__file__).parent
 _PACKAGES = ("models", "sim", "fixtures", "properties", "lch")

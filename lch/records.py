@@ -124,9 +124,14 @@ def renderer(name: str):
     return register
 
 
-def _load_renderers() -> None:
+def _load_renderers() -> dict[str, Callable[[Path], str]]:
+    """The registry, every campaign's blocks registered in it. Read through the imported
+    ``lch.records``: under ``python -m lch.records`` this file runs as ``__main__``, a module
+    of its own, whose ``RENDERERS`` the campaign modules never see."""
     # Each campaign module registers its own blocks; importing them is cheap (no vLLM).
     import lch.record_blocks  # noqa: F401
+    import lch.records
+    return lch.records.RENDERERS
 
 
 def documents(root: Path = ROOT) -> list[Path]:
@@ -136,11 +141,7 @@ def documents(root: Path = ROOT) -> list[Path]:
 
 def rendered(text: str, results: Path) -> str:
     """``text`` with every generated block rewritten from ``results``."""
-    _load_renderers()
-    # Under ``python -m lch.records`` this module is ``__main__``; the blocks registered
-    # themselves with ``lch.records``, the module they import.
-    import lch.records as registry
-    renderers = registry.RENDERERS
+    renderers = _load_renderers()
 
     def block(match: re.Match) -> str:
         name = match.group("name")

@@ -72,6 +72,9 @@ class Trace:
     # Accepted divergences this program went on past: (step number, finding id, what the
     # check adopted), in order (``HarnessMachine.fail``).
     adopted: list[tuple[int, str, str]] = field(factory=list)
+    # Why the world is outside what vLLM builds (the vllm target's ``outside_vllm``; empty for
+    # a world it builds, and on other targets): a failure there is no finding against vLLM.
+    outside: list[str] = field(factory=list)
 
     def actions(self) -> list[tuple]:
         """The replayable program: one entry per machine action. An action that records
@@ -104,6 +107,8 @@ class Recorder:
     adopted: Counter = field(factory=Counter)   # examples that went on past each accepted id
     adoptions: dict = field(factory=dict)       # accepted id -> what its check adopted
     _adopted_here: set = field(factory=set)     # accepted ids the current example adopted
+    # Examples whose world was outside what vLLM builds, per reason (``Trace.outside``).
+    outside: Counter = field(factory=Counter)
     stop: Callable[[], bool] | None = None   # asked before each example: is the time up?
     failed: bool = False           # an example failed: Hypothesis replays it, never cut that
 
@@ -151,6 +156,7 @@ class Recorder:
     def _seal(self) -> None:
         if self.trace.steps or self.trace.config:
             self.digest.update(self.trace.text().encode())
+            self.outside.update(set(self.trace.outside))
             self.trace = Trace()
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from properties.findings import finding_id
 from properties.harness import Failure, HarnessMachine
 from sim.files import atomic_write
+from sim.outcomes import outside_label
 
 DEFAULT_DIR = Path("fixtures/reproducers/found")
 
@@ -56,6 +57,8 @@ def render(machine: type[HarnessMachine], failure: Failure, target: str) -> str:
         f"Scenario ({failure.calls} calls, found by {machine.__name__} against {target}):",
         f"    {message}",
         *past,
+        *([f"World {outside_label(trace.outside)}: not a finding against vLLM."]
+          if trace.outside else []),
         "Each step asserts the reference model's value; the target fails where it diverges.",
         f"Run: pytest {DEFAULT_DIR}/{name}.py",
         '"""',

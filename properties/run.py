@@ -25,7 +25,7 @@ from hypothesis import settings as Settings
 from hypothesis.errors import FailedHealthCheck, InvalidArgument, InvalidDefinition, Unsatisfiable
 from hypothesis.stateful import get_state_machine_test
 
-from fixtures.pytest_plugin import Divergence, Unavailable, note_missing
+from fixtures.pytest_plugin import Divergence, Unavailable, note_missing, note_outside
 from properties.harness import (
     BudgetSpent,
     Failure,
@@ -39,7 +39,7 @@ from properties.harness import (
 from properties.machines import import_all_machines
 from properties.reproducer import write_reproducer
 from sim.errors import AdapterError, CapabilityMissing, HarnessError, NotDriven, TargetUnavailable
-from sim.outcomes import classify, message_of, same_failure
+from sim.outcomes import classify, message_of, outside_label, same_failure
 
 # Errors that say the harness or its input is wrong, not the target: never a "finding".
 NOT_FINDINGS = (HarnessError, FailedHealthCheck, InvalidArgument, InvalidDefinition,
@@ -291,13 +291,19 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
     except TargetUnavailable as why:
         unavailable(target, why)
     note_missing(result.recorder.missing)
+    result.recorder.trace_hash()         # seals the last example: its reasons are counted
+    note_outside(result.recorder.outside)
     if result.failure:
         path = write_reproducer(machine, result.failure, target, reproducer_dir)
+        outside = list(result.failure.trace.outside)
         raise Divergence(
             f"{result.failure.message}\n{machine.__name__} against {target}: "
-            f"{result.failure.calls} calls; reproducer: {path}",
+            f"{result.failure.calls} calls; reproducer: {path}"
+            + (f"\n{outside_label(outside)}: not a finding against vLLM"
+               if outside else ""),
             property=result.failure.property, calls=result.failure.calls,
-            reproducer=str(path), trace=[s.call for s in result.failure.trace.steps])
+            reproducer=str(path), trace=[s.call for s in result.failure.trace.steps],
+            outside_vllm=outside)
     return result
 
 

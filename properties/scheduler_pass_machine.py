@@ -26,6 +26,7 @@ delivers them.
 
 from __future__ import annotations
 
+import attrs
 from attrs import evolve
 from hypothesis import reject
 from hypothesis import strategies as st
@@ -79,13 +80,22 @@ ENCODER_DECODER_HAZARDS = (
 )
 
 
+# On the vllm target the worker is the harness's (``sim/encoder_worker.py`` plays vLLM's GPU
+# runner) and the drafter's read-ahead is the adapter's arithmetic over vLLM's output: a
+# failure that rests on either says so ("judged on the harness's worker", "computed by the
+# harness"; the target's HARNESS_WORKER and HARNESS_COMPUTED).
 PROPERTIES = {
     "freed-not-resident": "free_encoder_mm_hashes names no hash resident after the pass",
     "budgets-hold": "token, encoder-compute and cache budgets hold for every pass",
-    "scheduler-output-agrees": "the pass's output and the step equal the FCFS prediction",
-    "no-encoder-cache-miss": "the worker finds every embedding a scheduled token needs",
-    "gathered-equals-encoded": "gathered rows are the encoder's output for the item",
-    "worker-agrees-with-manager": "the worker's tensors are exactly the resident entries",
+    "scheduler-output-agrees": "the pass's output and the step equal the FCFS prediction "
+                               "(the read-ahead and the gathered rows compared on their own, "
+                               "labelled where the harness computes them)",
+    "no-encoder-cache-miss": "the worker finds every embedding a scheduled token needs "
+                             "(on vllm: judged on the harness's worker)",
+    "gathered-equals-encoded": "gathered rows are the encoder's output for the item "
+                               "(on vllm: judged on the harness's worker)",
+    "worker-agrees-with-manager": "the manager's resident entries are the model's, and the "
+                                  "worker's tensors are exactly them",
     "liveness": "with the cache fitting the largest item, every request finishes",
     "slots-agree": "the manager's free and freeable embeds equal the model's after each call",
     "ec-connector-agrees": "the EC connector hears of each allocated and each freed input once",
@@ -148,6 +158,9 @@ class SchedulerPassMachine(HarnessMachine):
             world = evolve(world, preempts=False)   # a release that preempts only inline
             self.recorder.note_missing("no Scheduler._preempt_request (preempts only inline)")
         self.world = world
+        # The reasons this world is outside what vLLM builds, as the target finds them (a
+        # list it extends as requests arrive): failures, outcomes and reproducers carry them.
+        self.trace.outside = getattr(self.sched, "outside_vllm", [])
         self.model = SchedulerPassModel(**world.config())
         self.open: list[str] = []                 # request ids in arrival order
         self.next_id = 0
@@ -158,9 +171,17 @@ class SchedulerPassMachine(HarnessMachine):
         self.trace.config.update(world.config(), target=self.target_name)
         self.trace.world = world
 
+    @property
+    def max_open(self) -> int:
+        """Requests open at once: ``MAX_OPEN_REQUESTS``, or fewer where the target's
+        ``max_num_seqs`` is (vLLM requires it no larger than the token budget): the nearest
+        world vLLM builds, which caps running requests where the model caps none."""
+        return min(MAX_OPEN_REQUESTS, getattr(getattr(self, "sched", None), "max_num_seqs",
+                                              MAX_OPEN_REQUESTS))
+
     # -- rules: choose, then act -------------------------------------------------------------
 
-    @precondition(lambda self: len(getattr(self, "open", ())) < MAX_OPEN_REQUESTS)
+    @precondition(lambda self: len(getattr(self, "open", ())) < self.max_open)
     @rule(data=st.data())
     def add_request(self, data):
         # The id travels with the action, so a replay with steps deleted keeps every other
@@ -209,7 +230,7 @@ class SchedulerPassMachine(HarnessMachine):
     # -- actions -----------------------------------------------------------------------------
 
     def do_add_request(self, t: int, n: int):
-        if t >= len(self.world.templates) or len(self.open) >= MAX_OPEN_REQUESTS \
+        if t >= len(self.world.templates) or len(self.open) >= self.max_open \
                 or f"r{n}" in self.history:
             raise InvalidAction("add_request: no such template, too many open or id used")
         request = self.world.templates[t].renamed(f"r{n}")
@@ -313,19 +334,41 @@ class SchedulerPassMachine(HarnessMachine):
         self.check("freed-not-resident", not stale,
                    f"{stale} in free_encoder_mm_hashes but resident")
         self._check_budgets(out)
-        self.check("scheduler-output-agrees", out == expect.output,
-                   lambda: f"{out!r} != FCFS prediction {expect.output!r}")
+        # vLLM's fields first; then the read-ahead, which the vllm target's adapter derives.
+        own = attrs.evolve(out, num_read_ahead_tokens={})
+        want = attrs.evolve(expect.output, num_read_ahead_tokens={})
+        self.check("scheduler-output-agrees", own == want,
+                   lambda: f"{own!r} != FCFS prediction {want!r}")
+        self.check("scheduler-output-agrees",
+                   out.num_read_ahead_tokens == expect.output.num_read_ahead_tokens,
+                   lambda: f"num_read_ahead_tokens {dict(out.num_read_ahead_tokens)} != FCFS "
+                   f"prediction {dict(expect.output.num_read_ahead_tokens)}"
+                   f"{self._computed('num_read_ahead_tokens')}")
         try:
             return out, self.sched.execute_model(out)
         except EncoderCacheMiss as miss:
-            self.fail("no-encoder-cache-miss", str(miss))
+            self.fail("no-encoder-cache-miss", f"{miss}{self._on_worker()}")
+
+    def _computed(self, field: str) -> str:
+        """" (computed by the harness: how)" where the target's ``field`` is not vLLM's."""
+        how = getattr(self.sched, "HARNESS_COMPUTED", {}).get(field)
+        return f" (computed by the harness: {how})" if how else ""
+
+    def _on_worker(self) -> str:
+        """" (judged on the harness's worker: ...)" where the worker plays vLLM's runner."""
+        worker = getattr(self.sched, "HARNESS_WORKER", None)
+        return f" (judged on the harness's worker: {worker})" if worker else ""
 
     # -- checks ------------------------------------------------------------------------------
 
     def _check_step(self, actual: StepView, expect: StepView) -> None:
         self._check_gathered(actual)
-        self.check("scheduler-output-agrees", actual == expect,
+        self.check("scheduler-output-agrees", actual.output == expect.output
+                   and actual.finished == expect.finished,
                    lambda: f"step {actual!r} != {expect!r}")
+        self.check("scheduler-output-agrees", actual.gathered == expect.gathered,
+                   lambda: f"gathered {actual.gathered!r} != {expect.gathered!r}"
+                   f"{self._on_worker()}")
         resident = self.sched.resident_mm_hashes()
         self.check("worker-agrees-with-manager", resident == self.model.resident_mm_hashes(),
                    lambda: f"manager resident {sorted(resident)} != "
@@ -354,7 +397,7 @@ class SchedulerPassMachine(HarnessMachine):
         if worker is not None:
             self.check("worker-agrees-with-manager", worker() == resident,
                        lambda: f"worker tensors {sorted(worker())} != resident entries "
-                       f"{sorted(resident)} (leak or lost tensor)")
+                       f"{sorted(resident)} (leak or lost tensor){self._on_worker()}")
 
     def _check_slots(self) -> None:
         # What is held (not just resident) shows only here: a request that keeps an input it
@@ -403,7 +446,8 @@ class SchedulerPassMachine(HarnessMachine):
             want = encoder_output(item.mm_item(), device)[g.start:g.end]
             if not got.equal(want):
                 self.fail("gathered-equals-encoded", f"{g.mm_hash} rows {g.start}:{g.end} for "
-                          f"{g.request_id} differ from the encoder's output")
+                          f"{g.request_id} differ from the encoder's output"
+                          f"{self._on_worker()}")
 
     def state_checks(self) -> list[str]:
         resident = sorted(self.model.resident_mm_hashes())     # sorted: a stable file

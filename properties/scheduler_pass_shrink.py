@@ -29,8 +29,11 @@ def _simpler_worlds(world: SchedWorld, actions: list[tuple]):
     # Encoder-decoder worlds keep the cache at least the compute budget (see the worlds).
     for name, low in (("cache_size", world.encoder_compute_budget if world.encoder_decoder
                        else largest), ("encoder_compute_budget", largest),
-                      ("token_budget", world.longest_item
-                       if world.disable_chunked_mm_input or world.encoder_decoder else 1),
+                      # Encoder-decoder budgets cover every whole request too (no chunked
+                      # prefill: vLLM requires the budget to cover max_model_len).
+                      ("token_budget", max(world.longest_item, world.longest_request)
+                       if world.encoder_decoder else world.longest_item
+                       if world.disable_chunked_mm_input else 1),
                       ("read_ahead", 0)):
         if getattr(world, name) > low:
             yield evolve(world, **{name: low}), actions

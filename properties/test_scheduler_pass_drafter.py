@@ -2,7 +2,10 @@
 vLLM's real Scheduler (``models/scheduler_pass_drafter.py`` states the three rules).
 
 ``read_ahead=1`` stands for an EAGLE head, ``read_ahead=2`` for a two-module MTP drafter
-(``sim/vllm/scheduler_pass.py``). A release that shifts under other rules skips.
+(``sim/vllm/scheduler_pass.py``). A release that shifts under other rules skips. On vllm the
+worlds are outside what vLLM builds (the lookahead is set on a Scheduler built without its
+``SpeculativeConfig``, the encoder budgets on a text model's): these traces check that the
+model and vLLM's functions agree, and the read-ahead compared is the adapter's arithmetic.
 """
 
 from __future__ import annotations

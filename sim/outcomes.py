@@ -166,6 +166,17 @@ def message_of(error: BaseException) -> str:
     return f"{NO_RAISE}: {who} raised {one_line(error)} (at {where})"
 
 
+OUTSIDE = "outside what vLLM builds"
+
+
+def outside_label(reasons: list[str] | tuple[str, ...]) -> str:
+    """What a failure in a world vLLM's config objects do not build carries (the vllm
+    target's reasons, ``sim/vllm/scheduler_world.py``), or "" for a world they build. Such a
+    failure is still a divergence between the model and vLLM's classes, never a finding
+    against vLLM."""
+    return f"{OUTSIDE}: {'; '.join(reasons)}" if reasons else ""
+
+
 def same_failure(error: BaseException, other: BaseException) -> bool:
     """Whether a replay failed as the original did: the same property, and for a raise the
     same exception type (a shrunk program that raises something else is another bug)."""

@@ -1085,3 +1085,36 @@ def tracked_request_ids(manager: Any) -> set[str]:
     for name in ("request_cached_ids", "request_hash_refs"):
         tracked.update(getattr(manager, name, {}))
     return tracked
+
+
+def scheduler_config_kwargs(config_cls: type, disable_chunked_mm_input: bool,
+                            scheduler_cls: str | None) -> dict[str, Any]:
+    """``SchedulerConfig`` keywords for the chunked-input switch and the scheduler class,
+    given to the constructor (which validates them) rather than set after it.
+
+    # vLLM >=0.14.0 (read; earlier releases not): both are fields. A release without one
+    #   cannot be given that setting: CapabilityMissing names it.
+    """
+    fields = getattr(config_cls, "__dataclass_fields__", {})
+    kwargs: dict[str, Any] = {}
+    if disable_chunked_mm_input:
+        if "disable_chunked_mm_input" not in fields:
+            raise CapabilityMissing(f"disable_chunked_mm_input: vLLM {release.release()}'s "
+                                    "SchedulerConfig has no such field")
+        kwargs["disable_chunked_mm_input"] = True
+    if scheduler_cls is not None:
+        if "scheduler_cls" not in fields:
+            raise CapabilityMissing(f"scheduler_cls: vLLM {release.release()}'s "
+                                    "SchedulerConfig cannot name a scheduler class")
+        kwargs["scheduler_cls"] = scheduler_cls
+    return kwargs
+
+
+def scheduler_cls(scheduler_config: Any, sched_module: Any) -> type:
+    """The class the engine builds: ``SchedulerConfig.get_scheduler_cls()`` (the one named in
+    ``scheduler_cls``, else by ``async_scheduling``).
+
+    # vLLM >=0.14.0 (read): the method. Earlier releases without it: ``Scheduler``.
+    """
+    get = getattr(scheduler_config, "get_scheduler_cls", None)
+    return get() if get is not None else sched_module.Scheduler

@@ -240,14 +240,27 @@ def skip_before(since: str, reason: str):
     return pytest.mark.skipif(older, reason=f"absent: vLLM {found} predates {since}: {reason}")
 
 
-def xfail_before(fixed_in: str | None, reason: str, since: str | None = None):
+# What a curated reproducer's expected failure is: a property failing (``PropertyFailed``
+# is an ``AssertionError``) or the reproducer's own ``assert``. Never a world that could not
+# be built: ``TargetUnavailable`` / ``AdapterError`` (a ``HarnessError``), or a ``TypeError``
+# from a call shaped for another release, which would otherwise "reproduce" the bug.
+PROPERTY_FAILURE = (AssertionError,)
+
+
+def xfail_before(fixed_in: str | None, reason: str, since: str | None = None,
+                 raises: tuple[type[BaseException], ...] = PROPERTY_FAILURE):
     """A strict xfail for the ``vllm`` target on releases before ``fixed_in``, for curated
     reproducers of divergences that upstream fixed (``pytest.param("vllm", marks=...)``):
     an affected release stays green, and a reproducer that starts passing there turns red.
     ``fixed_in=None``: not fixed in any release checked, so every release from ``since`` on
     is affected (the release that fixes it turns the reproducer red: then name it here).
     With ``since`` (the first release that has the class, or the bug), older releases skip:
-    they have nothing to run the reproducer on."""
+    they have nothing to run the reproducer on.
+
+    Only ``raises`` (a property failure, by default) counts as the expected failure: a
+    reproducer whose world cannot be built, or whose calls no longer fit the release, fails
+    as an error of its own instead of passing as "still reproduces". A reproducer whose
+    finding is a crash of vLLM's own code passes the exception it expects."""
     import pytest
 
     found = installed_release()
@@ -256,7 +269,8 @@ def xfail_before(fixed_in: str | None, reason: str, since: str | None = None):
         fixed_in is None or version < parse_release(fixed_in)) and (
         since is None or version >= parse_release(since))
     bound = "unfixed" if fixed_in is None else f"< {fixed_in}"
-    mark = pytest.mark.xfail(affected, strict=True, reason=f"vLLM {found} {bound}: {reason}")
+    mark = pytest.mark.xfail(affected, strict=True, raises=raises,
+                             reason=f"vLLM {found} {bound}: {reason}")
     if since is None:
         return mark
     absent = version is not None and version < parse_release(since)

@@ -3,12 +3,21 @@ CPU (``specs/vllm-drive.md`` section 4), with the native worker playing the GPU 
 
 The scheduler is built from a tiny local OPT ``config.json`` (no weights, no tokenizer),
 ``skip_tokenizer_init=True``, prefix caching off (the harness's prompts are all alike) and a
-large KV pool (KV pressure is not this subsystem's). A text model gets no multimodal budget,
-so the encoder budget and a real ``EncoderCacheManager`` are set on the built scheduler (the
-stub ``mm_registry`` of vllm-drive.md section 4 would yield the same two numbers). The
-``VllmConfig`` is built once per process (the first ``ModelConfig`` inspects the model in a
-subprocess, ~24 s, cached in ``$VLLM_CACHE_ROOT``); each target gets a fresh ``Scheduler``
-(about 2 ms) with the world's budgets written into the shared ``SchedulerConfig`` first.
+large KV pool (KV pressure is not this subsystem's). The world's scheduler settings go to
+the constructors that validate them: ``SchedulerConfig(max_num_batched_tokens=budget,
+max_num_seqs=min(16, budget), disable_chunked_mm_input=..., scheduler_cls=...)`` inside a
+``VllmConfig``, one per process and settings (the first ``ModelConfig`` per architecture
+inspects the model in a subprocess, ~24 s, cached in ``$VLLM_CACHE_ROOT``); each target gets
+a fresh ``Scheduler`` (about 2 ms).
+
+What cannot be built that way is still driven, and the target says why its results are
+outside what vLLM builds (``outside_vllm``, the reasons of ``sim/vllm/scheduler_world.py``):
+a text model gets no multimodal budget, so the world's encoder budget and a real
+``EncoderCacheManager`` of its size are set on the built Scheduler (vLLM derives both, and
+only from a multimodal model's processor); a drafter's lookahead is set without its
+``SpeculativeConfig``; a Mamba group is hand-built; and more requests open than the
+``max_num_seqs`` a small budget allows is a cap the model does not have. The Mamba + MTP
+world vLLM does build is ``sim/vllm/hybrid_world.py``'s.
 
 Requests are real ``vllm.v1.request.Request`` objects with one ``MultiModalFeatureSpec`` per
 item. After ``schedule()`` a fake model runner output samples token 7 for every request that
@@ -18,7 +27,8 @@ A world's ``read_ahead`` is a speculative drafter's prefill lookahead (``_drafte
 1 stands for an EAGLE head with one speculative token, 2 or more for a multi-module MTP
 drafter with that many modules and speculative tokens). vLLM computes the number from a real
 ``SpeculativeConfig`` built offline (``VllmConfig.num_prefill_lookahead_tokens``) and the
-Scheduler, built without it, is given that number (see ``_give_drafter``). Through
+Scheduler, built without it, is given that number (see ``_give_drafter``: outside what vLLM
+builds). Through
 the worker, the drafter reads that many tokens past each chunk, up to the first embed of
 an item whose output the worker will not hold: vLLM's drafter falls back to token embeddings
 there. Releases that shift under other rules report the world missing
@@ -38,14 +48,17 @@ An encoder-decoder world (``encoder_decoder``) builds the Scheduler from a tiny 
 encoder-decoder path and ``EncoderDecoderCacheManager``). Whisper is multimodal, so
 ``MultiModalBudget`` asks the registry for a processor, which needs a tokenizer; a stub
 registry answers instead (``specs/vllm-drive.md`` section 4's way around it, for audio),
-and the budgets and the manager are then set as for the text model. Requests carry one audio
-feature at offset 0; the worker's decoder reads each encoded output whole in the step that
-encodes it (cross-attention). A release whose Scheduler cannot be built that way reports the
-world absent (``drives_encoder_decoder``).
+and the budgets and the manager are then set as for the text model (outside what vLLM
+builds). Without chunked prefill (vLLM turns it off for these models) the budget must cover
+``max_model_len``, which is therefore the budget. Requests carry one audio feature at offset
+0; the worker's decoder reads each encoded output whole in the step that encodes it
+(cross-attention). A release without ``EncoderDecoderCacheManager`` reports the world absent
+(``drives_encoder_decoder``); one that has it and fails to build is unavailable.
 
 An async-scheduling world (``async_scheduling``) builds the release's ``AsyncScheduler`` (the
-CPU platform turns ``async_scheduling`` off in the config, so the class is chosen here, as
-the engine would choose it) and drives it as the engine's batch queue does: ``step()``
+CPU platform turns ``async_scheduling`` off in the config, so the class is named in
+``SchedulerConfig.scheduler_cls`` and built by ``get_scheduler_cls()``, as the engine does)
+and drives it as the engine's batch queue does: ``step()``
 schedules a step and the worker runs it at once (it runs steps in order), and the oldest
 step's output is applied once two are in flight. The fake runner output of each step is
 decided when it is scheduled (whether the request was left inside its prompt), since a
@@ -59,7 +72,8 @@ cache config in align mode (``mamba_cache_mode="align"``): the Scheduler then sp
 chunks at block boundaries (``_mamba_block_aligned_split``). Align mode runs with prefix
 caching in vLLM; here the KV manager keeps it off (the prompts are all alike) and the
 drafter's hash lookahead is set as a caching engine would have it (``_drafter_hash_lookahead``).
-Releases whose split follows other rules report the world absent (``drives_mamba``).
+The spec and the cache mode are set by hand: outside what vLLM builds. Releases whose split
+follows other rules report the world absent (``drives_mamba``).
 
 ``preempt_request`` does what ``schedule()`` does to the last running request when it runs
 out of KV blocks (pop it from ``running``, then ``_preempt_request``); the harness gives this
@@ -83,9 +97,10 @@ from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutput
 from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
 from sim.engine_turn import engine_turn
 from sim.errors import CapabilityMissing, HarnessError
-from sim.vllm import compat, release
+from sim.vllm import compat, release, scheduler_world
 
 MAX_MODEL_LEN = 4096
+MAX_NUM_SEQS = 16
 SAMPLED_TOKEN = 7
 
 TINY_OPT = {
@@ -209,32 +224,57 @@ def _drafter_hash_lookahead(read_ahead: int) -> int:
 
 
 @functools.cache
-def _vllm_config(encoder_decoder: bool = False) -> Any:
-    """One ``VllmConfig`` per process and model (the model inspection is the slow part)."""
+def _model_config(encoder_decoder: bool, max_model_len: int) -> Any:
+    """One ``ModelConfig`` per process, model and length (the first inspection is slow)."""
     config_mod = release.import_module("vllm.config")
-    model_dir = tempfile.mkdtemp(prefix="lch-tiny-whisper-" if encoder_decoder
-                                 else "lch-tiny-opt-")
-    with open(os.path.join(model_dir, "config.json"), "w") as handle:
-        json.dump(TINY_WHISPER if encoder_decoder else TINY_OPT, handle)
-    model_config = config_mod.ModelConfig(model=model_dir, dtype="float16", seed=42,
-                                          skip_tokenizer_init=True,
-                                          max_model_len=MAX_MODEL_LEN)
+    model_dir = _model_dir(TINY_WHISPER if encoder_decoder else TINY_OPT,
+                           "lch-tiny-whisper-" if encoder_decoder else "lch-tiny-opt-")
+    return config_mod.ModelConfig(model=model_dir, dtype="float16", seed=42,
+                                  skip_tokenizer_init=True, max_model_len=max_model_len)
+
+
+def max_num_seqs(token_budget: int) -> int:
+    """The most running requests the world's ``SchedulerConfig`` allows: vLLM requires
+    ``max_num_seqs <= max_num_batched_tokens``."""
+    return min(MAX_NUM_SEQS, token_budget)
+
+
+@functools.cache
+def _vllm_config(encoder_decoder: bool = False, token_budget: int = MAX_MODEL_LEN,
+                 disable_chunked_mm_input: bool = False, scheduler_cls: str | None = None
+                 ) -> Any:
+    """One ``VllmConfig`` per process and scheduler settings, every setting given to the
+    constructors that validate it: the token budget with a ``max_num_seqs`` it allows, the
+    chunked-input switch, and the scheduler class (``AsyncScheduler``: named, as the CPU
+    platform turns ``async_scheduling`` itself off). An encoder-decoder model runs without
+    chunked prefill, where vLLM requires the budget to cover ``max_model_len``: its
+    ``max_model_len`` is the budget (the worlds' requests fit it, ``add_request`` checks).
+    Called with no argument (``lch/suites.py`` warms a mutation worker so): the text model's
+    config at a budget of ``MAX_MODEL_LEN``."""
+    config_mod = release.import_module("vllm.config")
+    max_model_len = token_budget if encoder_decoder else MAX_MODEL_LEN
+    model_config = _model_config(encoder_decoder, max_model_len)
     scheduler_config = config_mod.SchedulerConfig(
-        max_num_seqs=16, max_num_batched_tokens=MAX_MODEL_LEN, max_model_len=MAX_MODEL_LEN,
-        enable_chunked_prefill=True, is_encoder_decoder=model_config.is_encoder_decoder)
+        max_num_seqs=max_num_seqs(token_budget), max_num_batched_tokens=token_budget,
+        max_model_len=max_model_len, enable_chunked_prefill=True,
+        is_encoder_decoder=model_config.is_encoder_decoder,
+        **compat.scheduler_config_kwargs(config_mod.SchedulerConfig,
+                                         disable_chunked_mm_input, scheduler_cls))
     cache_config = config_mod.CacheConfig(block_size=16, gpu_memory_utilization=0.9,
                                           cache_dtype="auto", enable_prefix_caching=False)
-    cache_config.num_gpu_blocks = 1000
-    return config_mod.VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
-                                 cache_config=cache_config)
+    vllm_config = config_mod.VllmConfig(scheduler_config=scheduler_config,
+                                        model_config=model_config, cache_config=cache_config)
+    # What the engine sets once it has sized the KV cache (``_initialize_kv_caches``).
+    vllm_config.cache_config.num_gpu_blocks = 1000
+    return vllm_config
 
 
 def warm() -> None:
     """Build every config (the first ModelConfig per architecture inspects it, ~24 s): what a
     forked mutation worker should find done. A release without the Whisper path or the
     drafters the worlds draw is left to report it absent."""
-    _vllm_config(False)
-    for build in (lambda: _vllm_config(True), lambda: _drafter_lookahead(1),
+    _model_config(False, MAX_MODEL_LEN)
+    for build in (lambda: _model_config(True, MAX_MODEL_LEN), lambda: _drafter_lookahead(1),
                   lambda: _drafter_lookahead(2)):
         try:
             build()
@@ -272,6 +312,14 @@ def _kv_cache_config(mamba_block_size: int = 0) -> Any:
 class VllmSchedulerPass:
     """The scheduler-pass port over a real ``Scheduler`` and the native ``EncoderWorker``."""
 
+    # What the port returns that vLLM does not compute: the machine names these "computed
+    # by the harness" where it compares them, and its worker checks "judged on the
+    # harness's worker".
+    HARNESS_COMPUTED = {"num_read_ahead_tokens": "the drafter's reach past vLLM's scheduled "
+                        "range, computed by the adapter; vLLM's scheduler reports no such "
+                        "number, its GPU runner reads that far"}
+    HARNESS_WORKER = "sim/encoder_worker.py plays vLLM's GPU model runner"
+
     def __init__(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
                  read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
@@ -287,15 +335,27 @@ class VllmSchedulerPass:
             compat.async_scheduler_cls(
                 release.import_module("vllm.v1.core.sched.scheduler")) is not None
         self.read_ahead, self.drives_read_ahead = 0, True
+        # Why a result of this world is outside what vLLM builds (``scheduler_world``): the
+        # settings known now, and those the requests bring (``add_request``).
+        self.outside_vllm: list[str] = []
+        self.max_num_seqs = max_num_seqs(token_budget)
+        self._budgets = (cache_size, encoder_compute_budget)
         self.encoder_decoder = self.drives_encoder_decoder = encoder_decoder
         if encoder_decoder:
+            # Absent only where the release lacks the class; a build that fails is
+            # unavailable, with its error (``targets.make`` turns it into AdapterError).
             try:
+                compat.encoder_decoder_manager_cls(
+                    release.import_module("vllm.v1.core.encoder_cache_manager"))
+            except CapabilityMissing as why:
+                self.drives_encoder_decoder, self.encoder_decoder = False, False
+                self.why_no_encoder_decoder = str(why)
+            else:
                 self._build(cache_size, token_budget, encoder_compute_budget, False,
                             frozenset(), True)
+                self._outside(scheduler_world.encoder_budgets(cache_size,
+                                                              encoder_compute_budget, True))
                 return
-            except Exception as why:  # noqa: BLE001 - any release that cannot build it
-                self.drives_encoder_decoder, self.encoder_decoder = False, False
-                self.why_no_encoder_decoder = f"{type(why).__name__}: {why}"
         self.drives_mamba = True
         if mamba_block_size:
             try:
@@ -306,14 +366,22 @@ class VllmSchedulerPass:
                 mamba_block_size = 0       # built as a plain model; the machine rejects it
         self._build(cache_size, token_budget, encoder_compute_budget,
                     disable_chunked_mm_input, ec_cached_mm_hashes, False, mamba_block_size)
+        if mamba_block_size:
+            self._outside(scheduler_world.mamba(mamba_block_size))
         if read_ahead:
             self._give_drafter(read_ahead)
+            if self.read_ahead:
+                self._outside(scheduler_world.drafter(read_ahead))
             if mamba_block_size and self.read_ahead:
                 # Align mode runs with prefix caching, under which vLLM hashes the drafter's
                 # lookahead past each block (and drops no EAGLE block): the last checkpoint
                 # leaves that many tokens.
                 self.scheduler.num_hash_lookahead_tokens = _drafter_hash_lookahead(read_ahead)
                 self.scheduler.use_eagle_block_drop = False
+
+    def _outside(self, reason: str) -> None:
+        if reason not in self.outside_vllm:
+            self.outside_vllm.append(reason)
 
     def _give_drafter(self, read_ahead: int) -> None:
         """Give the Scheduler the prefill lookahead of the drafter ``read_ahead`` stands for.
@@ -337,24 +405,22 @@ class VllmSchedulerPass:
     def _build(self, cache_size: int, token_budget: int, encoder_compute_budget: int,
                disable_chunked_mm_input: bool, ec_cached_mm_hashes: frozenset[str],
                encoder_decoder: bool, mamba_block_size: int = 0) -> None:
-        vllm_config = _vllm_config(encoder_decoder)
+        sched_mod = release.import_module("vllm.v1.core.sched.scheduler")
+        async_cls = compat.async_scheduler_cls(sched_mod) if self.async_scheduling else None
+        vllm_config = _vllm_config(
+            encoder_decoder, token_budget, disable_chunked_mm_input and not encoder_decoder,
+            None if async_cls is None else f"{async_cls.__module__}.{async_cls.__qualname__}")
         block_size = mamba_block_size or 16
         if mamba_block_size:
             # Its own cache config (the Scheduler reads the block size and the cache mode from
             # it at every pass). Prefix caching stays off in the KV manager: the prompts are all
             # alike, and a hit would be a world the model does not have (every lookup of a new
             # prompt misses in a prefix-caching engine too); the split reads positions only.
+            # Set after validation: outside what vLLM builds (``scheduler_world.mamba``).
             vllm_config = copy.copy(vllm_config)
             vllm_config.cache_config = copy.copy(vllm_config.cache_config)
             vllm_config.cache_config.block_size = mamba_block_size
             vllm_config.cache_config.mamba_cache_mode = "align"
-        sc = vllm_config.scheduler_config
-        sc.max_num_batched_tokens = token_budget
-        sc.encoder_cache_size = cache_size
-        sc.max_num_encoder_input_tokens = encoder_compute_budget
-        if not encoder_decoder:       # the encoder-decoder config keeps its own (on)
-            sc.disable_chunked_mm_input = disable_chunked_mm_input
-        sched_mod = release.import_module("vllm.v1.core.sched.scheduler")
         structured = release.import_module("vllm.v1.structured_output")
         self._mods = SimpleNamespace(
             request=release.import_module("vllm.v1.request"),
@@ -366,8 +432,7 @@ class VllmSchedulerPass:
         # while this Scheduler is built (it reads ec_transfer_config in __init__ alone).
         if self.drives_ec_connector:
             vllm_config.ec_transfer_config = _ec_transfer_config()
-        scheduler_cls = compat.async_scheduler_cls(sched_mod) if self.async_scheduling \
-            else sched_mod.Scheduler
+        scheduler_cls = compat.scheduler_cls(vllm_config.scheduler_config, sched_mod)
         try:
             self.scheduler = scheduler_cls(
                 vllm_config=vllm_config, kv_cache_config=_kv_cache_config(mamba_block_size),
@@ -380,9 +445,10 @@ class VllmSchedulerPass:
         if self.drives_ec_connector:
             self.scheduler.ec_connector.external = frozenset(ec_cached_mm_hashes)
         # The tiny OPT is a text model, so the Scheduler built no multimodal budget: give it
-        # the encoder budget and a real EncoderCacheManager of the sizes MultiModalBudget
-        # would compute (compute_mm_encoder_budget: max(configured, largest item); the
-        # world's values are already at least the largest item).
+        # the world's encoder budget and a real EncoderCacheManager of the world's size.
+        # vLLM would derive both from a multimodal model's processor (the Whisper stub
+        # answers one token): a multimodal request makes the world outside what vLLM builds
+        # (``scheduler_world.encoder_budgets``).
         ecm = release.import_module("vllm.v1.core.encoder_cache_manager")
         self.scheduler.max_num_encoder_input_tokens = encoder_compute_budget
         self.scheduler.encoder_cache_manager = compat.make_manager(
@@ -396,8 +462,21 @@ class VllmSchedulerPass:
     # -- the port ------------------------------------------------------------------------
 
     def add_request(self, request: SchedRequest) -> None:
+        max_model_len = self.scheduler.max_model_len
+        if request.prompt_len + request.max_tokens > max_model_len:
+            raise HarnessError(f"{request.request_id}: {request.prompt_len} prompt + "
+                               f"{request.max_tokens} new tokens exceed max_model_len "
+                               f"{max_model_len} (an encoder-decoder world's is its token "
+                               "budget, which vLLM requires to cover it): use a larger budget")
         self._requests[request.request_id] = request
         self.scheduler.add_request(self._vllm_request(request))
+        if request.items:
+            self._outside(scheduler_world.encoder_budgets(*self._budgets,
+                                                          self.encoder_decoder))
+        unfinished = self.scheduler.get_num_unfinished_requests()
+        if unfinished > self.max_num_seqs:
+            self._outside(scheduler_world.running_cap(
+                self.max_num_seqs, self.scheduler.scheduler_config.max_num_batched_tokens))
 
     def finish_request(self, request_id: str) -> None:
         status = self._mods.request.RequestStatus.FINISHED_ABORTED

@@ -1,0 +1,302 @@
+"""A hybrid (attention + Mamba-like) model's scheduling world exactly as vLLM builds it,
+offline on CPU, and a driver that prefills prompts through its real ``Scheduler``.
+
+Nothing of the world is written by hand: the steps are the engine's own, in its order
+(``vllm/v1/engine/core.py`` ``EngineCore.__init__`` and ``_initialize_kv_caches``), called on
+the configs vLLM validated:
+
+1. ``ModelConfig`` of a local ``config.json`` (no weights, no tokenizer), a
+   ``SpeculativeConfig`` of the drafter (``method="mtp"``: the checkpoint's own MTP modules),
+   ``SchedulerConfig`` (token budget, ``max_num_seqs``, chunked prefill) and ``CacheConfig``
+   (prefix caching on), all through ``VllmConfig``: its hybrid-model hooks
+   (``MambaModelConfig.verify_and_update_config``: align mode under prefix caching) and the
+   CPU platform's ``check_and_update_config`` run there.
+2. The target model and the draft model are constructed (``initialize_model``: the layers,
+   with uninitialised parameters; nothing is loaded and nothing runs), in a one-process
+   ``gloo`` group, as a CPU worker does before loading weights. The draft model's attention
+   layers are marked as the proposer's ``load_model`` marks them.
+3. ``Platform.update_block_size_for_backend``: vLLM's attention-page / Mamba-page
+   alignment, which sets the block size (and the Mamba block size in align mode).
+4. Each layer's own ``get_kv_cache_spec`` (``GPUModelRunner.get_kv_cache_spec``, the
+   runner's method, called with the two fields it reads), then the core's grouping,
+   layout resolution, KV cache config, block sizes and hash block size.
+5. ``SchedulerConfig.get_scheduler_cls()`` built as the core builds it, with the request
+   block hasher the core gives requests (prefix caching on).
+
+The platform is the CPU one (``VLLM_TARGET_DEVICE=cpu``): its attention backend's kernel
+block sizes enter step 3 and its GDN backend exports no mid-prefill checkpoint, so the
+world is what vLLM builds *on CPU*. A CUDA deployment picks other backends (FlashInfer's GDN
+prefill exports checkpoints on Hopper), and with them another block size and another
+``MambaSpec``: not shown by this world.
+
+The driver plays the model runner only as the harness always does: after each
+``schedule()`` a ``ModelRunnerOutput`` samples one token for every request that is not in
+the middle of its prefill, and proposes no draft tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from attrs import frozen
+
+from sim.errors import AdapterError, HarnessError, TargetUnavailable
+from sim.vllm import release
+
+SAMPLED_TOKEN = 7
+KV_CACHE_MEMORY = 8 << 30     # bytes "available" for the KV cache (KV pressure is not studied)
+# Modules a hybrid Qwen3-Next build imports beyond the scheduler's: named before the model
+# is inspected, whose subprocess would only say "failed to be inspected".
+MODEL_MODULES = ("vllm.model_executor.models.qwen3_next",
+                 "vllm.model_executor.models.qwen3_next_mtp")
+
+
+@frozen
+class HybridWorld:
+    """What the engine hands its ``Scheduler``, and what a report says about it."""
+
+    vllm_config: Any
+    kv_cache_config: Any
+    block_size: int                 # the scheduler's block size (the Mamba block in align mode)
+    hash_block_size: int
+    mamba_spec: Any                 # the first Mamba group's spec, as its layer made it
+    groups: tuple[tuple[str, int, int], ...]   # (spec class, block size, layers) per group
+
+    def facts(self) -> dict:
+        """The settings a finding names, read back from vLLM's objects."""
+        vc = self.vllm_config
+        spec = self.mamba_spec
+        return {
+            "architecture": vc.model_config.architecture,
+            "speculative_method": vc.speculative_config.method,
+            "num_speculative_tokens": vc.speculative_config.num_speculative_tokens,
+            "multi_module_mtp": vc.speculative_config.use_multi_module_mtp(),
+            "num_prefill_lookahead_tokens": vc.num_prefill_lookahead_tokens,
+            "num_hash_lookahead_tokens": vc.num_hash_lookahead_tokens,
+            "enable_prefix_caching": vc.cache_config.enable_prefix_caching,
+            "mamba_cache_mode": vc.cache_config.mamba_cache_mode,
+            "block_size": self.block_size,
+            "mamba_block_size": vc.cache_config.mamba_block_size,
+            "hash_block_size": self.hash_block_size,
+            "max_num_batched_tokens": vc.scheduler_config.max_num_batched_tokens,
+            "max_num_seqs": vc.scheduler_config.max_num_seqs,
+            "enable_chunked_prefill": vc.scheduler_config.enable_chunked_prefill,
+            "mamba_spec": {"shapes": [list(s) for s in spec.shapes],
+                           "dtypes": [str(d) for d in spec.dtypes],
+                           "num_speculative_blocks": spec.num_speculative_blocks,
+                           "num_prefill_checkpoint_blocks": spec.num_prefill_checkpoint_blocks,
+                           "prefill_checkpoint_alignment": spec.prefill_checkpoint_alignment},
+            "kv_cache_groups": [list(g) for g in self.groups],
+            "platform": type(_platform()).__name__,
+        }
+
+
+@functools.cache
+def variant(model_dir: str, **fields: Any) -> str:
+    """A copy of ``model_dir``'s ``config.json`` with ``fields`` changed, in a fresh
+    directory (a checkpoint of the same architecture that differs there: e.g. one MTP module,
+    ``num_nextn_predict_layers=1``). Not ``hf_overrides``: the draft model's config is read
+    from the directory again, without the target's overrides."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    config.update(fields)
+    folder = Path(tempfile.mkdtemp(prefix="lch-hybrid-"))
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def _platform() -> Any:
+    return release.import_module("vllm.platforms").current_platform
+
+
+def _check_imports() -> None:
+    for name in MODEL_MODULES:
+        release.import_module(name)      # TargetUnavailable names the missing package
+
+
+@functools.cache
+def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_tokens: int,
+          max_model_len: int = 8192) -> HybridWorld:
+    """The world of the model in ``model_dir`` (a ``config.json``) with an MTP drafter of
+    ``num_speculative_tokens``, prefix caching and chunked prefill on, the given token budget
+    and ``max_num_seqs``. Every value passes vLLM's validators (a bad one raises there).
+    One build per process and key (~15 s; the first per architecture also inspects the
+    model, ~30 s). A build that fails is ``unavailable`` (``AdapterError``), never a finding:
+    there is no world to find anything in."""
+    _check_imports()
+    try:
+        return _build(model_dir, token_budget, max_num_seqs, num_speculative_tokens,
+                      max_model_len)
+    except HarnessError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever stopped vLLM building the world
+        from sim.outcomes import classify
+        verdict = classify(error)
+        raise AdapterError(
+            f"vLLM {release.release()} could not build the hybrid world of {model_dir} "
+            f"(token budget {token_budget}, max_num_seqs {max_num_seqs}, "
+            f"{num_speculative_tokens} speculative tokens): {verdict.detail} "
+            f"(at {verdict.where})") from error
+
+
+def _build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_tokens: int,
+           max_model_len: int) -> HybridWorld:
+    import torch
+    config = release.import_module("vllm.config")
+    model_config = config.ModelConfig(
+        model=model_dir, seed=0, skip_tokenizer_init=True, max_model_len=max_model_len)
+    parallel = config.ParallelConfig()
+    vllm_config = config.VllmConfig(
+        model_config=model_config, parallel_config=parallel,
+        speculative_config=config.SpeculativeConfig(
+            method="mtp", num_speculative_tokens=num_speculative_tokens,
+            target_model_config=model_config, target_parallel_config=parallel),
+        scheduler_config=config.SchedulerConfig(
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget,
+            max_model_len=max_model_len, enable_chunked_prefill=True,
+            is_encoder_decoder=model_config.is_encoder_decoder),
+        cache_config=config.CacheConfig(enable_prefix_caching=True),
+        load_config=config.LoadConfig(load_format="dummy"))
+    loader = release.import_module("vllm.model_executor.model_loader.utils")
+    torch_utils = release.import_module("vllm.utils.torch_utils")
+    layers = release.import_module("vllm.config.vllm")
+    attention_base = release.import_module(
+        "vllm.model_executor.layers.attention_layer_base").AttentionLayerBase
+    with config.set_current_vllm_config(vllm_config):
+        _one_process_group()
+        with torch_utils.set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
+            loader.initialize_model(vllm_config=vllm_config)
+            target_layers = set(layers.get_layers_from_vllm_config(vllm_config,
+                                                                   attention_base))
+            loader.initialize_model(
+                vllm_config=vllm_config,
+                model_config=vllm_config.speculative_config.draft_model_config)
+        for name, layer in layers.get_layers_from_vllm_config(vllm_config,
+                                                              attention_base).items():
+            if name not in target_layers:          # as the proposer's load_model marks them
+                layer.is_draft_layer = True
+        _platform().update_block_size_for_backend(vllm_config)
+        runner = release.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
+        specs = runner.get_kv_cache_spec(SimpleNamespace(vllm_config=vllm_config,
+                                                         shared_kv_cache_layers={}))
+        return _kv_cache_world(vllm_config, specs)
+
+
+def _one_process_group() -> None:
+    """A world-size-1 ``gloo`` group (what a CPU worker initialises), once per process."""
+    state = release.import_module("vllm.distributed.parallel_state")
+    if state.model_parallel_is_initialized():
+        return
+    state.init_distributed_environment(1, 0, "file://" + tempfile.mktemp(prefix="lch-gloo-"),
+                                       0, "gloo")
+    state.ensure_model_parallel_initialized(1, 1)
+
+
+def _kv_cache_world(vllm_config: Any, specs: dict) -> HybridWorld:
+    """``EngineCore._initialize_kv_caches`` from the specs on, for one worker."""
+    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    from vllm.v1.core import kv_cache_planning as planning
+    from vllm.v1.core import kv_cache_utils as utils
+    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+    from vllm.v1.kv_cache_interface import MambaSpec
+    from vllm.v1.worker.worker_base import WorkerBase
+    register_all_kvcache_specs(vllm_config)
+    layouts = WorkerBase.get_supported_kv_cache_layouts(SimpleNamespace(
+        vllm_config=vllm_config))
+    resolve_kv_cache_layout(vllm_config, [layouts], list(specs.values()))
+    groups = planning.get_global_kv_cache_groups(vllm_config, [specs])
+    vllm_config.adjust_dcp_kv_cache_interleave_size(groups)
+    configs = planning.get_kv_cache_configs(vllm_config, [specs], [KV_CACHE_MEMORY], groups)
+    for one in configs:
+        one.kv_cache_layout = vllm_config.cache_config.kv_cache_layout
+    kv = utils.generate_scheduler_kv_cache_config(configs)
+    cache = vllm_config.cache_config
+    cache.num_gpu_blocks = kv.num_blocks
+    participating = [g.kv_cache_spec.block_size for g in kv.kv_cache_groups
+                     if g.kv_cache_spec.prefix_cacheable]
+    cache.block_size = min(participating or [g.kv_cache_spec.block_size
+                                             for g in kv.kv_cache_groups])
+    utils.update_kv_cache_capacity(vllm_config, kv)
+    vllm_config.validate_block_size()
+    block_size, hash_block_size = utils.resolve_kv_cache_block_sizes(kv, vllm_config)
+    kv.hash_block_size = hash_block_size
+    kv.cache_hit_alignment_tokens = utils.resolve_cache_hit_alignment_tokens(
+        kv, vllm_config, block_size, hash_block_size)
+    mamba = [g.kv_cache_spec for g in kv.kv_cache_groups
+             if isinstance(g.kv_cache_spec, MambaSpec)]
+    if not mamba:
+        raise TargetUnavailable(f"{vllm_config.model_config.architecture}: vLLM built no "
+                                "Mamba group for it; name a hybrid model's config.json")
+    return HybridWorld(vllm_config, kv, block_size, hash_block_size, mamba[0], tuple(
+        (type(g.kv_cache_spec).__name__, g.kv_cache_spec.block_size, len(g.layer_names))
+        for g in kv.kv_cache_groups))
+
+
+class HybridScheduler:
+    """A fresh ``Scheduler`` of ``world`` and the runner's part of each step."""
+
+    def __init__(self, world: HybridWorld):
+        vllm_config = world.vllm_config
+        sched_mod = release.import_module("vllm.v1.core.sched.scheduler")
+        structured = release.import_module("vllm.v1.structured_output")
+        utils = release.import_module("vllm.v1.core.kv_cache_utils")
+        hashing = release.import_module("vllm.utils.hashing")
+        self._request = release.import_module("vllm.v1.request")
+        self._sampling = release.import_module("vllm.sampling_params")
+        self._outputs = release.import_module("vllm.v1.outputs")
+        scheduler_cls = vllm_config.scheduler_config.get_scheduler_cls()
+        assert issubclass(scheduler_cls, sched_mod.Scheduler), scheduler_cls
+        self.scheduler = scheduler_cls(
+            vllm_config=vllm_config, kv_cache_config=world.kv_cache_config,
+            structured_output_manager=structured.StructuredOutputManager(vllm_config),
+            log_stats=False, block_size=world.block_size,
+            hash_block_size=world.hash_block_size)
+        hash_fn = hashing.get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
+        utils.init_none_hash(hash_fn)
+        self._hasher = utils.get_request_block_hasher(
+            world.hash_block_size, hash_fn, vllm_config.num_hash_lookahead_tokens)
+
+    def add_request(self, request_id: str, prompt_len: int, max_tokens: int = 1) -> None:
+        """A text request; its tokens differ from every other request's from the first on
+        (no prefix-cache hit between them)."""
+        salt = sum(map(ord, request_id))
+        tokens = [(salt * 31 + i * 7) % 251 + 3 for i in range(prompt_len)]
+        self.scheduler.add_request(self._request.Request(
+            request_id=request_id, prompt_token_ids=tokens,
+            sampling_params=self._sampling.SamplingParams(max_tokens=max_tokens,
+                                                          ignore_eos=True),
+            pooling_params=None, block_hasher=self._hasher))
+
+    def step(self) -> dict[str, int]:
+        """One pass and its output applied; returns the tokens scheduled per request."""
+        out = self.scheduler.schedule()
+        ids = list(out.num_scheduled_tokens)
+        sampled = [[] if self.scheduler.requests[r].is_prefill_chunk else [SAMPLED_TOKEN]
+                   for r in ids]
+        self.scheduler.update_from_output(out, self._outputs.ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
+            sampled_token_ids=sampled))
+        return dict(out.num_scheduled_tokens)
+
+    def computed(self, request_id: str) -> int | None:
+        """The request's computed tokens, None once it finished."""
+        request = self.scheduler.requests.get(request_id)
+        return None if request is None else request.num_computed_tokens
+
+    def unfinished(self) -> int:
+        return self.scheduler.get_num_unfinished_requests()
+
+    def run(self, max_passes: int, quiet: int = 3) -> list[dict[str, int]]:
+        """Step until every request finished, or ``quiet`` passes in a row schedule nothing
+        while requests are unfinished (then no state changed between them, and none will:
+        the pass is deterministic), or ``max_passes``; the tokens of every pass."""
+        passes: list[dict[str, int]] = []
+        while self.unfinished() and len(passes) < max_passes:
+            passes.append(self.step())
+            if len(passes) >= quiet and not any(passes[-quiet:]):
+                break
+        return passes
