@@ -1,12 +1,12 @@
 """Reference model of vLLM V1's scheduling pass on the encoder path and the update after it
 (``specs/encoder-cache.md`` sections 2, 4): what every pass promises (``broken_promises``,
 checked on every pass, the target's and the model's own) and, computed, only what those leave
-open: the policy. Requests are served first come first served (running ones as they started,
-then waiting ones by their place: arrival, a preempted one at the head), each the longest
-chunk its model's statement admits after those before it (``models/scheduler_pass_grant.py``,
-``_mamba.py``). Also: the EC connector's loads and notices, preemption, encoder-cache resets,
-async scheduling (a pass starts where a request's steps in flight end, counting their samples
-as known; ``step()`` applies the oldest once two are in flight). Not: KV blocks, priorities.
+open: the policy. First come first served (running requests as they started, then waiting
+ones: arrival order, a preempted one at the head), each the longest chunk its model's
+statement admits after those before it (``models/scheduler_pass_grant.py``, ``_mamba.py``).
+Also: the EC connector, preemption, encoder-cache resets, async scheduling (a pass starts
+where a request's steps in flight end, their samples known; ``step()`` applies the oldest
+once two are in flight). Not modelled: KV blocks, priorities.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class SchedulerPassModel:
     mamba_block_size: int = 0
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     grants: tuple[Grant, ...] = ()                # the last pass's, in serving order
-    rejected: list[str] = field(factory=list)     # refused since the last update
+    rejected: set[str] = field(factory=set)       # refused since the last update
     released_together: set[str] = field(factory=set)
     heard: list[tuple[str, str, int]] = field(factory=list)   # the EC connector's notices
     pending: list[SchedulerOutputView] = field(factory=list)  # outputs not yet applied
@@ -109,8 +109,7 @@ class SchedulerPassModel:
             grants.append(grant := evolve(grant, samples=grant.tokens == state.num_tokens_left))
             self.cache = self.cache if grant.cache is None else grant.cache
             rid = state.request.request_id
-            if grant.limit == "refused" and rid not in self.rejected:
-                self.rejected.append(rid)
+            self.rejected |= {rid} if grant.limit == "refused" else set()
             if grant.tokens:
                 state.in_flight.append(grant)
                 state.started_at = state.started_at or next(self.ranks[0])
@@ -150,8 +149,8 @@ class SchedulerPassModel:
             raise ValueError("update_from_output applies the oldest output in flight first")
         self.pending.pop(0)
         done = []
-        for rid in (r for r in output.num_scheduled_tokens if r in self.requests):
-            state = self.requests[rid]
+        for rid, state in [(r, self.requests[r]) for r in output.num_scheduled_tokens
+                           if r in self.requests]:
             flight, (items, request) = state.in_flight.pop(0), (state.request.items, state.request)
             state.num_computed_tokens += flight.tokens
             for i in sorted(i for i in self.cache.get_cached_input_ids(request)   # in order:
@@ -164,7 +163,7 @@ class SchedulerPassModel:
             if state.num_output_tokens >= request.max_tokens:
                 self.finish_request(rid)
                 done.append(rid)
-        rejected, self.rejected = sorted(r for r in self.rejected if r in self.requests), []
+        rejected, self.rejected = sorted(r for r in self.rejected if r in self.requests), set()
         idle = set(self.freeable_order()) if rejected else set()
         for rid in rejected:
             self.finish_request(rid)
@@ -206,13 +205,12 @@ class SchedulerPassModel:
 
 def broken_promises(model, output, resident: set[str]) -> list[tuple[str, str]]:
     """(property, detail) per promise ``output`` breaks, ``model`` as its last pass left it.
-    For a request from ``c`` given ``k`` tokens: ``encoded-input-needed``, each input encoded
-    or loaded has an embed in ``[c, c + k + s)`` (encoder-decoder: only its first pass
-    encodes); ``reads-held``, each embed read is an item's resident and held; ``cut-before-
-    refused``, a chunk cut short ends right before an item, ``s`` before one (unchunked) or
-    before the known end (runway), an encoder-decoder one gets all or nothing;
-    ``pass-maximal``, none gets fewer tokens than the rules admit after those before it.
-    Judged up to the first grant that differs from the model's (past it the state is not)."""
+    From ``c`` given ``k``: ``encoded-input-needed``, each input encoded or loaded has an embed
+    in ``[c, c + k + s)`` (encoder-decoder: only its first pass encodes); ``reads-held``, each
+    embed read is an item's resident and held; ``cut-before-refused``, a chunk cut short ends
+    right before an item, ``s`` before one or before the known end (encoder-decoder: all or
+    none); ``pass-maximal``, none gets fewer tokens than the rules admit after those before
+    it. Judged to the first grant that differs from the model's (past it the state is not)."""
     broken, s = [], model.read_ahead
     for g in model.grants:
         rid, c, request = g.request.request_id, g.start, g.request
@@ -232,9 +230,8 @@ def broken_promises(model, output, resident: set[str]) -> list[tuple[str, str]]:
         for name, failed, why in (
                 ("encoded-input-needed", needless, f"encodes {needless}, no embed in "
                  f"[{c}, {c + k + s})" + " after its start" * model.encoder_decoder),
-                ("reads-held", unread, f"reads inputs {unread}, not resident and held"),
-                ("cut-before-refused", cut, f"gets {k} of {g.wanted} tokens, ending at "
-                 f"{c + k}: not before an item nor at a chunk rule's end"),
+                ("reads-held", unread, f"reads inputs {unread}, not held by it or not resident"),
+                ("cut-before-refused", cut, f"gets {k} of {g.wanted}, cut at {c + k}: no item"),
                 ("pass-maximal", k < g.tokens, f"gets {k} tokens, the rules admit {g.tokens}")):
             if failed:
                 broken.append((name, f"{rid} (from {c}) {why}"))

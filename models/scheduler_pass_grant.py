@@ -1,18 +1,17 @@
-"""One request's grant in a pass: the longest chunk its model's statement admits after those
-served before it; ``DecoderOnly`` is the statement, ``EncoderDecoder`` and ``Mamba`` variants.
-From ``c`` a request wants ``w`` tokens (those left, at most the budget left); its drafter
-reads ``s`` past a prefill chunk (vLLM ``num_prefill_lookahead_tokens``), so the encoder
-judges ``[c, c + w + s)``. (1) A window's items fit when the cache holds them together: a
-resident one held, one with an embed in the window encoded (loaded if the EC connector holds
-it: room, no compute), one without judged for room and compute alike (vLLM asks
-``can_allocate`` first); room comes from evicting freeable entries oldest first. (2) The
-chunk is the longest prefix of the window whose items fit, at most ``w`` (one cut short ends
-right before an item). (3) An identifier resident when reached with another embed count (a
-UUID reused for other content) refuses the request. (4) Unchunked input: the first item from
-``c`` on that ``[c, c + w)`` does not cover stops the chunk ``s`` before it. (5) No chunk
-ends within ``s`` of the known end (an MTP drafter reads ``s`` known tokens on). (6) The
-drafter reads ``s`` on, to an input not held. With no token nothing is allocated; holds and
-evictions stay.
+"""A request's grant: the longest chunk its model's statement admits after those served
+before it; ``DecoderOnly`` is the statement, ``EncoderDecoder`` and ``Mamba`` variants. From
+``c`` a request wants ``w`` tokens (those left, at most the budget left); its drafter reads
+``s`` past a prefill chunk (vLLM ``num_prefill_lookahead_tokens``), so the encoder judges
+``[c, c + w + s)``. (1) A window's items fit when the cache holds them together: a resident
+one held, one with an embed in the window encoded (loaded if the EC connector holds it: room,
+no compute), one without judged for room and compute alike (vLLM asks ``can_allocate``
+first); room comes from evicting freeable entries oldest first. (2) The chunk is the longest
+prefix of the window whose items fit, at most ``w``. (3) An identifier resident when reached
+with another embed count (a UUID reused for other content) refuses the request. (4) Unchunked
+input: the first item from ``c`` on that ``[c, c + w)`` does not cover stops the chunk ``s``
+before it. (5) No chunk ends within ``s`` of the known end (an MTP drafter reads ``s`` known
+tokens on). (6) The drafter reads ``s`` on, to an input not held. No token: nothing
+allocated; holds and evictions stay.
 """
 
 from __future__ import annotations
@@ -107,9 +106,9 @@ def _unallocated(fit: Grant):
 
 @frozen
 class EncoderDecoder:
-    """Whisper: the pass starting a request encodes all its inputs (no token unless they fit
-    the compute left and the unreserved embeds: nothing is shared or evicted); later passes
-    need no encoder. Unchunked prefill: a waiting request that does not fit stops the queue."""
+    """Whisper: a request's first pass encodes all its inputs, or it gets no token (nothing
+    shared or evicted); later passes need no encoder. A waiting one that does not fit whole
+    (prefill is not chunked) stops the queue."""
 
     def grant(self, model, state, tokens_left: int, compute_left: int) -> Grant:
         request, c, left = state.request, state.scheduled_upto, state.num_tokens_left

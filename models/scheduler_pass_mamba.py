@@ -1,15 +1,12 @@
-"""A hybrid model caching Mamba states per block (vLLM's align mode), a variant of the
-decoder-only grant that first chooses the chunk by what alignment promises. A state is
-written where a chunk ends, so a prefill chunk (``P`` the prefill's end: the prompt, or the
-known tokens but the last when outputs are replayed) ends (1) on a block boundary, unless it
-finishes the prefill or holds none and a block is wider than the whole budget; (2) within
-the block it starts in (that block's slot holds the state at its end); (3) not past the last
-checkpoint, the last boundary ``max(1, s)`` known tokens before the end (the state a shared
-prefix reuses); (4) so that every prefill finishes: where the runway would take back every
-chunk (1)-(3) admit, even with the whole budget, the chunk keeps its end (vLLM 0.33.0 stalls:
-``fixtures/reproducers/test_scheduler_pass_vllm_mamba_mtp_stall.py``). It is the longest end
-(1)-(3) admit, found by trying each. No token: no item judged, a running request passed
-over, a waiting one stops the queue. Not modelled: prefix-cache hits, internal checkpoints.
+"""Mamba states cached per block (vLLM's align mode): the decoder-only grant, its chunk first
+chosen by what alignment promises. A state is written where a chunk ends, so a prefill chunk
+(to ``P``: the prompt, or all known tokens but the last when outputs are replayed) ends (1) on
+a boundary, unless it finishes the prefill or holds none and a block is wider than the budget;
+(2) within the block it starts in; (3) not past the last checkpoint, the last boundary
+``max(1, s)`` known tokens before the end; (4) so that every prefill finishes: where the
+runway would take back all (1)-(3) admit, even with the whole budget, it keeps its end (vLLM
+0.33.0 stalls: ``fixtures/reproducers/test_scheduler_pass_vllm_mamba_mtp_stall.py``). No
+token: no item judged, a waiting request stops the queue. Not modelled: prefix-cache hits.
 """
 
 from __future__ import annotations
@@ -40,6 +37,6 @@ class Mamba(DecoderOnly):
                      limit="stopped" if state.started_at is None else "aligned")
 
     def runway(self, model, state, tokens: int) -> int:
-        kept, whole = super().runway(model, state, tokens), \
-            self.wanted(model, state, model.token_budget)
-        return tokens if not kept and not super().runway(model, state, whole) else kept
+        whole = self.wanted(model, state, model.token_budget)      # rule 4: no stall
+        return super().runway(model, state, tokens) or (
+            0 if super().runway(model, state, whole) else tokens)

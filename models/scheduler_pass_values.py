@@ -11,9 +11,8 @@ from models.encoder_cache_values import MmItem
 
 @frozen
 class PlacedItem:
-    """A multimodal item whose placeholder covers token positions ``[offset, offset +
-    length)``; ``is_embed`` (vLLM's ``PlaceholderRange.is_embed``, None: all) says which take
-    an encoder embedding. It costs ``num_embeds`` of the encoder budget and the cache."""
+    """An item whose placeholder covers positions ``[offset, offset + length)``; ``is_embed``
+    (vLLM's ``PlaceholderRange.is_embed``, None: all) says which take an embedding."""
 
     mm_hash: str
     offset: int
