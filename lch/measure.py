@@ -3,8 +3,9 @@
 - ``sizes --base REV FILE...``: each file's lines at ``REV`` and in the working tree (a glob
   pattern is expanded on both sides), kind ``sizes``;
 - ``hazards MODULE:MACHINE... --seeds 0-2 --examples 150``: the share of examples (per 100)
-  reaching each named hazard against ``native``, as ``properties/test_hazards.py`` counts
-  them, kind ``hazards``;
+  reaching each named hazard, as ``properties/test_hazards.py`` counts them, and the runs
+  that failed (``--target``, default ``native``; ``--profile``, default ``ci``, its step
+  count kept and its derandomization off so each seed differs), kind ``hazards``;
 - ``pytest --name NAME -- ARGS...``: a pytest run's outcome per test, kind ``suites``.
 
 Each writes ``--record-dir`` (default ``results``) and prints the record's path. Why not
@@ -44,7 +45,8 @@ def sizes(base: str, patterns: list[str]) -> tuple[dict, list[dict]]:
     return {"base": base, "totals": totals}, items
 
 
-def hazards(machines: list[str], seeds: range, examples: int) -> tuple[dict, list[dict]]:
+def hazards(machines: list[str], seeds: range, examples: int, target: str = "native",
+            profile_name: str = "ci") -> tuple[dict, list[dict]]:
     from hypothesis import settings
 
     from properties.harness import Recorder
@@ -55,15 +57,16 @@ def hazards(machines: list[str], seeds: range, examples: int) -> tuple[dict, lis
         module, _, name = spec.partition(":")
         machine = getattr(importlib.import_module(module), name)
         recorder = Recorder()
-        profile = settings(settings.get_profile("ci"), derandomize=False,
-                           max_examples=examples)
-        failures = [run_machine(machine, "native", profile, seed=seed, recorder=recorder)
+        profile = settings(settings.get_profile(profile_name), derandomize=False,
+                           max_examples=examples, database=None)
+        failures = [run_machine(machine, target, profile, seed=seed, recorder=recorder)
                     .failure for seed in seeds]
         items += [{"machine": name, "hazard": h, "per_100": round(
             100 * recorder.events[h] / max(recorder.examples, 1), 1),
-            "examples": recorder.examples, "failures": sum(f is not None for f in failures)}
+            "examples": recorder.examples, "failures": [f.message for f in failures if f]}
             for h in machine.HAZARDS]
-    return {"seeds": f"{seeds.start}-{seeds.stop - 1}", "examples_per_seed": examples}, items
+    return {"seeds": f"{seeds.start}-{seeds.stop - 1}", "examples_per_seed": examples,
+            "target": target, "profile": profile_name}, items
 
 
 def run_pytest(args: list[str]) -> tuple[dict, list[dict]]:
@@ -90,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default="main")
     parser.add_argument("--seeds", default="0-2")
     parser.add_argument("--examples", type=int, default=150)
+    parser.add_argument("--target", default="native")
+    parser.add_argument("--profile", default="ci")
     parser.add_argument("--record-dir", default=str(records.RESULTS))
     options = parser.parse_intermixed_args(argv)
     started, start = records.now(), time.monotonic()
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     elif options.what == "hazards":
         low, _, high = options.seeds.partition("-")
         summary, items = hazards(options.args, range(int(low), int(high or low) + 1),
-                                 options.examples)
+                                 options.examples, options.target, options.profile)
     else:
         summary, items = run_pytest(options.args)
     vllm = None

@@ -210,7 +210,8 @@ def broken_promises(model, output, resident: set[str]) -> list[tuple[str, str]]:
     embed read is an item's resident and held; ``cut-before-refused``, a chunk cut short ends
     right before an item, ``s`` before one or before the known end (encoder-decoder: all or
     none); ``pass-maximal``, none gets fewer tokens than the rules admit after those before
-    it. Judged to the first grant that differs from the model's (past it the state is not)."""
+    it. Judged to the first grant that differs from the model's (past it the state is not).
+    The budgets, the freed list, the worker and liveness are the machine's own checks."""
     broken, s = [], model.read_ahead
     for g in model.grants:
         rid, c, request = g.request.request_id, g.start, g.request

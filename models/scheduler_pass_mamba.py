@@ -23,8 +23,7 @@ class Mamba(DecoderOnly):
     def wanted(self, model, state, tokens_left: int) -> int:
         c, w, b = state.scheduled_upto, super().wanted(model, state, tokens_left), self.block
         prefill_end = max(state.request.prompt_len, state.num_tokens - 1)
-        proven = state.num_tokens - max(1, model.read_ahead)
-        checkpoint = proven - proven % b
+        checkpoint = (state.num_tokens - max(1, model.read_ahead)) // b * b
         admitted = [end for end in range(c + 1, c + w + 1) if c >= prefill_end or (
             end % b == 0 or end >= prefill_end or b > model.token_budget and end // b == c // b)
             and (c % b == 0 or end <= c - c % b + b) and not c < checkpoint < end]  # (1)-(3)

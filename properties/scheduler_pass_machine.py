@@ -10,10 +10,12 @@ running request loses its computed tokens and its encoder inputs and waits at th
 queue, as under KV pressure; under async scheduling only one with no step in flight) and
 ``reset_encoder_cache`` (weights updated while requests run:
 the manager and the worker forget every encoder output). Items may carry an ``is_embed``
-mask (fewer embeds than placeholder tokens). After every step: the
-worker did not miss, the pass kept its budgets and named no resident hash as freed, the
-gathered rows are the encoder's output, the output equals the model's FCFS prediction, and
-the worker's tensors are exactly the manager's resident entries. A run ends by stepping until
+mask (fewer embeds than placeholder tokens). After every step: the pass
+named no resident hash as freed, kept its budgets and the promises every pass makes
+(``models/scheduler_pass.py``: ``broken_promises``, each a property of its own), its output
+equals the model's (the FCFS policy those promises leave open), the worker did not miss,
+the gathered rows are the encoder's output, and the worker's tensors are exactly the
+manager's resident entries. A run ends by stepping until
 every request finished (liveness: the cache and compute budget fit the largest item).
 
 In async-scheduling worlds (``AsyncSchedulerPassMachine``) a ``step`` is one turn of an
@@ -293,6 +295,7 @@ class SchedulerPassMachine(HarnessMachine):
             gathered = self.model.execute_model(output)
         applies = bool(self.model.pending) and (
             not pipelined or len(self.model.pending) >= 2 or not schedules)
+        self._updated = set(self.model.pending[0].num_scheduled_tokens) if applies else set()
         expect = StepView(output, gathered, self.model.update_from_output(
             self.model.pending[0]) if applies else ())
         for rid in expect.finished:
@@ -506,12 +509,13 @@ class SchedulerPassMachine(HarnessMachine):
         return False
 
     def _held_for_sample(self) -> bool:
-        """Whether an update kept an input whose positions are all computed: one ending at
-        the prompt's end, while the request's first sample is pending (async scheduling)."""
-        cache = self.model.cache
-        return any(st.request.items[i].end <= st.num_computed_tokens
-                   for st in self.model.requests.values()
-                   for i in cache.get_cached_input_ids(st.request))
+        """Whether this step's update kept an input whose positions are all scheduled: one
+        ending at the prompt's end while the request's first sample was pending (async
+        scheduling; an update frees every other such input)."""
+        requests, cache = self.model.requests, self.model.cache
+        return any(requests[rid].request.items[i].end <= requests[rid].scheduled_upto
+                   for rid in self._updated & set(requests)
+                   for i in cache.get_cached_input_ids(requests[rid].request))
 
     def _count_encoder_decoder_hazards(self, expect: StepView) -> None:
         out = expect.output
