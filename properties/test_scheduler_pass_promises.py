@@ -7,8 +7,12 @@ the scheduler-pass machine judges a target's before it compares outputs.
 
 from __future__ import annotations
 
+import pytest
+
 from models.scheduler_pass import SchedulerPassModel, broken_promises
 from models.scheduler_pass_values import PlacedItem, SchedRequest, SchedulerOutputView
+from properties.run import unavailable
+from sim.errors import TargetUnavailable
 from sim.targets import make
 
 
@@ -72,3 +76,25 @@ def test_the_mamba_mtp_stall_fails_the_model_comparison():
                                                                                  {"r0": 3}]
     assert model.schedule().num_scheduled_tokens == {"r0": 1}
     assert judged(model, stalled.schedule()) == ["pass-maximal"]
+
+
+def test_vllm_0_33_mamba_mtp_stall_fails_the_model_comparison():
+    """The same trace on vLLM 0.33.0's own Scheduler: its third pass gives r0 no token, and
+    the model's promises name it ``pass-maximal`` (the reproducer shows the stall through
+    liveness; this, that a comparison with the model catches it in the pass it happens)."""
+    from sim.vllm import release
+    config = dict(cache_size=1, token_budget=4, encoder_compute_budget=1, read_ahead=2,
+                  mamba_block_size=4)
+    try:
+        vllm = make("vllm", "scheduler_pass", **config)
+    except TargetUnavailable as why:
+        unavailable("vllm", why)
+    if release.release() != "0.33.0" or not getattr(vllm, "drives_mamba", True):
+        pytest.skip("n/a: the stall is vLLM 0.33.0's, on its Mamba align split")
+    model = make("model", "scheduler_pass", **config)
+    for sched in (model, vllm):
+        sched.add_request(SchedRequest("r0", 9, 1))
+        assert [sched.step().output.num_scheduled_tokens for _ in range(2)] == [{"r0": 4},
+                                                                                 {"r0": 3}]
+    model.schedule()
+    assert judged(model, vllm.schedule()) == ["pass-maximal"]
