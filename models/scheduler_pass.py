@@ -5,9 +5,8 @@ open: the policy. First come first served (running requests as they started, the
 ones: arrival order, a preempted one at the head), each the longest chunk its model's
 statement admits after those before it (``models/scheduler_pass_grant.py``, ``_mamba.py``).
 Also: the EC connector, preemption, encoder-cache resets, async scheduling (a pass starts
-where a request's steps in flight end, their samples known; ``step()`` applies the oldest
-once two are in flight). Not modelled: KV blocks, priorities.
-"""
+where steps in flight end, counting their samples; ``step()`` applies the oldest once two
+are in flight). Not modelled: KV blocks, priorities."""
 
 from __future__ import annotations
 
@@ -126,8 +125,7 @@ class SchedulerPassModel:
         return output
 
     def execute_model(self, output: SchedulerOutputView) -> tuple[Gathered, ...]:
-        """What the worker reads right after ``schedule``: each item's embeds in the range and
-        the read-ahead (encoder-decoder: each new output whole)."""
+        """The rows read: embeds in the range and read-ahead (encoder-decoder: new outputs)."""
         rows = []
         for rid, k in output.num_scheduled_tokens.items():
             request, start = self.requests[rid].request, self.requests[rid].in_flight[-1].start
@@ -204,42 +202,32 @@ class SchedulerPassModel:
 
 
 def broken_promises(model, output, resident: set[str]) -> list[tuple[str, str]]:
-    """(property, detail) per promise ``output`` breaks, ``model`` as its last pass left it.
-    From ``c`` given ``k``: ``encoded-input-needed``, each input encoded or loaded has an embed
-    in ``[c, c + k + s)`` (encoder-decoder: only its first pass encodes); ``reads-held``, each
-    embed read is an item's resident and held; ``cut-before-refused``, a chunk cut short ends
-    right before an item, ``s`` before one or before the known end (encoder-decoder: all or
-    none); ``pass-maximal``, none gets fewer tokens than the rules admit after those before
-    it. Judged to the first grant that differs from the model's (past it the state is not).
-    The budgets, the freed list, the worker and liveness are the machine's own checks."""
-    broken, s = [], model.read_ahead
+    """(property, detail) per promise ``output`` breaks, ``model`` as its last pass left it:
+    for a grant of ``k`` tokens its model's statement names three ranges (``windows``):
+    ``encoded-input-needed``, each input encoded or loaded has an embed in the first;
+    ``reads-held``, each embed read (in the second) is an item's resident and held;
+    ``cut-before-refused``, a chunk cut short ends at one of the third; ``pass-maximal``, none
+    gets fewer tokens than the rules admit after those before it. Judged to the first grant
+    unlike the model's (past it the state is not). The machine checks budgets and the rest."""
+    broken = []
     for g in model.grants:
         rid, c, request = g.request.request_id, g.start, g.request
-        held, known = model.cache.get_cached_input_ids(request), model.requests[rid].num_tokens
-        k = output.num_scheduled_tokens.get(rid, 0)
+        k, held = output.num_scheduled_tokens.get(rid, 0), model.cache.get_cached_input_ids(request)
         made = (*output.scheduled_encoder_inputs.get(rid, ()),
                 *output.loaded_encoder_inputs.get(rid, ()))
-        end = c + k + output.num_read_ahead_tokens.get(rid, 0)
-        needless = (made if c else ()) if model.encoder_decoder else \
-            [i for i in made if not _embeds_in(request.items[i], c, c + k + s)]
-        unread = [] if model.encoder_decoder else [
-            i for i in request.inputs_in(c, end) if _embeds_in(request.items[i], c, end)
-            and (i not in held or request.mm_hash(i) not in resident)]
-        ends = {x.offset - lag for x in request.items for lag in {0, s}} | {known - s}
-        cut = k not in (0, g.wanted) if model.encoder_decoder else \
-            0 < k < g.wanted and c + k not in ends
+        (lo, hi), (start, end), ends = model.variant.windows(
+            model, g, k, output.num_read_ahead_tokens.get(rid, 0))
+        needless = [i for i in made if not request.items[i].has_embed_in(lo, hi)]
+        unread = [i for i in request.inputs_in(start, end) if request.items[i].has_embed_in(
+            start, end) and (i not in held or request.mm_hash(i) not in resident)]
         for name, failed, why in (
-                ("encoded-input-needed", needless, f"encodes {needless}, no embed in "
-                 f"[{c}, {c + k + s})" + " after its start" * model.encoder_decoder),
+                ("encoded-input-needed", needless, f"encodes {needless}, no embed in [{lo}, {hi})"),
                 ("reads-held", unread, f"reads inputs {unread}, not held by it or not resident"),
-                ("cut-before-refused", cut, f"gets {k} of {g.wanted}, cut at {c + k}: no item"),
+                ("cut-before-refused", 0 < k < g.wanted and c + k not in ends,
+                 f"gets {k} of {g.wanted}, cut at {c + k}: no item's start, no rule's end"),
                 ("pass-maximal", k < g.tokens, f"gets {k} tokens, the rules admit {g.tokens}")):
             if failed:
                 broken.append((name, f"{rid} (from {c}) {why}"))
         if (k, made) != (g.tokens, (*g.encoded, *g.loaded)):
             break
     return broken
-
-
-def _embeds_in(item, lo: int, hi: int) -> bool:
-    return any(lo <= p < hi for p in item.embed_positions)

@@ -70,6 +70,12 @@ class DecoderOnly:
         c, n, s = state.scheduled_upto, state.num_tokens, model.read_ahead
         return max(0, n - s - c) if n - s < c + tokens < n else tokens
 
+    def windows(self, model, g: Grant, k: int, read_ahead: int):
+        """The promises' ranges: the encoder's window, the reads, the cuts (rules 1-2, 4-5)."""
+        c, s, known = g.start, model.read_ahead, model.requests[g.request.request_id].num_tokens
+        ends = {x.offset - lag for x in g.request.items for lag in {0, s}} | {known - s}
+        return (c, c + k + s), (c, c + k + read_ahead), ends
+
 
 def _fit(model, request: SchedRequest, c: int, end: int, compute_left: int) -> Grant | None:
     """Rules 1 and 3 for ``[c, end)`` on a copy of the cache (None: an item does not fit)."""
@@ -83,9 +89,8 @@ def _fit(model, request: SchedRequest, c: int, end: int, compute_left: int) -> G
         spent = sum(map(request.num_embeds, made["encoded"]))
         if not cache.can_allocate(request, i, compute_left - spent, 0):
             return None
-        x = request.items[i]
-        kind = "probed" if not any(c <= p < end for p in x.embed_positions) else \
-            "loaded" if x.mm_hash in model.ec_cached_mm_hashes else "encoded"
+        kind = "probed" if not request.items[i].has_embed_in(c, end) else \
+            "loaded" if request.mm_hash(i) in model.ec_cached_mm_hashes else "encoded"
         if kind != "probed":
             cache.allocate(request, i)
         made[kind].append(i)
@@ -121,3 +126,7 @@ class EncoderDecoder:
         for i in inputs:
             cache.allocate(request, i)
         return Grant(request, c, w, w, 0, inputs, cache=cache)
+
+    def windows(self, model, g: Grant, k: int, read_ahead: int):
+        """Encoded by the first pass only; its outputs are read whole; never cut."""
+        return (0, 0 if g.start else 1 << 62), (g.start, g.start), set()

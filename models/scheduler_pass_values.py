@@ -39,6 +39,9 @@ class PlacedItem:
         return tuple(self.offset + i for i in range(self.length)
                      if self.is_embed is None or self.is_embed[i])
 
+    def has_embed_in(self, lo: int, hi: int) -> bool:
+        return any(lo <= p < hi for p in self.embed_positions)
+
     def mm_item(self) -> MmItem:
         return MmItem(self.mm_hash, self.num_embeds)
 
