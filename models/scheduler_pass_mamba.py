@@ -1,54 +1,41 @@
-"""The prefill chunk of a hybrid model with Mamba layers whose states are cached per block
-(vLLM's ``mamba_cache_mode="align"``, on with prefix caching), as the scheduler-pass model
-computes it.
-
-A Mamba layer keeps one running state per request, not one entry per token, so its state can
-be cached (and reused by a later request with the same prefix) only where a chunk ends: the
-scheduler makes chunk ends fall on block boundaries (vLLM 0.33.0
-``Scheduler._mamba_block_aligned_split``). Stated as what a prefill chunk ``[start, end)``
-of a request with ``num_tokens`` known tokens may be, ``block`` the block size:
-
-1. Decoding is free: once ``start`` reaches the prefill's end (the prompt, or the known
-   tokens but the last for a preempted request replaying its outputs) nothing is aligned.
-2. A chunk that leaves the prefill unfinished ends on a block boundary: its end goes down to
-   the last boundary in it. When that leaves no token and a block is wider than the pass's
-   whole token budget (no pass could ever reach the boundary) the chunk keeps its end.
-3. A chunk never runs past the next boundary when it starts between two (it re-aligns), nor
-   past the last checkpoint: the last boundary that leaves ``max(1, lookahead)`` known tokens
-   after it (the token whose logits the step computes, and the tokens the drafter's block
-   hashes read past the boundary: ``num_hash_lookahead_tokens``).
-4. A chunk left with no token is no chunk: the request judges no encoder input at all this
-   pass (``_try_schedule_encoder_inputs`` returns before its window when it has no token), a
-   running request is passed over, and a waiting one stops the waiting queue.
-
-Not modelled (the harness's worlds have none): prefix-cache hits (every lookup misses: the
-prompts are new), internal checkpoint blocks, partial hash-block hits and the shared-prefix
-junction stop; and async scheduling, encoder-decoder models and unchunked multimodal input
-(vLLM refuses align mode with ``disable_chunked_mm_input``).
+"""Mamba states cached per block (vLLM's align mode): the decoder-only grant, its chunk first
+chosen by what alignment promises. A state is written where a chunk ends, so a prefill chunk
+(to ``P``: the prompt, or all known tokens but the last when outputs are replayed) ends (1) on
+a boundary, unless it finishes the prefill or holds none and a block is wider than the budget;
+(2) within the block it starts in; (3) not past the last checkpoint, the last boundary
+``max(1, s)`` known tokens before the end; (4) so that every prefill finishes: where the
+runway would take back all (1)-(3) admit, even with the whole budget, it keeps its end (vLLM
+0.33.0 stalls: ``fixtures/reproducers/test_scheduler_pass_vllm_mamba_mtp_stall.py``). No
+token: no item judged, a waiting request stops the queue. Not modelled: prefix-cache hits.
 """
 
 from __future__ import annotations
 
+from attrs import frozen
 
-def last_checkpoint(num_tokens: int, block: int, lookahead: int) -> int:
-    """The last block boundary with ``max(1, lookahead)`` known tokens after it."""
-    proven = num_tokens - max(1, lookahead)
-    return max(0, proven - proven % block)
+from models.scheduler_pass_grant import DecoderOnly, Grant
 
 
-def aligned_chunk(start: int, wanted: int, *, num_tokens: int, prompt_len: int, block: int,
-                  token_budget: int, lookahead: int) -> int:
-    """How many of the ``wanted`` tokens from ``start`` the aligned chunk keeps (rules 1-3)."""
-    prefill_end = max(prompt_len, num_tokens - 1)
-    if start >= prefill_end:
-        return wanted
-    end = start + wanted
-    if end < prefill_end:
-        boundary = end - end % block
-        if boundary > start or block <= token_budget:
-            end = boundary
-    walls = [last_checkpoint(num_tokens, block, lookahead)]
-    if start % block:
-        walls.append(start - start % block + block)
-    inside = [w for w in walls if start < w < end]
-    return max(0, min(inside, default=end) - start)
+@frozen
+class Mamba(DecoderOnly):
+    block: int
+
+    def wanted(self, model, state, tokens_left: int) -> int:
+        c, w, b = state.scheduled_upto, super().wanted(model, state, tokens_left), self.block
+        prefill_end = max(state.request.prompt_len, state.num_tokens - 1)
+        checkpoint = (state.num_tokens - max(1, model.read_ahead)) // b * b
+        admitted = [end for end in range(c + 1, c + w + 1) if c >= prefill_end or (
+            end % b == 0 or end >= prefill_end or b > model.token_budget and end // b == c // b)
+            and (c % b == 0 or end <= c - c % b + b) and not c < checkpoint < end]  # (1)-(3)
+        return max(admitted, default=c) - c
+
+    def grant(self, model, state, left: int, compute_left: int) -> Grant:
+        if self.wanted(model, state, left) or not super().wanted(model, state, left):
+            return super().grant(model, state, left, compute_left)
+        return Grant(state.request, state.scheduled_upto, 0,
+                     limit="stopped" if state.started_at is None else "aligned")
+
+    def runway(self, model, state, tokens: int) -> int:
+        whole = self.wanted(model, state, model.token_budget)      # rule 4: no stall
+        return super().runway(model, state, tokens) or (
+            0 if super().runway(model, state, whole) else tokens)

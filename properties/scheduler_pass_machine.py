@@ -10,10 +10,12 @@ running request loses its computed tokens and its encoder inputs and waits at th
 queue, as under KV pressure; under async scheduling only one with no step in flight) and
 ``reset_encoder_cache`` (weights updated while requests run:
 the manager and the worker forget every encoder output). Items may carry an ``is_embed``
-mask (fewer embeds than placeholder tokens). After every step: the
-worker did not miss, the pass kept its budgets and named no resident hash as freed, the
-gathered rows are the encoder's output, the output equals the model's FCFS prediction, and
-the worker's tensors are exactly the manager's resident entries. A run ends by stepping until
+mask (fewer embeds than placeholder tokens). After every step: the pass
+named no resident hash as freed, kept its budgets and the promises every pass makes
+(``models/scheduler_pass.py``: ``broken_promises``, each a property of its own), its output
+equals the model's (the FCFS policy those promises leave open), the worker did not miss,
+the gathered rows are the encoder's output, and the worker's tensors are exactly the
+manager's resident entries. A run ends by stepping until
 every request finished (liveness: the cache and compute budget fit the largest item).
 
 In async-scheduling worlds (``AsyncSchedulerPassMachine``) a ``step`` is one turn of an
@@ -26,13 +28,16 @@ delivers them.
 
 from __future__ import annotations
 
+import copy
+from collections import Counter
+
 import attrs
 from attrs import evolve
 from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
-from models.scheduler_pass import SchedulerPassModel
+from models.scheduler_pass import SchedulerPassModel, broken_promises
 from models.scheduler_pass_values import SchedRequest, SchedulerOutputView, StepView
 from properties.harness import HarnessMachine, InvalidAction, draw_integer, pick
 from properties.scheduler_pass_shrink import simpler_worlds
@@ -40,6 +45,7 @@ from properties.scheduler_pass_worlds import (
     SchedWorld,
     async_scheduler_worlds,
     encoder_decoder_worlds,
+    mamba_mtp_worlds,
     mamba_worlds,
     scheduler_worlds,
 )
@@ -87,6 +93,10 @@ ENCODER_DECODER_HAZARDS = (
 PROPERTIES = {
     "freed-not-resident": "free_encoder_mm_hashes names no hash resident after the pass",
     "budgets-hold": "token, encoder-compute and cache budgets hold for every pass",
+    "encoded-input-needed": "every input a pass encodes or loads has an embed in its window",
+    "reads-held": "every embed position read is an item resident after the pass and held",
+    "cut-before-refused": "a chunk cut short ends right before an item or at a chunk rule's end",
+    "pass-maximal": "no request gets fewer tokens than the rules admit after those before it",
     "scheduler-output-agrees": "the pass's output and the step equal the FCFS prediction "
                                "(the read-ahead and the gathered rows compared on their own, "
                                "labelled where the harness computes them)",
@@ -233,7 +243,7 @@ class SchedulerPassMachine(HarnessMachine):
         if t >= len(self.world.templates) or len(self.open) >= self.max_open \
                 or f"r{n}" in self.history:
             raise InvalidAction("add_request: no such template, too many open or id used")
-        request = self.world.templates[t].renamed(f"r{n}")
+        request = evolve(self.world.templates[t], request_id=f"r{n}")
         self.next_id = max(self.next_id, n + 1)
         self.model.add_request(request)
         self.open.append(request.request_id)
@@ -246,7 +256,7 @@ class SchedulerPassMachine(HarnessMachine):
         if rid not in self.open:
             raise InvalidAction("finish_request: no such open request")
         self.open.remove(rid)
-        if self.model.holds_inputs(rid):
+        if self._holds_inputs(rid):
             self.hazard("aborted while holding an input")
         self.model.finish_request(rid)
         self.record_step(f"sched.finish_request({rid!r})", None,
@@ -259,7 +269,7 @@ class SchedulerPassMachine(HarnessMachine):
         if rid not in self._preemptible():
             raise InvalidAction("preempt_request: no such running request with no step in "
                                 "flight")
-        if self.model.holds_inputs(rid):
+        if self._holds_inputs(rid):
             self.hazard("preempted while holding an input")
         self.preempted.add(rid)
         self.model.preempt_request(rid)
@@ -269,7 +279,7 @@ class SchedulerPassMachine(HarnessMachine):
         self._check_slots()
 
     def do_reset_encoder_cache(self):
-        if any(self.model.holds_inputs(rid) for rid in self.model.requests):
+        if any(self._holds_inputs(rid) for rid in self.model.requests):
             self.hazard("encoder cache reset while requests hold inputs")
         self.model.reset_encoder_cache()
         self.record_step("sched.reset_encoder_cache()", None,
@@ -277,6 +287,13 @@ class SchedulerPassMachine(HarnessMachine):
         self.sched.reset_encoder_cache()
         self._check_slots()
         self._check_worker()
+
+    def _holds_inputs(self, rid: str) -> bool:
+        """Whether the request holds (encoder-decoder: reserves) an encoder input."""
+        cache, request = self.model.cache, self.model.requests[rid].request
+        if self.world.encoder_decoder:
+            return any(cache.holds(request, i) for i in range(len(request.items)))
+        return bool(cache.get_cached_input_ids(request))
 
     def _preemptible(self) -> list[str]:
         """Running requests with no step in flight (a mid-flight preemption's stale outputs
@@ -287,6 +304,7 @@ class SchedulerPassMachine(HarnessMachine):
     def do_step(self):
         self._computed_before = {rid: st.scheduled_upto
                                  for rid, st in self.model.requests.items()}
+        self._resident_before = self.model.resident_mm_hashes()
         pipelined = self.world.async_scheduling
         # The engine's turn (see the module docstring): schedule while a request is open,
         # apply the oldest output in flight once two are (at once when not pipelined).
@@ -294,9 +312,11 @@ class SchedulerPassMachine(HarnessMachine):
         output, gathered = SchedulerOutputView({}, {}, ()), ()
         if schedules:
             output = self.model.schedule()
-            gathered = self.model.gathered(output)
+            self._passed = copy.deepcopy(self.model)    # as the pass left it: its promises
+            gathered = self.model.execute_model(output)
         applies = bool(self.model.pending) and (
             not pipelined or len(self.model.pending) >= 2 or not schedules)
+        self._updated = set(self.model.pending[0].num_scheduled_tokens) if applies else set()
         expect = StepView(output, gathered, self.model.update_from_output(
             self.model.pending[0]) if applies else ())
         for rid in expect.finished:
@@ -334,6 +354,10 @@ class SchedulerPassMachine(HarnessMachine):
         self.check("freed-not-resident", not stale,
                    f"{stale} in free_encoder_mm_hashes but resident")
         self._check_budgets(out)
+        # What every pass promises, judged on the target's output before it is compared with
+        # the model's: a failure names the promise (models/scheduler_pass.py).
+        for name, detail in broken_promises(self._passed, out, resident):
+            self.fail(name, detail)
         # vLLM's fields first; then the read-ahead, which the vllm target's adapter derives.
         own = attrs.evolve(out, num_read_ahead_tokens={})
         want = attrs.evolve(expect.output, num_read_ahead_tokens={})
@@ -389,7 +413,13 @@ class SchedulerPassMachine(HarnessMachine):
         got, want = order(), self.model.freeable_order()
         self.check("slots-agree", sorted(got) == sorted(want),
                    lambda: f"freeable entries {got} != {want} (in any order)")
-        self.model.accept_release_order(got)
+        # The released entries keep the model's places in the queue; which takes which
+        # follows the target.
+        entries = self.model.cache.entries
+        group = [h for h in got if h in self.model.released_together]
+        ticks = sorted(entries[h].unreferenced_at for h in group)
+        for mm_hash, tick in zip(group, ticks, strict=True):
+            entries[mm_hash].unreferenced_at = tick
 
     def _check_worker(self) -> None:
         resident = self.sched.resident_mm_hashes()
@@ -415,8 +445,9 @@ class SchedulerPassMachine(HarnessMachine):
 
     def _check_budgets(self, out) -> None:
         world = self.world
-        self.check("budgets-hold", out.total_num_scheduled_tokens <= world.token_budget,
-                   lambda: f"{out.total_num_scheduled_tokens} tokens > {world.token_budget}")
+        tokens = sum(out.num_scheduled_tokens.values())
+        self.check("budgets-hold", tokens <= world.token_budget,
+                   lambda: f"{tokens} tokens > {world.token_budget}")
         # Budgets count embeds: a masked item costs its True positions, not its span.
         # A reused identifier names two counts: the resident one is the model's entry's.
         sizes = {it.mm_hash: it.num_embeds for t in world.templates for it in t.items}
@@ -463,35 +494,72 @@ class SchedulerPassMachine(HarnessMachine):
     # -- helpers -----------------------------------------------------------------------------
 
     def _count_hazards(self, expect: StepView) -> None:
-        notes = self.model.notes
+        # Read off the model's grants (models/scheduler_pass_grant.py): whom the pass served,
+        # what each wanted, got and judged, and what kept it from more.
         if self.world.encoder_decoder:
             self._count_encoder_decoder_hazards(expect)
             return
-        for flag, name in ((notes.reallocated, "evicted then reallocated in one pass"),
-                           (notes.shared, "item shared within a pass"),
-                           (notes.cut, "tokens cut before an item"),
-                           (notes.read_ahead_read, "read-ahead past the scheduled range"),
-                           (notes.read_ahead_cut, "read-ahead cut before an item"),
-                           (notes.blocked, "request blocked for a pass"),
-                           (expect.output.free_encoder_mm_hashes, "pass frees hashes"),
-                           (notes.probed, "item with no embed in its window"),
-                           (notes.held_for_sample, "input held for a pending sample"),
-                           (notes.unaligned, "running request left no aligned chunk")):
+        out, s = expect.output, self.world.read_ahead
+        grants = self.model.grants
+        given = [g for g in grants if g.tokens]
+        # The items of each window (the read-ahead's included), as the pass judged them.
+        hashes = [[g.request.mm_hash(i) for i in g.request.inputs_in(
+            g.start, g.start + g.tokens + g.read_ahead)] for g in given]
+        encoded = {g.request.mm_hash(i) for g in given for i in g.encoded}
+        holders = Counter(h for hs in hashes for h in set(hs))
+        uses = Counter(h for hs in hashes for h in hs)
+        made = {self.history[rid].mm_hash(i)
+                for part in (out.scheduled_encoder_inputs, out.loaded_encoder_inputs)
+                for rid, ids in part.items() for i in ids}
+        for flag, name in (
+                # A hash resident when the pass began is encoded again only if the pass
+                # evicted it first.
+                (made & self._resident_before, "evicted then reallocated in one pass"),
+                (any(n > 1 for n in holders.values()) or any(uses[h] > 1 for h in encoded),
+                 "item shared within a pass"),
+                (any(g.limit == "room" and g.tokens < g.wanted for g in given),
+                 "tokens cut before an item"),
+                (self._read_past(out), "read-ahead past the scheduled range"),
+                (any(g.tokens == g.wanted and g.read_ahead < s for g in given),
+                 "read-ahead cut before an item"),
+                (any(g.wanted and not g.tokens for g in grants), "request blocked for a pass"),
+                (out.free_encoder_mm_hashes, "pass frees hashes"),
+                (any(g.probed for g in given), "item with no embed in its window"),
+                (self._held_for_sample(), "input held for a pending sample"),
+                (any(g.limit == "aligned" for g in grants),
+                 "running request left no aligned chunk"),
+                (any(g.limit == "refused" for g in grants),
+                 "request refused for a reused identifier"),
+                (out.loaded_encoder_inputs, "input loaded through the EC connector")):
             if flag:
                 self.hazard(name)
         if any(self.history[rid].items[i].is_embed is not None
-               for rid, ids in expect.output.scheduled_encoder_inputs.items() for i in ids):
+               for rid, ids in out.scheduled_encoder_inputs.items() for i in ids):
             self.hazard("masked item encoded")
-        if notes.rejected:
-            self.hazard("request refused for a reused identifier")
-        if notes.loaded:
-            self.hazard("input loaded through the EC connector")
-        scheduled = [self.history[rid] for rid in expect.output.num_scheduled_tokens]
+        scheduled = [self.history[rid] for rid in out.num_scheduled_tokens]
         if any(not r.items for r in scheduled) and any(r.items for r in scheduled):
             self.hazard("text-only request scheduled beside a multimodal one")
-        if self.preempted & set(expect.output.num_scheduled_tokens):
+        if self.preempted & set(out.num_scheduled_tokens):
             self.hazard("preempted request rescheduled")
-        self.preempted -= set(expect.output.num_scheduled_tokens)
+        self.preempted -= set(out.num_scheduled_tokens)
+
+    def _read_past(self, out) -> bool:
+        """Whether a drafter read an embed past its request's scheduled range."""
+        for rid, k in out.num_scheduled_tokens.items():
+            end = self._computed_before[rid] + k
+            stop = end + out.num_read_ahead_tokens.get(rid, 0)
+            if any(end <= p < stop for x in self.history[rid].items for p in x.embed_positions):
+                return True
+        return False
+
+    def _held_for_sample(self) -> bool:
+        """Whether this step's update kept an input whose positions are all scheduled: one
+        ending at the prompt's end while the request's first sample was pending (async
+        scheduling; an update frees every other such input)."""
+        requests, cache = self.model.requests, self.model.cache
+        return any(requests[rid].request.items[i].end <= requests[rid].scheduled_upto
+                   for rid in self._updated & set(requests)
+                   for i in cache.get_cached_input_ids(requests[rid].request))
 
     def _count_encoder_decoder_hazards(self, expect: StepView) -> None:
         out = expect.output
@@ -502,7 +570,8 @@ class SchedulerPassMachine(HarnessMachine):
                            (any(0 < self._computed_before[rid] < self.history[rid].items[0].end
                                 for rid in out.num_scheduled_tokens),
                             "encoder-decoder pass after the start, within the input's span"),
-                           (self.model.notes.blocked, "request blocked for a pass"),
+                           (any(g.wanted and not g.tokens for g in self.model.grants),
+                            "request blocked for a pass"),
                            (out.free_encoder_mm_hashes, "pass frees hashes"),
                            (self.preempted & set(out.num_scheduled_tokens),
                             "preempted request rescheduled")):
@@ -548,6 +617,16 @@ class MambaSchedulerPassMachine(SchedulerPassMachine):
     HAZARDS = MAMBA_HAZARDS
 
     @initialize(world=mamba_worlds())
+    def setup(self, world: SchedWorld):
+        SchedulerPassMachine.setup(self, world)
+
+
+class MambaMtpSchedulerPassMachine(MambaSchedulerPassMachine):
+    """The Mamba machine under an MTP drafter (``mamba_mtp_worlds``): the known-bug
+    catalogue's machine for ``sched-mamba-mtp-stall``. Not run against vLLM 0.33.0, which
+    stalls in these worlds (its reproducer records that)."""
+
+    @initialize(world=mamba_mtp_worlds())
     def setup(self, world: SchedWorld):
         SchedulerPassMachine.setup(self, world)
 

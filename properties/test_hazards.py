@@ -86,6 +86,10 @@ MIN_RATE_PER_100 = {
     # items are only judged. Re-pinned from 0.6 to 0.3; sched-encode-embedless, the bug the
     # hazard exists for, is still caught within its catalogue bound. The others stayed above
     # their pins (read-ahead cut 4.1 / 2.1 -> 2.8 / 2.6).
+    # The model restated as promises (its hazards read off its grants by the machine), seeds
+    # 0-2 / 3-5: every one above its pin, none moved (python -m lch.measure hazards; records
+    # results/hazards/scheduler-pass-hazards-seeds-0-2.json and -3-5.json, which also hold
+    # the async, Mamba and encoder-decoder machines'; the lowest: shared 18.5, frees 16.6).
     "scheduler_pass": {
         "evicted then reallocated in one pass": 0.4,
         "item shared within a pass": 17,
@@ -247,6 +251,10 @@ def _assert_every_hazard_reached(machine, pins: dict[str, float],
 # holding 0.0 / 0.0, preempted rescheduled 1.6 / 3.5, reset holding 9.1 / 10.9, refused 6.8 /
 # 6.5, text-only beside 6.8 / 9.7, loaded 10.0 / 11.6, held for a pending sample 18.6 / 27.3.
 # Pinned at about half the lower; two are not reached by this machine (ASYNC_UNREACHED).
+# The model restated as promises: held for a pending sample 12.1 / 16.9, now counted on the
+# requests of the step's own update that stay open (a request the update finishes counted
+# too before); the others above their pins; none moved (results/hazards/scheduler-pass-
+# hazards-seeds-0-2.json and -3-5.json).
 ASYNC_MIN_RATE_PER_100 = {
     "item shared within a pass": 13,
     "tokens cut before an item": 7.3,

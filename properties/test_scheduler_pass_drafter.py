@@ -1,5 +1,5 @@
 """The drafter's prefill lookahead on hand-written traces: the model, the native target and
-vLLM's real Scheduler (``models/scheduler_pass_drafter.py`` states the three rules).
+vLLM's real Scheduler (``models/scheduler_pass_grant.py`` rules 4-6 state them).
 
 ``read_ahead=1`` stands for an EAGLE head, ``read_ahead=2`` for a two-module MTP drafter
 (``sim/vllm/scheduler_pass.py``). A release that shifts under other rules skips. On vllm the

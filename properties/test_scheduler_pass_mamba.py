@@ -57,3 +57,18 @@ def test_request_left_no_aligned_chunk_judges_no_item(target):
     agrees("slots-agree", (sched.manager_slots(), sched.freeable_order()),
            ((0, 8), ["W", "A"]))
     agrees(OUTPUT, sched.step().output.num_scheduled_tokens, {"r0": 3, "r1": 4})
+
+
+@pytest.mark.parametrize("target", ["model", "native"])
+def test_mtp_runway_gives_way_where_it_would_stall_the_prefill(target):
+    """Scenario (an MTP drafter, lookahead 2; budget 4 tokens): r0 has 9 prompt tokens.
+    [0, 4) ends on a boundary; [4, 8) would end one token before the prompt's end, so the
+    runway moves it to [4, 7); from 7 the alignment admits 8 only, which the runway would take
+    back every pass: the chunk keeps it, [7, 8), and [8, 9) finishes the prompt (vLLM 0.33.0
+    stalls at 7 instead: ``fixtures/reproducers/test_scheduler_pass_vllm_mamba_mtp_stall.py``,
+    so this scenario has no vllm case)."""
+    sched = build(target, cache_size=1, token_budget=4, encoder_compute_budget=1, read_ahead=2)
+    sched.add_request(SchedRequest("r0", 9, 1))
+    agrees(OUTPUT, [sched.step().output.num_scheduled_tokens for _ in range(4)],
+           [{"r0": 4}, {"r0": 3}, {"r0": 1}, {"r0": 1}])
+    agrees("liveness", sched.get_num_unfinished_requests(), 0)

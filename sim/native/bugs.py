@@ -25,6 +25,7 @@ BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "sched-encdec-reencode": "scheduler_pass",
     "sched-encdec-held": "scheduler_pass",
     "sched-async-free-early": "scheduler_pass",
+    "sched-mamba-mtp-stall": "scheduler_pass",
     "offload-id-reuse": "offload_engine",
     "offload-partial-block": "offload_engine",
     "offload-dropped-decode": "offload_engine",

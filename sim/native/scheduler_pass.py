@@ -61,7 +61,10 @@ while the request's first sample is still pending.
 
 A hybrid Mamba model (``mamba_block_size``) cuts each prefill chunk at block boundaries
 first (``_block_aligned``); a request left with no token is passed over (running) or stops
-the waiting queue, and judges no item.
+the waiting queue, and judges no item. Where an MTP drafter's runway would take back the
+aligned chunk of a whole budget too, the runway gives way, so every prefill finishes. Bug
+switch ``sched-mamba-mtp-stall``: it does not (vLLM 0.33.0's stall): the prefill gets no
+token, pass after pass, though its budget allows one.
 
 Text-only requests (no item) take tokens only. Bug switch ``sched-text-charged``: the pass
 charges a text-only request's tokens to the encoder budget, so multimodal requests after it
@@ -464,7 +467,12 @@ class NativeSchedulerPass:
             cost = item.length if "sched-budget-in-tokens" in self.bugs else item.num_embeds
             pending += cost
             budget -= cost
-        new_tokens = self._keep_runway(entry, new_tokens)
+        kept = self._keep_runway(entry, new_tokens)
+        if not kept and self.mamba_block_size and "sched-mamba-mtp-stall" not in self.bugs \
+                and not self._keep_runway(entry, self._block_aligned(
+                    entry, min(entry.remaining(), self.max_num_batched_tokens))):
+            kept = new_tokens                  # a runway that would stall the prefill gives way
+        new_tokens = kept
         reads = lookahead if refused_at is None \
             else max(0, min(lookahead, refused_at - (start + new_tokens)))
         return new_tokens, reads, inputs, duplicates, budget, loads

@@ -1,0 +1,31 @@
+"""``python -m lch.measure``: each measurement lands in a record with the figures it printed."""
+
+from __future__ import annotations
+
+import json
+
+from lch import measure
+
+
+def _record(tmp_path, kind: str, name: str) -> dict:
+    return json.loads((tmp_path / kind / f"{name}.json").read_text())
+
+
+def test_sizes_counts_lines_at_the_base_and_now(tmp_path):
+    assert measure.main(["sizes", "--base", "HEAD", "--name", "s", "--record-dir",
+                         str(tmp_path), "lch/measure.py"]) == 0
+    record = _record(tmp_path, "sizes", "s")
+    lines = len(measure.records.ROOT.joinpath("lch/measure.py").read_text().splitlines())
+    assert record["items"][0]["file"] == "lch/measure.py"
+    assert record["summary"]["totals"]["lch/measure.py"]["lines"] == lines
+
+
+def test_pytest_outcomes_per_test(tmp_path):
+    test = tmp_path / "test_demo.py"
+    test.write_text("def test_ok():\n    pass\n\n\ndef test_bad():\n    assert False\n")
+    code = measure.main(["pytest", "--name", "p", "--record-dir", str(tmp_path), "--", "-q",
+                         "-p", "no:cacheprovider", str(test)])
+    record = _record(tmp_path, "suites", "p")
+    assert code == 1 and record["summary"]["passed"] == 1 and record["summary"]["failed"] == 1
+    assert {i["test"].split("::")[-1]: i["outcome"] for i in record["items"]} == {
+        "test_ok": "passed", "test_bad": "failed"}
