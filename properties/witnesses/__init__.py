@@ -44,6 +44,9 @@ TESTS: tuple[Test, ...] = (
     Test("tiered_lookup", "recency-order-agrees", "properties/test_tiered_lookup_checks_fail.py"
          "::test_recency_order_agrees_can_fail",
          "a primary reporting the recency of its evictable chunks only"),
+    Test("scheduler_pass", "cut-before-refused", "properties/test_scheduler_pass_promises.py"
+         "::test_a_chunk_cut_where_no_rule_cuts_it",
+         "an output that cuts a chunk where neither an item nor a chunk rule ends it"),
 )
 
 ENCODER_CACHE = "properties.encoder_cache_machine:EncoderCacheMachine"
