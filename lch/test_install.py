@@ -90,13 +90,15 @@ def test_the_suites_run_under_vllm_s_own_pytest_configuration(installed):
     python = bin_dir / "python"
     overlay = run([python, "-m", "sim.vllm.overlay", "."], cwd=tree,
                   env=clean_env()).stdout.strip().splitlines()[-1]
-    done = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs",
+    # Not -q: the quiet report drops the header that names the vLLM under test.
+    done = run([python, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
                 "properties.test_encoder_cache", "-k", "vllm", "--target", "vllm"],
                cwd=tree, env=clean_env(PYTHONPATH=overlay, LCH_VLLM_PATH=str(tree),
                                        LCH_REQUIRE_TARGETS="1", HYPOTHESIS_PROFILE="ci"))
     assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
     assert "PytestUnknownMarkWarning" not in done.stdout       # the plugin registers its marks
-    assert f"vLLM under test: {DEFAULT_RELEASE} at {tree}" in done.stdout
+    assert (f"vLLM under test: {DEFAULT_RELEASE} at {tree}" in done.stdout
+            and "not a git checkout" in done.stdout), done.stdout[:2000]
 
 
 def test_the_install_hint_names_a_file_the_wheel_ships(installed):
