@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections import Counter
 from typing import Any
 
 from models.prefix_cache_values import (
@@ -199,18 +198,6 @@ class VllmPrefixCache:
 def _full_attention(kv: Any, block_size: int, dtype: Any) -> Any:
     """A one-layer full-attention spec (``compat.attention_spec``'s) of ``block_size``."""
     return dataclasses.replace(compat.attention_spec(kv, dtype), block_size=block_size)
-
-
-def duplicate_listings(calls: list[tuple[tuple[int, ...], dict[int, int]]]) -> list[str]:
-    """The ``free_blocks`` calls that list a block more often than it is held (its reference
-    count before the call), or at all twice: vLLM issue #42571's condition."""
-    wrong = []
-    for listed, refs in calls:
-        for block, times in Counter(listed).items():
-            if times > 1 or times > refs[block]:
-                wrong.append(f"free_blocks listed block {block} {times}x (ref_cnt "
-                             f"{refs[block]}) in {list(listed)}")
-    return wrong
 
 
 def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
