@@ -177,6 +177,9 @@ class NativePrefixCache:
     # -- helpers ------------------------------------------------------------------------------
 
     def _pop_free(self) -> int:
+        if not self.queue:
+            raise RuntimeError("no free block left to allocate: the fit check let through "
+                               "more than the pool holds")
         block, _ = self.queue.popitem(last=False)
         key = self.hash_of[block]
         if key is not None and "pc-evict-keeps-hash" not in self.bugs:
@@ -211,5 +214,6 @@ class NativePrefixCache:
             self.by_hash.setdefault(key, []).append(table[i])
             keys.append(key)
         parent = tuple(tokens[:start * size]) if start else None
-        self.pending.append(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size])))
+        self.pending.append(BlockStored(tuple(keys), parent,
+                                        tuple(tokens[start * size:full * size])))
         self.num_cached[request_id] = full
