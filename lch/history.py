@@ -46,9 +46,10 @@ SUITES = {
     "properties/test_scheduler_pass.py": "scheduler_pass",
     "properties/test_tiered_lookup.py": "tiered_lookup",
     "properties/test_tiered_lookup_vllm_scans.py": "connector_scans",
+    "properties/test_prefix_cache.py": "prefix_cache",
 }
 COLUMNS = ("encoder_cache", "encoder_decoder_cache", "scheduler_pass", "tiered_lookup",
-           "connector_scans")
+           "connector_scans", "prefix_cache")
 HUNTED = ("encoder_cache", "scheduler_pass", "tiered_lookup")   # columns that are subsystems
 RANK = {"divergence": 3, "unavailable": 2, "pass": 1, "absent": 0}
 
