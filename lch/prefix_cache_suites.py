@@ -1,0 +1,43 @@
+"""The prefix cache's mutation subjects (``lch/suites.py`` registers them): vLLM's
+``BlockPool``, ``FreeKVCacheBlockQueue`` and ``KVCacheManager``, each judged by the harness's
+prefix-cache suites with ``--target vllm`` (the written-out scenarios first: cheap kills) and
+by vLLM's own unit tests of that class from the release's sdist.
+
+Mutated methods: the path the suites drive, one full-attention group (hits, allocation,
+eviction, freeing, reset, events). Left out, for each class, what only other configurations
+reach (partial-block hashes, pinning, move_block_hashes, KV-connector and Mamba hooks,
+metrics); the free queue is small and mutated whole.
+"""
+
+from __future__ import annotations
+
+SCENARIOS = "properties/test_prefix_cache_scenarios.py"
+MACHINE = "properties/test_prefix_cache.py"
+UPSTREAM_CORE = ("tests/v1/core/test_prefix_caching.py", "tests/v1/core/test_kv_cache_utils.py",
+                 "tests/v1/core/test_single_type_kv_cache_manager.py")
+SUPPORT = ("tests/v1/core/utils.py", "tests/utils.py", "tests/v1/kv_connector/unit/utils.py")
+
+
+def prefix_cache_subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
+    """``MODULE:CLASS`` -> Subject (built with ``lch.suites.Subject``, passed in: that module
+    imports this one)."""
+    return {
+        "vllm.v1.core.block_pool:BlockPool": Subject(
+            harness=(SCENARIOS, MACHINE),
+            upstream=UPSTREAM_CORE, support=SUPPORT,
+            methods=("__init__", "get_cached_block", "cache_full_blocks", "get_new_blocks",
+                     "_maybe_evict_cached_block", "_remove_cached_block_hashes",
+                     "_emit_block_removed_events", "_insert_block_hash", "touch",
+                     "free_blocks", "reset_prefix_cache", "get_num_free_blocks",
+                     "take_events", "_build_block_stored_event")),
+        "vllm.v1.core.kv_cache_utils:FreeKVCacheBlockQueue": Subject(
+            harness=(SCENARIOS, MACHINE),
+            upstream=UPSTREAM_CORE, support=SUPPORT),
+        "vllm.v1.core.kv_cache_manager:KVCacheManager": Subject(
+            harness=(SCENARIOS, MACHINE),
+            upstream=UPSTREAM_CORE, support=SUPPORT,
+            methods=("__init__", "get_computed_blocks", "allocate_slots", "free",
+                     "reset_prefix_cache", "take_events", "get_blocks", "get_block_ids",
+                     "create_kv_cache_blocks", "cache_blocks", "prefix_cache_lookup_enabled",
+                     "remove_skipped_blocks")),
+    }
