@@ -113,7 +113,8 @@ VLLM_SUITES = ["properties/test_encoder_cache.py",
                "lch/test_tiering_checks_fail.py",
                "properties/test_vllm_target.py",
                "properties/test_upstream_reproducer.py", "properties/test_vllm_path_crash.py",
-               "properties/test_prefix_cache.py", "fixtures/reproducers"]
+               "properties/test_prefix_cache.py", "properties/test_prefix_cache_scenarios.py",
+               "properties/test_prefix_cache_free_blocks.py", "fixtures/reproducers"]
 
 
 def take_option(args: list[str], name: str, default: str) -> tuple[str, list[str]]:

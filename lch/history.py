@@ -47,6 +47,7 @@ SUITES = {
     "properties/test_tiered_lookup.py": "tiered_lookup",
     "properties/test_tiered_lookup_vllm_scans.py": "connector_scans",
     "properties/test_prefix_cache.py": "prefix_cache",
+    "properties/test_prefix_cache_scenarios.py": "prefix_cache",
 }
 COLUMNS = ("encoder_cache", "encoder_decoder_cache", "scheduler_pass", "tiered_lookup",
            "connector_scans", "prefix_cache")

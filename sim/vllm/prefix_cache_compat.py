@@ -75,3 +75,14 @@ def cached_entries(pool: Any) -> list[tuple[bytes, list[Any]]]:
 def request_status(request_module: Any, name: str) -> Any:
     """``RequestStatus.<name>`` (RUNNING, PREEMPTED): the same in every release read."""
     return getattr(request_module.RequestStatus, name)
+
+
+def touch(pool: Any, blocks: list[Any]) -> None:
+    """``BlockPool.touch`` of ``blocks`` (one group).
+
+    # vLLM >=0.14.0 (read in 0.14.0): a flat sequence of blocks.
+    # vLLM 0.10.2-0.13.x: a tuple of per-group lists.
+    """
+    param = next(iter(inspect.signature(pool.touch).parameters.values()))
+    per_group = "tuple" in str(param.annotation)
+    pool.touch((blocks,) if per_group else blocks)
