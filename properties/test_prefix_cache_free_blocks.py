@@ -31,3 +31,22 @@ def test_a_block_held_and_listed_twice_is_queued_once(target):
     else:                         # decrement every listing, then queue each zero: twice;
         agrees(pool.get_num_free_blocks(), 4)   # the count says four free blocks, the
         agrees(sorted(listed), [1, 2, 3])       # list links three: one is handed out twice
+
+
+def test_the_free_list_check_fails_on_a_broken_link(target):
+    """The vLLM target's structural self-check (``check-valid``) reads the queue's links:
+    a popped block that kept its link, or a prev link that skips a block, fails it."""
+    if target != "vllm":
+        pytest.skip("vLLM's own free queue only")
+    cache = make_or_skip(target, "prefix_cache", num_blocks=5, block_size=2, max_model_len=8)
+    cache.check_valid()
+    (block,) = cache.pool.get_new_blocks(1)
+    block.next_free_block = cache.pool.free_block_queue.fake_free_list_tail
+    with pytest.raises(AssertionError, match="keep free-list links"):
+        cache.check_valid()
+    block.next_free_block = None
+    cache.check_valid()
+    first = cache.pool.free_block_queue.fake_free_list_head.next_free_block
+    first.next_free_block.prev_free_block = cache.pool.free_block_queue.fake_free_list_head
+    with pytest.raises(AssertionError, match="prev link skips"):
+        cache.check_valid()

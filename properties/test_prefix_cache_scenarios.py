@@ -22,6 +22,11 @@ from properties.scenarios import agrees, make_or_skip
 TARGETS = ["model", "native", "vllm"]
 
 
+def _valid(cache) -> None:
+    """The target's structural self-check, where it has one (vLLM's: the free list's links)."""
+    getattr(cache, "check_valid", lambda: None)()
+
+
 def _computed(cache, rid: str, prompt: tuple[int, ...]) -> tuple[int, ...]:
     """``rid`` arrives and its whole prompt is computed in one step; its new blocks."""
     cache.add_request(PrefixRequest(rid, prompt))
@@ -44,6 +49,7 @@ def test_a_finished_request_is_evicted_tail_first(target):
                                  BlockStored(((9,), (9, 9)), None, (9, 9))))
     agrees(cache.cached_blocks(), {(1,): (1,), (1, 2): (2,), (9,): (4,), (9, 9): (3,)})
     agrees([cache.ref_cnt(b) for b in range(5)], [0, 0, 0, 1, 1])
+    _valid(cache)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -56,6 +62,7 @@ def test_an_uncached_block_is_reused_before_cached_ones(target):
     cache.free("r0")
     agrees(cache.free_queue(), (2, 3, 1) if cache.uncached_first else (3, 2, 1))
     agrees(cache.cached_blocks(), {(1, 2): (1,)})
+    _valid(cache)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -69,6 +76,7 @@ def test_a_prompt_cached_whole_leaves_its_last_block_to_compute(target, use_eagl
     agrees(_computed(cache, "r0", (1, 2, 3, 4)), (1, 2))
     cache.add_request(PrefixRequest("r1", (1, 2, 3, 4)))
     agrees(cache.get_computed_blocks("r1"), Hit() if use_eagle else Hit((1,), 2))
+    _valid(cache)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -89,6 +97,7 @@ def test_a_hit_on_a_free_block_takes_one_of_the_free_blocks(target):
     agrees(cache.allocate_slots("r2", 1, hit=hit), (2,))
     agrees(cache.get_block_ids("r2"), (1, 2))
     agrees(cache.num_free_blocks, 0)
+    _valid(cache)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -104,6 +113,7 @@ def test_lookahead_slots_stop_at_max_model_len_and_decode_caches_a_block(target)
     agrees(cache.allocate_slots("r0", 1), ())
     agrees(cache.take_events(), (BlockStored(((1, 2),), None, (1, 2)),
                                  BlockStored(((1, 2, 3, 7),), (1, 2), (3, 7))))
+    _valid(cache)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -119,3 +129,4 @@ def test_reset_is_refused_while_a_block_is_held(target):
     agrees(cache.cached_blocks(), {})
     agrees(cache.take_events()[-1:], (AllBlocksCleared(),))
     agrees(cache.get_computed_blocks("r0"), Hit())
+    _valid(cache)

@@ -163,6 +163,27 @@ class VllmPrefixCache:
         calls, self.free_calls = self.free_calls, []
         return calls
 
+    def check_valid(self) -> None:
+        """The free queue's own promise (``FreeKVCacheBlockQueue``): a doubly linked list from
+        its fake head to its fake tail whose links agree both ways, as long as its count, and
+        a block taken off it keeps no links (vLLM's own queue tests assert the same). Read
+        only: the links are the queue's."""
+        queue, blocks = self.pool.free_block_queue, self.pool.blocks
+        head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+        listed, prev, block = [], head, head.next_free_block
+        while block is not None and block is not tail and len(listed) <= len(blocks):
+            assert block.prev_free_block is prev, \
+                f"free list: block {block.block_id}'s prev link skips block {prev.block_id}"
+            listed.append(block.block_id)
+            prev, block = block, block.next_free_block
+        assert block is tail and tail.prev_free_block is prev, \
+            f"free list: {listed} does not end at its tail"
+        assert len(listed) == queue.num_free_blocks, \
+            f"free list links {len(listed)} blocks, num_free_blocks says {queue.num_free_blocks}"
+        linked = [b.block_id for b in blocks if b.block_id not in set(listed)
+                  and (b.prev_free_block is not None or b.next_free_block is not None)]
+        assert not linked, f"blocks {linked} are off the free list but keep free-list links"
+
     # -- translation --------------------------------------------------------------------------
 
     def _learn(self, req: Any) -> None:
