@@ -116,7 +116,9 @@ VLLM_SUITES = ["properties/test_encoder_cache.py",
                "lch/test_tiering_checks_fail.py", "lch/test_mutant_witnesses.py",
                "properties/test_vllm_target.py",
                "properties/test_upstream_reproducer.py", "properties/test_vllm_path_crash.py",
-               "lch/test_ci_recipe.py", "fixtures/reproducers"]
+               "properties/test_prefix_cache.py", "properties/test_prefix_cache_scenarios.py",
+               "properties/test_prefix_cache_free_blocks.py", "lch/test_ci_recipe.py",
+               "fixtures/reproducers"]
 
 
 def take_option(args: list[str], name: str, default: str) -> tuple[str, list[str]]:

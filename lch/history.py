@@ -61,9 +61,11 @@ SUITES = {
     "properties/test_scheduler_pass.py": "scheduler_pass",
     "properties/test_tiered_lookup.py": "tiered_lookup",
     "properties/test_tiered_lookup_vllm_scans.py": "connector_scans",
+    "properties/test_prefix_cache.py": "prefix_cache",
+    "properties/test_prefix_cache_scenarios.py": "prefix_cache",
 }
 COLUMNS = ("encoder_cache", "encoder_decoder_cache", "scheduler_pass", "tiered_lookup",
-           "connector_scans")
+           "connector_scans", "prefix_cache")
 # Columns that are subsystems a hunt can drive (connector_scans: the tiered lookup's machine
 # drives the connector's scans too).
 HUNTED = ("encoder_cache", "encoder_decoder_cache", "scheduler_pass", "tiered_lookup")

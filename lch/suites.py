@@ -21,6 +21,7 @@ from attrs import frozen
 from pytest import hookimpl
 
 from lch.forked import WALL_FACTOR
+from lch.prefix_cache_suites import prefix_cache_subjects
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,6 +128,9 @@ CLASSES: dict[str, Subject] = {
                  "_reject_on_encoder_cache_embed_mismatch", "_free_encoder_inputs",
                  "_free_encoder_input", "reset_encoder_cache")),
 }
+
+# The prefix cache keeps its subjects in its own file.
+CLASSES.update(prefix_cache_subjects(Subject))
 
 
 def subject(spec: str, harness: list[str], upstream: list[str]) -> Subject:

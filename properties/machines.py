@@ -15,6 +15,7 @@ MACHINES: dict[str, str] = {
     "scheduler_pass": "properties.scheduler_pass_machine:SchedulerPassMachine",
     "secondary_tier": "properties.secondary_tier_machine:SecondaryTierMachine",
     "tiered_lookup": "properties.tiered_lookup_machine:TieredLookupMachine",
+    "prefix_cache": "properties.prefix_cache_machine:PrefixCacheMachine",
 }
 
 

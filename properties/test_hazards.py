@@ -12,6 +12,7 @@ from hypothesis import settings
 
 from properties.harness import Recorder
 from properties.machines import machine_for
+from properties.prefix_cache_machine import MIN_RATE_PER_100 as PREFIX_CACHE_MIN_RATE_PER_100
 from properties.run import run_machine
 
 # subsystem -> {hazard: minimum share of examples that reach it, per 100}, pinned at about
@@ -147,6 +148,9 @@ MIN_RATE_PER_100 = {
         "promote job failed": 4.8,
     },
 }
+
+# The prefix cache keeps its pins beside its hazards (measured there).
+MIN_RATE_PER_100["prefix_cache"] = PREFIX_CACHE_MIN_RATE_PER_100
 
 
 @pytest.mark.parametrize("subsystem", sorted(MIN_RATE_PER_100))

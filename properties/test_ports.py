@@ -21,6 +21,7 @@ SMALL_CONFIGS = {
     "tiered_lookup": dict(num_chunks=2, secondary="memory"),
     "offload_engine": dict(block_size=2, num_slots=1, num_layers=1, num_cpu_blocks=2),
     "secondary_tier": dict(num_chunks=2, tier="fs"),
+    "prefix_cache": dict(num_blocks=4, block_size=2, max_model_len=8),
 }
 BASES = ["model", "native", "vllm"]
 

@@ -13,6 +13,7 @@ from models.encoder_cache_values import ReqView
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 from models.secondary_tier_values import JobDone
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
+from sim.prefix_cache_port import PrefixCachePort
 
 
 class EncoderDecoderCachePort(Protocol):
@@ -153,4 +154,5 @@ PORTS: dict[str, type] = {
     "tiered_lookup": TieredLookupPort,
     "offload_engine": OffloadEnginePort,
     "secondary_tier": SecondaryTierPort,
+    "prefix_cache": PrefixCachePort,
 }

@@ -17,7 +17,7 @@ from sim.errors import AdapterError, HarnessError
 from sim.native.bugs import BUG_SWITCHES, bug_subsystems
 
 SUBSYSTEMS = ("encoder_cache", "encoder_decoder_cache", "scheduler_pass", "tiered_lookup",
-              "offload_engine", "secondary_tier")
+              "offload_engine", "secondary_tier", "prefix_cache")
 BASE_TARGETS = ("model", "native", "vllm")
 
 
@@ -247,6 +247,26 @@ def _vllm_scheduler_pass(target: Target, **config: Any) -> Any:
     return VllmSchedulerPass(**_scheduler_config(**config))
 
 
+def _model_prefix_cache(target: Target, **config: Any) -> Any:
+    from models.prefix_cache import PrefixCacheModel
+    from sim.prefix_cache_config import prefix_cache_config
+    return PrefixCacheModel(**prefix_cache_config(**config))
+
+
+def _native_prefix_cache(target: Target, **config: Any) -> Any:
+    from sim.native.prefix_cache import NativePrefixCache
+    from sim.prefix_cache_config import prefix_cache_config
+    return NativePrefixCache(**prefix_cache_config(**config), bugs=target.bugs)
+
+
+def _vllm_prefix_cache(target: Target, **config: Any) -> Any:
+    from sim.prefix_cache_config import prefix_cache_config
+    from sim.vllm.prefix_cache import make_prefix_cache
+    config = prefix_cache_config(**config)
+    del config["uncached_first"]          # the release's own order (the target reports it)
+    return make_prefix_cache(**config)
+
+
 _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
     ("model", "encoder_cache"): _model_encoder_cache,
     ("native", "encoder_cache"): _native_encoder_cache,
@@ -265,6 +285,9 @@ _FACTORIES: dict[tuple[str, str], Callable[..., Any]] = {
     ("model", "secondary_tier"): _model_secondary_tier,
     ("native", "secondary_tier"): _native_secondary_tier,
     ("vllm", "secondary_tier"): _vllm_secondary_tier,
+    ("model", "prefix_cache"): _model_prefix_cache,
+    ("native", "prefix_cache"): _native_prefix_cache,
+    ("vllm", "prefix_cache"): _vllm_prefix_cache,
 }
 
 

@@ -7,6 +7,8 @@ it and the bound on its minimal reproducer; a test keeps the two lists equal."""
 
 from __future__ import annotations
 
+from sim.native.prefix_cache_bugs import PREFIX_CACHE_BUGS
+
 BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "enc-stale-freed": ("encoder_cache", "scheduler_pass"),
     "enc-repeat-item": ("encoder_cache", "scheduler_pass"),
@@ -43,6 +45,7 @@ BUG_SWITCHES: dict[str, str | tuple[str, ...]] = {
     "fs-failed-store-visible": "secondary_tier",
     "fs-probe-after-reset": "secondary_tier",
     "fs-dropped-store-counted": "secondary_tier",
+    **dict.fromkeys(PREFIX_CACHE_BUGS, "prefix_cache"),
 }
 
 

@@ -1,0 +1,237 @@
+"""Reference model of vLLM's prefix-caching KV block cache: one full-attention group.
+
+Scope: what ``KVCacheManager`` (over its ``BlockPool``) promises a scheduler: which blocks a
+request holds, the longest cached prefix a new request can reuse, whether ``allocate_slots``
+fits, the order free blocks are reused in, the hashes left cached, the KV events, and when
+``reset_prefix_cache`` may succeed. Not in scope: KV tensors, groups other than one full
+attention group, partial-block hashes (``hash_block_size`` below the block size), KV
+connectors.
+
+The model keeps only facts: each request's block table and tokens, the prefix cached on a
+block (and when it was cached), the tokens written into each block, and for each free block
+the moment (and end) at which it was released. Reference counts, the free-block count, the
+free queue's order and the hash-to-block map are computed from those facts on demand, never
+kept as a second free list.
+
+Release differences are options (``sim/vllm/prefix_cache_compat.py`` reads them):
+``uncached_first``: a block released without a cached prefix goes to the front of the free
+queue (reused next, most recently released first; vLLM 0.24.0 on) instead of the back.
+"""
+
+from __future__ import annotations
+
+from attrs import define, field
+
+from models.prefix_cache_values import (
+    AllBlocksCleared,
+    BlockKey,
+    BlockRemoved,
+    BlockStored,
+    Event,
+    Hit,
+    PrefixRequest,
+)
+
+NULL_BLOCK = 0      # block 0 is vLLM's null block: never free, never held, never cached
+
+
+@define
+class RequestState:
+    tokens: list[int]
+    num_computed_tokens: int = 0
+
+
+@define
+class PrefixCacheModel:
+    """What a block pool of ``num_blocks`` blocks of ``block_size`` tokens must answer."""
+
+    num_blocks: int
+    block_size: int
+    max_model_len: int
+    use_eagle: bool = False
+    uncached_first: bool = True
+    requests: dict[str, RequestState] = field(factory=dict)
+    tables: dict[str, list[int]] = field(factory=dict)     # request -> blocks it holds
+    key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
+    cached_at: dict[int, int] = field(factory=dict)        # block -> when it was cached
+    released: dict[int, int] = field(factory=dict)         # free block -> queue position
+    written: dict[int, BlockKey] = field(factory=dict)     # block -> the prefix it holds
+    events: list[Event] = field(factory=list)
+    tick: int = 0
+    front: int = 0                  # queue positions: released to the front go below this
+
+    def __attrs_post_init__(self) -> None:
+        if self.num_blocks < 2:
+            raise ValueError(f"num_blocks must be at least 2 (one is the null block), got "
+                             f"{self.num_blocks}")
+        self.released = {b: b for b in range(1, self.num_blocks)}   # block id order
+        self.tick = self.num_blocks
+
+    # -- computed views (what the implementation counts) --------------------------------------
+
+    def ref_cnt(self, block_id: int) -> int:
+        return sum(block_id in table for table in self.tables.values())
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.released)
+
+    def free_queue(self) -> tuple[int, ...]:
+        """Free blocks in the order they are reused: the front is taken first."""
+        return tuple(sorted(self.released, key=self.released.__getitem__))
+
+    def cached_blocks(self) -> dict[BlockKey, tuple[int, ...]]:
+        """Each cached prefix -> the blocks caching it (vLLM does not de-duplicate: two
+        requests computing one prefix at once both cache it), the first cached first."""
+        found: dict[BlockKey, tuple[int, ...]] = {}
+        for block in sorted(self.key_of, key=self.cached_at.__getitem__):
+            found[self.key_of[block]] = found.get(self.key_of[block], ()) + (block,)
+        return found
+
+    def cached(self) -> dict[BlockKey, int]:
+        """Each cached prefix -> the block a lookup finds: the first that cached it."""
+        return {key: blocks[0] for key, blocks in self.cached_blocks().items()}
+
+    def get_block_ids(self, request_id: str) -> tuple[int, ...]:
+        return tuple(self.tables.get(request_id, ()))
+
+    def num_tokens(self, request_id: str) -> int:
+        return len(self.requests[request_id].tokens)
+
+    def block_keys(self, request_id: str) -> list[BlockKey]:
+        """The request's full-block prefixes, in order (vLLM's ``request.block_hashes``)."""
+        tokens, size = self.requests[request_id].tokens, self.block_size
+        return [tuple(tokens[:end]) for end in range(size, len(tokens) + 1, size)]
+
+    # -- the API ------------------------------------------------------------------------------
+
+    def add_request(self, request: PrefixRequest) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request {request.request_id!r} added twice")
+        self.requests[request.request_id] = RequestState(list(request.prompt))
+
+    def get_computed_blocks(self, request_id: str) -> Hit:
+        """The longest run of the request's block prefixes that is cached, from the first
+        block; never the last token (it must be computed to sample from), and, for EAGLE,
+        one block less (its drafter recomputes the last block's hidden states)."""
+        state = self.requests[request_id]
+        cached = self.cached()
+        usable = (len(state.tokens) - 1) // self.block_size
+        blocks = []
+        for key in self.block_keys(request_id)[:usable]:
+            if key not in cached:
+                break
+            blocks.append(cached[key])
+        if self.use_eagle and blocks:
+            blocks.pop()
+        return Hit(tuple(blocks), len(blocks) * self.block_size)
+
+    def blocks_needed(self, request_id: str, num_new_tokens: int, hit: Hit,
+                      num_lookahead_tokens: int) -> int:
+        """Free blocks ``allocate_slots`` takes: new blocks for every slot past the held and
+        hit blocks, and each hit block that is free now (holding it takes it off the queue)."""
+        state, held = self.requests[request_id], self.tables.get(request_id, [])
+        slots = min(state.num_computed_tokens + hit.num_computed_tokens + num_new_tokens
+                    + num_lookahead_tokens, self.max_model_len)
+        required = -(-slots // self.block_size)
+        revived = sum(self.ref_cnt(b) == 0 for b in hit.block_ids)
+        return max(required - len(held) - len(hit.block_ids), 0) + revived
+
+    def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
+                       num_lookahead_tokens: int = 0) -> tuple[int, ...] | None:
+        hit = hit or Hit()
+        state = self.requests[request_id]
+        if self.blocks_needed(request_id, num_new_tokens, hit, num_lookahead_tokens) \
+                > self.num_free_blocks:
+            return None
+        table = self.tables.setdefault(request_id, [])
+        for block in hit.block_ids:
+            self.released.pop(block, None)
+            table.append(block)
+        slots = min(state.num_computed_tokens + hit.num_computed_tokens + num_new_tokens
+                    + num_lookahead_tokens, self.max_model_len)
+        new = self._take(max(-(-slots // self.block_size) - len(table), 0))
+        table.extend(new)
+        state.num_computed_tokens += hit.num_computed_tokens + num_new_tokens
+        self._write(request_id)
+        self._cache_full_blocks(request_id)
+        return tuple(new)
+
+    def append_token_ids(self, request_id: str, token_ids: tuple[int, ...]) -> None:
+        self.requests[request_id].tokens.extend(token_ids)
+
+    def free(self, request_id: str) -> None:
+        """The request finished: its blocks are released and it is forgotten."""
+        self._release(request_id)
+        del self.requests[request_id]
+
+    def preempt(self, request_id: str) -> None:
+        """The scheduler's preemption: blocks released, nothing computed, waiting again."""
+        self._release(request_id)
+        self.requests[request_id].num_computed_tokens = 0
+
+    def _release(self, request_id: str) -> None:
+        """Release the request's blocks, its last block first (a chain's tail is evicted
+        before its head)."""
+        table = self.tables.pop(request_id, [])
+        front, back = [], []
+        for block in reversed(table):
+            if self.ref_cnt(block) == 0:
+                (front if self.uncached_first and block not in self.key_of else back).append(
+                    block)
+        for block in reversed(front):       # the first released ends up frontmost
+            self.front -= 1
+            self.released[block] = self.front
+        for block in back:
+            self.tick += 1
+            self.released[block] = self.tick
+
+    def reset_prefix_cache(self) -> bool:
+        if any(self.tables.values()):
+            return False
+        self.key_of.clear()
+        self.cached_at.clear()
+        self.events.append(AllBlocksCleared())
+        return True
+
+    def take_events(self) -> tuple[Event, ...]:
+        taken, self.events = tuple(self.events), []
+        return taken
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _take(self, count: int) -> list[int]:
+        """The front ``count`` free blocks, each losing the prefix cached on it."""
+        taken = list(self.free_queue()[:count])
+        for block in taken:
+            del self.released[block]
+            key = self.key_of.pop(block, None)
+            self.cached_at.pop(block, None)
+            if key is not None:
+                self.events.append(BlockRemoved(key))
+        return taken
+
+    def _write(self, request_id: str) -> None:
+        """The computed tokens are in the request's blocks (the forward pass writes them)."""
+        state, size = self.requests[request_id], self.block_size
+        for i, block in enumerate(self.tables[request_id]):
+            end = min((i + 1) * size, state.num_computed_tokens)
+            if end > i * size:
+                self.written[block] = tuple(state.tokens[:end])
+
+    def _cache_full_blocks(self, request_id: str) -> None:
+        """Cache each full, computed block of the table that holds no prefix yet (one
+        ``BlockStored`` for the run); a hit block is cached already."""
+        state, table = self.requests[request_id], self.tables[request_id]
+        full = min(state.num_computed_tokens, len(state.tokens)) // self.block_size
+        keys = self.block_keys(request_id)
+        first = next((i for i in range(full) if table[i] not in self.key_of), full)
+        if first == full:
+            return
+        for i in range(first, full):
+            self.tick += 1
+            self.key_of[table[i]], self.cached_at[table[i]] = keys[i], self.tick
+        size = self.block_size
+        self.events.append(BlockStored(tuple(keys[first:full]),
+                                       keys[first - 1] if first else None,
+                                       tuple(state.tokens[first * size:full * size])))

@@ -1,0 +1,459 @@
+"""PrefixCacheMachine: the prefix-caching KV block cache, step by step, against the model.
+
+Rules are the calls vLLM's scheduler makes on its ``KVCacheManager``, in the order it makes
+them: a request arrives (``add_request``); a waiting one asks ``get_computed_blocks`` and is
+given slots with that hit (``allocate_slots``, in the same action: the scheduler does both in
+one pass), maybe with speculative lookahead slots; a running one gets slots for its next
+chunk or for the tokens it sampled (``append_token_ids``); a request finishes (``free``) or
+is preempted (``preempt``: its blocks go back, it waits again and is rescheduled with what
+the cache kept); the prefix cache is reset (a weights update) with requests running or not;
+the KV events are taken. Pools are small next to the prompts, so allocations evict cached
+blocks and are refused.
+
+After every step the invariants compare the target's block pool with the model's facts:
+reference counts, block tables, the free queue and its order, the hash map (and that each
+cached hash names the tokens its block holds), and where the target shows it, what each
+``free_blocks`` call listed (vLLM issue #42571).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, invariant, precondition, rule
+
+from models.prefix_cache import PrefixCacheModel
+from models.prefix_cache_values import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    Hit,
+    PrefixRequest,
+)
+from properties.harness import HarnessMachine, InvalidAction, draw_integer, pick
+from properties.prefix_cache_shrink import simpler_worlds
+from properties.prefix_cache_worlds import ALPHABET, prefix_cache_worlds
+from sim import targets
+
+MAX_LOOKAHEAD = 3        # speculative slots drawn per step (EAGLE's drafts)
+
+HAZARDS = (
+    "prefix hit",
+    "hit capped at the last token",
+    "EAGLE dropped the last hit block",
+    "hit revived a free block",
+    "hit shared with a running request",
+    "allocate_slots refused",
+    "allocate_slots evicted a cached block",
+    "lookahead slots cut at max_model_len",
+    "preempted request rescheduled with a hit",
+    "reset refused: blocks held",
+    "reset dropped cached blocks",
+    "prefix cached by two blocks",
+    "events report a removal",
+    "decode filled a block",
+    "uncached block released to the front",
+)
+
+# Pins for properties/test_hazards.py: per 100 examples, about half of what was measured
+# (native, seeds 0-2 x 150 examples, hypothesis 6.155.2): hit 9.5, capped 9.5, EAGLE 5.2,
+# revived 6.9, shared 5.4, refused 20.1, evicted 7.0, lookahead cut 12.0, preempted with a
+# hit 5.8, reset refused 23.8, reset dropped 16.2, cached twice 6.9, removal 8.7, decode
+# filled 4.4, released to the front 8.7.
+MIN_RATE_PER_100 = dict(zip(HAZARDS, (4.5, 4.5, 2.5, 3.4, 2.7, 10, 3.5, 6, 2.9, 12, 8, 3.4,
+                                      4.3, 2.2, 4.3), strict=True))
+
+PROPERTIES = {
+    "hit-agrees": "get_computed_blocks returns the model's longest cached prefix (capped)",
+    "fit-agrees": "allocate_slots refuses exactly when the request cannot fit, else hands "
+                  "out the model's blocks",
+    "reset-agrees": "reset_prefix_cache succeeds exactly when no block is held",
+    "events-agree": "take_events returns the model's KV events",
+    "events-account-for-cached-set": "the events taken so far, folded, give the cached set",
+    "refs-agree": "every block's reference count is the number of requests holding it",
+    "tables-agree": "get_block_ids(request) is the model's block table",
+    "free-is-unreferenced": "the free queue holds exactly the unreferenced blocks",
+    "free-queue-agrees": "the free queue is in the model's eviction order",
+    "cached-set-agrees": "the hash map maps each prefix to the model's blocks",
+    "cached-hash-names-contents": "a cached hash names the tokens its block holds",
+    "free-lists-held-blocks": "no free_blocks call lists a block twice or one not held",
+}
+
+
+class PrefixCacheMachine(HarnessMachine):
+    subsystem = "prefix_cache"
+    SUBJECT = "cache"
+    PROPERTIES = PROPERTIES
+    HAZARDS = HAZARDS
+    REPRODUCER_IMPORTS = ("from models.prefix_cache_values import (AllBlocksCleared, "
+                          "BlockRemoved, BlockStored, Hit, PrefixRequest)",)
+    REPRODUCER_HELPERS = ""
+
+    @staticmethod
+    def reproducer_subject(config: dict) -> str:
+        args = ", ".join(f"{k}={config[k]!r}" for k in (
+            "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first"))
+        return f'cache = make(target, "prefix_cache", {args})'
+
+    @initialize(world=prefix_cache_worlds())
+    def setup(self, world):
+        self.world = world
+        self.cache = targets.make(self.target_name, "prefix_cache", **world.config())
+        # The model takes the free-queue order of the target's release (native: the world's).
+        config = {**world.config(), "uncached_first": self.cache.uncached_first}
+        self.model = PrefixCacheModel(**config)
+        self.arrived = 0
+        self.finished: set[int] = set()
+        self.preempted: set[int] = set()
+        self.sent: dict[int, int] = {}            # request -> times sent again
+        self.calls_since_reset = self.calls_since_take = 0
+        self.taken: Counter = Counter()           # the events' fold: key -> blocks caching it
+        self.trace.config.update(config, target=self.target_name)
+        self.trace.world = world
+        self.trace.setup += [f"{r.request_id} = {r!r}" for r in world.requests]
+
+    # -- rules: choose a valid step, then act ------------------------------------------------
+
+    # Requests arrive in the world's order; once all have, a finished one's prompt is sent
+    # again under a new id (the best case for a prefix cache, and the run goes on).
+    @precondition(lambda self: self._absent())
+    @rule(data=st.data())
+    def add_request(self, data):
+        fresh = [r for r in self._absent() if r >= self.arrived]
+        self.act("add_request", fresh[0] if fresh else pick(data, self._absent()))
+
+    @precondition(lambda self: self._waiting())
+    @rule(data=st.data())
+    def schedule_waiting(self, data):
+        r = pick(data, self._waiting())
+        left = self.model.num_tokens(self._rid(r))
+        # Half the time the whole prompt (no chunking), else a chunk; lookahead 0..3 in one
+        # draw (each draw costs Hypothesis more than a step costs the cache).
+        chunk, lookahead = divmod(draw_integer(data, 0, 2 * left * (MAX_LOOKAHEAD + 1) - 1),
+                                  MAX_LOOKAHEAD + 1)
+        self.act("schedule_waiting", r, min(left, chunk + 1), lookahead)
+
+    @precondition(lambda self: self._running(pending=True))
+    @rule(data=st.data())
+    def allocate_slots(self, data):
+        r = pick(data, self._running(pending=True))
+        left = self._uncomputed(r)
+        chunk, lookahead = divmod(draw_integer(data, 0, 2 * left * (MAX_LOOKAHEAD + 1) - 1),
+                                  MAX_LOOKAHEAD + 1)
+        self.act("allocate_slots", r, min(left, chunk + 1), lookahead)
+
+    @precondition(lambda self: self._running(pending=False))
+    @rule(data=st.data())
+    def append_token_ids(self, data):
+        r = pick(data, self._running(pending=False))
+        # One sampled token, or two (an accepted draft): tokens from the tails' alphabet, so
+        # decodes of different requests fill blocks with the same tokens.
+        count_token = draw_integer(data, 0, 2 * ALPHABET - 1)
+        room = self.world.max_model_len - self.model.num_tokens(self._rid(r))
+        count = min(room, 1 + count_token // ALPHABET)
+        self.act("append_token_ids", r, (1 + count_token % ALPHABET,) * count)
+
+    # A request finishes once its tokens are computed, or is aborted while it waits after a
+    # preemption (one that never ran leaves the pool as it found it: nothing to check).
+    @precondition(lambda self: self._finishable())
+    @rule(data=st.data())
+    def free(self, data):
+        self.act("free", pick(data, self._finishable()))
+
+    @precondition(lambda self: self._running(pending=None))
+    @rule(data=st.data())
+    def preempt(self, data):
+        self.act("preempt", pick(data, self._running(pending=None)))
+
+    # A weights update is rare next to scheduling: allowed once a few calls have changed the
+    # pool since the last attempt (else resets dominate the runs and check an empty cache).
+    @precondition(lambda self: getattr(self, "calls_since_reset", 0) >= 3)
+    @rule()
+    def reset_prefix_cache(self):
+        self.act("reset_prefix_cache")
+
+    # The engine takes the events once a step; taking none checks nothing.
+    @precondition(lambda self: hasattr(self, "model") and self.model.events
+                  and self.calls_since_take >= 2)
+    @rule()
+    def take_events(self):
+        self.act("take_events")
+
+    def end_of_run(self):
+        # The engine publishes its events every step: the run's last ones are checked too.
+        if self.trace.steps and self.trace.steps[-1].action[0] != "take_events":
+            self.act("take_events")
+
+    @classmethod
+    def simpler_worlds(cls, world, actions):
+        return simpler_worlds(world, actions)
+
+    # -- actions: one API call (or the scheduler's pair) on model and target -----------------
+
+    def act(self, name: str, *args) -> None:
+        super().act(name, *args)
+        self.calls_since_reset = 0 if name == "reset_prefix_cache" else \
+            self.calls_since_reset + 1
+        self.calls_since_take = 0 if name == "take_events" else self.calls_since_take + 1
+
+    def do_add_request(self, r: int):
+        if r not in self._absent() or (r > self.arrived):
+            raise InvalidAction("requests arrive in order, then finished ones again")
+        req = self.world.requests[r]
+        if r == self.arrived:
+            self.arrived += 1
+            shown = req.request_id
+        else:
+            self.finished.discard(r)
+            self.preempted.discard(r)
+            self.sent[r] = self.sent.get(r, 0) + 1
+            req = PrefixRequest(self._rid(r), req.prompt)
+            shown = f"PrefixRequest({req.request_id!r}, {self.world.requests[r].request_id}" \
+                    ".prompt)"
+        self.apply("add_request", req, shown=f"cache.add_request({shown})",
+                   effect=f"{len(req.prompt)} prompt tokens")
+
+    def do_schedule_waiting(self, r: int, num_new_tokens: int, lookahead: int):
+        if r not in self._waiting():
+            raise InvalidAction("schedule_waiting: not a waiting request")
+        rid = self._rid(r)
+        preempted = r in self.preempted
+        hit = self.call("hit-agrees", "get_computed_blocks", rid,
+                        shown=f"cache.get_computed_blocks({rid!r})",
+                        effect=lambda h: f"{len(h.block_ids)} cached blocks"
+                        if h.block_ids else "no cached prefix")
+        self._note_hit(rid, hit, preempted)
+        left = self.model.num_tokens(rid) - hit.num_computed_tokens
+        if num_new_tokens > left:
+            num_new_tokens = left      # the hit took part of the chunk
+        self._allocate(rid, max(1, num_new_tokens), hit, lookahead)
+
+    def do_allocate_slots(self, r: int, num_new_tokens: int, lookahead: int):
+        if r not in self._running(pending=True) or num_new_tokens > self._uncomputed(r):
+            raise InvalidAction("allocate_slots: no such uncomputed tokens")
+        self._allocate(self._rid(r), num_new_tokens, None, lookahead)
+
+    def do_append_token_ids(self, r: int, token_ids: tuple[int, ...]):
+        if r not in self._running(pending=False) or not token_ids or \
+                self.model.num_tokens(self._rid(r)) + len(token_ids) > self.world.max_model_len:
+            raise InvalidAction("append_token_ids: request not done or at max_model_len")
+        rid = self._rid(r)
+        self.apply("append_token_ids", rid, token_ids,
+                   shown=f"cache.append_token_ids({rid!r}, {token_ids!r})",
+                   effect="sampled" if len(token_ids) == 1 else "sampled, a draft accepted")
+
+    def do_free(self, r: int):
+        if r not in self._live():
+            raise InvalidAction("free: not a live request")
+        rid = self._rid(r)
+        self._note_release(rid)
+        self.apply("free", rid, shown=f"cache.free({rid!r})", effect="finished")
+        self.finished.add(r)
+
+    def do_preempt(self, r: int):
+        if r not in self._running(pending=None):
+            raise InvalidAction("preempt: not a running request")
+        rid = self._rid(r)
+        self._note_release(rid)
+        self.apply("preempt", rid, shown=f"cache.preempt({rid!r})",
+                   effect="blocks released, waits again")
+        self.preempted.add(r)
+
+    def do_reset_prefix_cache(self):
+        held = any(self.model.tables.values())
+        cached = bool(self.model.key_of)
+        ok = self.call("reset-agrees", "reset_prefix_cache", shown="cache.reset_prefix_cache()",
+                       effect=lambda ok: "every hash dropped" if ok else "refused: blocks held")
+        if held:
+            self.hazard("reset refused: blocks held")
+        elif ok and cached:
+            self.hazard("reset dropped cached blocks")
+
+    def do_take_events(self):
+        taken = self.call("events-agree", "take_events", shown="cache.take_events()",
+                          effect="the KV events since the last take")
+        for event in taken:     # the target's events: the model's, or the step failed
+            if isinstance(event, BlockStored):
+                self.taken.update(event.keys)
+            elif isinstance(event, BlockRemoved):
+                self.taken[event.key] -= 1
+                self.hazard("events report a removal")
+            elif isinstance(event, AllBlocksCleared):
+                self.taken.clear()
+        folded = +self.taken
+        cached = Counter({k: len(b) for k, b in self.cache.cached_blocks().items()})
+        self.check("events-account-for-cached-set", folded == cached,
+                   lambda: f"events fold to {dict(folded)}, the cache holds {dict(cached)}")
+
+    # -- invariants ---------------------------------------------------------------------------
+
+    @invariant()
+    def pool_agrees(self):
+        if not hasattr(self, "model"):
+            return
+        model, cache = self.model, self.cache
+        refs = [cache.ref_cnt(b) for b in range(model.num_blocks)]
+        queue = cache.free_queue()
+        unreferenced = {b for b in range(1, model.num_blocks) if refs[b] == 0}
+        self.check("free-is-unreferenced", set(queue) == unreferenced and
+                   len(queue) == cache.num_free_blocks,
+                   lambda: f"free queue {list(queue)} ({cache.num_free_blocks} free), "
+                   f"unreferenced {sorted(unreferenced)}")
+        expect = [model.ref_cnt(b) for b in range(model.num_blocks)]
+        self.check("refs-agree", refs == expect, lambda: f"ref counts {refs}, model {expect}")
+        for r in self._live():
+            rid = self._rid(r)
+            got, want = cache.get_block_ids(rid), model.get_block_ids(rid)
+            if got != want:
+                self.fail("tables-agree", f"{rid} holds {got}, model {want}")
+        self.check("free-queue-agrees", queue == model.free_queue(),
+                   lambda: f"free queue {list(queue)}, model {list(model.free_queue())}")
+        self.check_valid(cache)
+
+    @invariant()
+    def hashes_agree(self):
+        if not hasattr(self, "model"):
+            return
+        got, want = self.cache.cached_blocks(), self.model.cached_blocks()
+        for key, blocks in got.items():
+            for block in blocks:
+                holds = self.model.written.get(block)
+                if holds != key:
+                    self.fail("cached-hash-names-contents",
+                              f"block {block} is cached under {key} but holds {holds}")
+        self.check("cached-set-agrees", got == want, lambda: f"hash map {got}, model {want}")
+        calls = getattr(self.cache, "free_block_calls", None)
+        if calls is not None:
+            wrong = duplicate_listings(calls())
+            self.check("free-lists-held-blocks", not wrong, lambda: "; ".join(wrong))
+
+    def state_checks(self) -> list[str]:
+        model = self.model
+        lines = [f"assert cache.free_queue() == {model.free_queue()!r}",
+                 f"assert [cache.ref_cnt(b) for b in range({model.num_blocks})] == "
+                 f"{[model.ref_cnt(b) for b in range(model.num_blocks)]!r}"]
+        lines += [f"assert cache.get_block_ids({self._rid(r)!r}) == "
+                  f"{model.get_block_ids(self._rid(r))!r}" for r in self._live()]
+        lines.append(f"assert cache.cached_blocks() == {model.cached_blocks()!r}")
+        return lines
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _allocate(self, rid: str, num_new_tokens: int, hit: Hit | None, lookahead: int):
+        model = self.model
+        needed = model.blocks_needed(rid, num_new_tokens, hit or Hit(), lookahead)
+        cached_before = set(model.key_of)
+        computed = model.requests[rid].num_computed_tokens + (hit.num_computed_tokens
+                                                              if hit else 0)
+        if computed + num_new_tokens + lookahead > model.max_model_len and lookahead:
+            self.hazard("lookahead slots cut at max_model_len")
+        shown_hit = f", hit={hit!r}" if hit and hit.block_ids else ""
+        shown_look = f", num_lookahead_tokens={lookahead}" if lookahead else ""
+        stored_before = sum(isinstance(e, BlockStored) for e in model.events)
+        new = self.call("fit-agrees", "allocate_slots", rid, num_new_tokens, hit=hit,
+                        num_lookahead_tokens=lookahead,
+                        shown=f"cache.allocate_slots({rid!r}, {num_new_tokens}{shown_hit}"
+                              f"{shown_look})",
+                        effect=lambda new: f"refused: {needed} blocks needed, "
+                        f"{model.num_free_blocks} free" if new is None
+                        else f"{len(new)} new blocks")
+        if new is None:
+            self.hazard("allocate_slots refused")
+            return
+        if cached_before - set(model.key_of):
+            self.hazard("allocate_slots evicted a cached block")
+        if any(len(b) > 1 for b in model.cached_blocks().values()):
+            self.hazard("prefix cached by two blocks")
+        stored = [e for e in model.events if isinstance(e, BlockStored)][stored_before:]
+        if hit is None and any(e.parent is not None for e in stored) and \
+                len(model.requests[rid].tokens) > len(self._prompt(rid)):
+            self.hazard("decode filled a block")
+
+    def _note_hit(self, rid: str, hit: Hit, preempted) -> None:
+        model = self.model
+        keys = model.block_keys(rid)
+        cached = model.cached()
+        if hit.block_ids:
+            self.hazard("prefix hit")
+            if preempted:
+                self.hazard("preempted request rescheduled with a hit")
+            if any(model.ref_cnt(b) == 0 for b in hit.block_ids):
+                self.hazard("hit revived a free block")
+            if any(model.ref_cnt(b) > 0 for b in hit.block_ids):
+                self.hazard("hit shared with a running request")
+        run = 0
+        for key in keys:
+            if key not in cached:
+                break
+            run += 1
+        usable = (model.num_tokens(rid) - 1) // model.block_size
+        if run > usable:
+            self.hazard("hit capped at the last token")
+        if model.use_eagle and min(run, usable) > len(hit.block_ids):
+            self.hazard("EAGLE dropped the last hit block")
+
+    def _note_release(self, rid: str) -> None:
+        model = self.model
+        table = model.tables.get(rid, [])
+        if model.uncached_first and any(model.ref_cnt(b) == 1 and b not in model.key_of
+                                        for b in table):
+            self.hazard("uncached block released to the front")
+
+    def _rid(self, r: int) -> str:
+        rid = self.world.requests[r].request_id
+        return f"{rid}-{self.sent[r]}" if self.sent.get(r) else rid
+
+    def _absent(self) -> list[int]:
+        """Requests that may arrive now: the next one of the world, and the finished ones."""
+        if not hasattr(self, "model"):
+            return []
+        nxt = [self.arrived] if self.arrived < len(self.world.requests) else []
+        return nxt + sorted(self.finished)
+
+    def _prompt(self, rid: str) -> tuple[int, ...]:
+        base = rid.partition("-")[0]
+        return next(q.prompt for q in self.world.requests if q.request_id == base)
+
+    def _live(self) -> list[int]:
+        if not hasattr(self, "model"):
+            return []
+        return [r for r in range(self.arrived) if r not in self.finished]
+
+    def _finishable(self) -> list[int]:
+        return [r for r in self._live() if (r in self.preempted and r in self._waiting())
+                or (self.model.tables.get(self._rid(r)) and not self._uncomputed(r))]
+
+    def _waiting(self) -> list[int]:
+        return [r for r in self._live() if not self.model.tables.get(self._rid(r))]
+
+    def _uncomputed(self, r: int) -> int:
+        state = self.model.requests[self._rid(r)]
+        return len(state.tokens) - state.num_computed_tokens
+
+    def _running(self, pending: bool | None) -> list[int]:
+        """Requests holding blocks; ``pending``: with tokens left to compute (True), all
+        computed and below the length cap (False), either (None)."""
+        out = []
+        for r in self._live():
+            if not self.model.tables.get(self._rid(r)):
+                continue
+            left = self._uncomputed(r)
+            if pending is None or (pending and left > 0) or (
+                    pending is False and left == 0
+                    and self.model.num_tokens(self._rid(r)) < self.world.max_model_len):
+                out.append(r)
+        return out
+
+
+def duplicate_listings(calls: list[tuple[tuple[int, ...], dict[int, int]]]) -> list[str]:
+    """The ``free_blocks`` calls (blocks listed, each one's reference count before the call)
+    that list a block twice, or more often than it is held: vLLM issue #42571's condition
+    (a release that decrements every listing first queues such a block twice)."""
+    wrong = []
+    for listed, refs in calls:
+        for block, times in Counter(listed).items():
+            if times > 1 or times > refs[block]:
+                wrong.append(f"free_blocks listed block {block} {times}x (ref_cnt "
+                             f"{refs[block]}) in {list(listed)}")
+    return wrong

@@ -1,0 +1,66 @@
+"""Hypothesis strategies that build small, pressured prefix-cache worlds.
+
+Pressure over validity: pools of a few blocks next to prompts of several, prompts built from
+two or three shared stems (whole blocks of the same tokens) with short tails over a small
+alphabet (so tails share blocks too), some prompts repeated exactly (the whole prompt cached:
+the last-token cap), a length cap close to the longest prompt (lookahead slots run into it),
+and EAGLE in a third of the worlds. A world where nothing is shared or nothing is evicted
+checks nothing.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+from hypothesis import strategies as st
+
+from models.prefix_cache_values import PrefixRequest
+
+BLOCK_SIZES = (1, 2, 4)
+ALPHABET = 3            # tail tokens 1..3: tails collide, and so do their blocks
+
+
+@frozen
+class PrefixCacheWorld:
+    """One run's configuration: the pool, the block size, the length cap, EAGLE, where an
+    uncached released block goes (native worlds draw it; vLLM's release decides), and the
+    requests that arrive, in order."""
+
+    num_blocks: int
+    block_size: int
+    max_model_len: int
+    use_eagle: bool
+    uncached_first: bool
+    requests: tuple[PrefixRequest, ...]
+
+    def config(self) -> dict:
+        return dict(num_blocks=self.num_blocks, block_size=self.block_size,
+                    max_model_len=self.max_model_len, use_eagle=self.use_eagle,
+                    uncached_first=self.uncached_first)
+
+
+@st.composite
+def prefix_cache_worlds(draw, max_requests: int = 5):
+    """Request i is ``r<i>``; stems are runs of 10, 20, ... so a key shows its stem."""
+    block_size = draw(st.sampled_from(BLOCK_SIZES))
+    stems = [tuple(range(10 * (s + 1), 10 * (s + 1) + block_size * draw(st.integers(1, 2))))
+             for s in range(draw(st.integers(1, 2)))]
+    requests: list[PrefixRequest] = []
+    for i in range(draw(st.integers(2, max_requests))):
+        if requests and draw(st.integers(0, 4)) == 0:          # the same prompt again
+            prompt = draw(st.sampled_from(requests)).prompt
+        else:
+            stem = draw(st.sampled_from(stems))[:block_size * draw(st.integers(0, 2))]
+            tail = draw(st.lists(st.integers(1, ALPHABET), min_size=0 if stem else 1,
+                                 max_size=2 * block_size))
+            prompt = stem + tuple(tail)
+        requests.append(PrefixRequest(f"r{i}", prompt))
+    longest = max(len(r.prompt) for r in requests)
+    blocks_longest = -(-longest // block_size)
+    # Usable blocks (the null block aside) from one short of the longest prompt's to about
+    # two prompts' worth: requests wait, evict and are refused.
+    num_blocks = 1 + draw(st.integers(max(1, blocks_longest - 1), 2 * blocks_longest + 1))
+    max_model_len = longest + draw(st.integers(0, 2 * block_size))
+    use_eagle = draw(st.integers(0, 2)) == 0
+    uncached_first = draw(st.booleans())
+    return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
+                            tuple(requests))

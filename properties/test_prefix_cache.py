@@ -1,0 +1,14 @@
+"""The prefix-cache state machine against each ``--target`` (default ``native``).
+
+A failure is minimized and written as a reproducer (``--reproducer-dir``); the test fails
+with the property's message and the reproducer's path.
+"""
+
+from __future__ import annotations
+
+from properties.prefix_cache_machine import PrefixCacheMachine
+from properties.run import check_machine
+
+
+def test_prefix_cache_machine(target, reproducer_dir):
+    check_machine(PrefixCacheMachine, target, reproducer_dir)

@@ -1,0 +1,92 @@
+"""Checks of the prefix-cache machine that no catalogue entry reaches first, shown able to
+fail: the machine run against the native target with one answer planted wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from fixtures.pytest_plugin import Divergence
+from models.prefix_cache import PrefixCacheModel
+from models.prefix_cache_values import BlockRemoved
+from properties.prefix_cache_machine import PrefixCacheMachine, duplicate_listings
+from properties.run import check_machine
+from sim.native.prefix_cache import NativePrefixCache
+
+
+def _fails(tmp_path, prop: str, max_examples: int = 100) -> dict:
+    with pytest.raises(Divergence) as failed:
+        check_machine(PrefixCacheMachine, "native", str(tmp_path), max_examples=max_examples)
+    assert failed.value.info["property"] == prop, failed.value
+    return failed.value.info
+
+
+def test_fit_agrees_can_fail(monkeypatch, tmp_path):
+    # A fit check one block short: it refuses whenever a single block would be left free.
+    real = NativePrefixCache.allocate_slots
+
+    def short(self, request_id, num_new_tokens, hit=None, num_lookahead_tokens=0):
+        if len(self.queue) <= 1:
+            return None
+        return real(self, request_id, num_new_tokens, hit, num_lookahead_tokens)
+    monkeypatch.setattr(NativePrefixCache, "allocate_slots", short)
+    _fails(tmp_path, "fit-agrees")
+
+
+def test_refs_agree_can_fail(monkeypatch, tmp_path):
+    # A pool that counts one holder too many on every held block (the free queue is right).
+    monkeypatch.setattr(NativePrefixCache, "ref_cnt",
+                        lambda self, b: self.refs[b] + (self.refs[b] > 0))
+    _fails(tmp_path, "refs-agree")
+
+
+def test_tables_agree_can_fail(monkeypatch, tmp_path):
+    # get_block_ids leaves out a request's first block.
+    monkeypatch.setattr(NativePrefixCache, "get_block_ids",
+                        lambda self, rid: tuple(self.table.get(rid, ()))[1:])
+    _fails(tmp_path, "tables-agree")
+
+
+def test_cached_hash_names_contents_can_fail(monkeypatch, tmp_path):
+    # The hash map names each prefix's block one id off: those blocks hold other tokens.
+    monkeypatch.setattr(NativePrefixCache, "cached_blocks", lambda self: {
+        key: tuple((b % (self.num_blocks - 1)) + 1 for b in blocks)
+        for key, blocks in self.by_hash.items()})
+    _fails(tmp_path, "cached-hash-names-contents")
+
+
+def test_events_account_for_cached_set_can_fail(monkeypatch, tmp_path):
+    # Model and target agree on an event stream that leaves out every removal: each
+    # answers the other, but a consumer of the events would keep evicted prefixes.
+    for cls in (PrefixCacheModel, NativePrefixCache):
+        real = cls.take_events
+        monkeypatch.setattr(cls, "take_events", lambda self, real=real: tuple(
+            e for e in real(self) if not isinstance(e, BlockRemoved)))
+    _fails(tmp_path, "events-account-for-cached-set", max_examples=300)
+
+
+def test_free_lists_held_blocks_can_fail(monkeypatch, tmp_path):
+    # A pool whose free() lists a finished request's last block twice (vLLM issue #42571's
+    # shape), shown to the check the way the vLLM adapter shows real free_blocks calls.
+    real = NativePrefixCache._release
+
+    def release(self, request_id):
+        table = self.table.get(request_id, [])
+        if table:
+            self.listed = [*getattr(self, "listed", []),
+                           ((*table, table[-1]), {b: self.refs[b] for b in table})]
+        real(self, request_id)
+
+    def free_block_calls(self):
+        listed, self.listed = getattr(self, "listed", []), []
+        return listed
+    monkeypatch.setattr(NativePrefixCache, "_release", release)
+    monkeypatch.setattr(NativePrefixCache, "free_block_calls", free_block_calls, raising=False)
+    _fails(tmp_path, "free-lists-held-blocks")
+
+
+def test_duplicate_listings_names_each_wrong_call():
+    assert duplicate_listings([((1, 2), {1: 1, 2: 1})]) == []
+    assert duplicate_listings([((3, 3), {3: 2})]) == [
+        "free_blocks listed block 3 2x (ref_cnt 2) in [3, 3]"]
+    assert duplicate_listings([((4,), {4: 0})]) == [
+        "free_blocks listed block 4 1x (ref_cnt 0) in [4]"]

@@ -1,0 +1,132 @@
+"""The prefix cache on hand-written traces: the model, the native target and vLLM's real
+``KVCacheManager``, each value written out by hand from what vLLM promises.
+
+The machine reaches all of these; each trace here is one promise in a few calls, cheap
+enough to run first in a mutation campaign (a mutant it kills costs a second, not a run of
+the machine).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from models.prefix_cache_values import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    Hit,
+    PrefixRequest,
+)
+from properties.scenarios import agrees, make_or_skip
+
+TARGETS = ["model", "native", "vllm"]
+
+
+def _valid(cache) -> None:
+    """The target's structural self-check, where it has one (vLLM's: the free list's links)."""
+    getattr(cache, "check_valid", lambda: None)()
+
+
+def _computed(cache, rid: str, prompt: tuple[int, ...]) -> tuple[int, ...]:
+    """``rid`` arrives and its whole prompt is computed in one step; its new blocks."""
+    cache.add_request(PrefixRequest(rid, prompt))
+    hit = cache.get_computed_blocks(rid)
+    return cache.allocate_slots(rid, len(prompt) - hit.num_computed_tokens, hit=hit)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_finished_request_is_evicted_tail_first(target):
+    """Scenario: r0 caches three one-token blocks and finishes; r1 needs two blocks: it
+    takes the never-used block, then r0's tail (its prefix (1, 2, 3) is evicted), and r0's
+    head stays cached."""
+    cache = make_or_skip(target, "prefix_cache", num_blocks=5, block_size=1, max_model_len=8)
+    agrees(_computed(cache, "r0", (1, 2, 3)), (1, 2, 3))
+    cache.free("r0")
+    agrees(cache.free_queue(), (4, 3, 2, 1))             # untouched, then r0 tail first
+    agrees(cache.take_events(), (BlockStored(((1,), (1, 2), (1, 2, 3)), None, (1, 2, 3)),))
+    agrees(_computed(cache, "r1", (9, 9)), (4, 3))
+    agrees(cache.take_events(), (BlockRemoved((1, 2, 3)),
+                                 BlockStored(((9,), (9, 9)), None, (9, 9))))
+    agrees(cache.cached_blocks(), {(1,): (1,), (1, 2): (2,), (9,): (4,), (9, 9): (3,)})
+    agrees([cache.ref_cnt(b) for b in range(5)], [0, 0, 0, 1, 1])
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_uncached_block_is_reused_before_cached_ones(target):
+    """Scenario: r0's prompt fills one block and half of another, then r0 finishes: the
+    half block, which no hash names, is reused first (vLLM 0.24.0 on), else it waits
+    behind the untouched block as every released block does."""
+    cache = make_or_skip(target, "prefix_cache", num_blocks=4, block_size=2, max_model_len=8)
+    agrees(_computed(cache, "r0", (1, 2, 3)), (1, 2))
+    cache.free("r0")
+    agrees(cache.free_queue(), (2, 3, 1) if cache.uncached_first else (3, 2, 1))
+    agrees(cache.cached_blocks(), {(1, 2): (1,)})
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("use_eagle", [False, True])
+def test_a_prompt_cached_whole_leaves_its_last_block_to_compute(target, use_eagle):
+    """Scenario: r0 caches (1, 2) and (1, 2, 3, 4); r1 sends the same prompt: its hit
+    stops a block short (the last token is computed to sample from), and with EAGLE one
+    more block short (the drafter needs that block's hidden states)."""
+    cache = make_or_skip(target, "prefix_cache", num_blocks=6, block_size=2, max_model_len=8,
+                         use_eagle=use_eagle)
+    agrees(_computed(cache, "r0", (1, 2, 3, 4)), (1, 2))
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4)))
+    agrees(cache.get_computed_blocks("r1"), Hit() if use_eagle else Hit((1,), 2))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_hit_on_a_free_block_takes_one_of_the_free_blocks(target):
+    """Scenario: r0 caches (1, 2) in block 1 and finishes: two blocks are free, one of them
+    the hit. r1 (five tokens, three blocks) needs two new blocks and the hit: refused. r2
+    (three tokens) needs one new block and the hit: two, it fits."""
+    cache = make_or_skip(target, "prefix_cache", num_blocks=3, block_size=2, max_model_len=8)
+    agrees(_computed(cache, "r0", (1, 2)), (1,))
+    cache.free("r0")
+    cache.add_request(PrefixRequest("r1", (1, 2, 5, 6, 7)))
+    hit = cache.get_computed_blocks("r1")
+    agrees(hit, Hit((1,), 2))
+    agrees(cache.allocate_slots("r1", 3, hit=hit), None)
+    agrees(cache.num_free_blocks, 2)
+    cache.add_request(PrefixRequest("r2", (1, 2, 5)))
+    hit = cache.get_computed_blocks("r2")
+    agrees(cache.allocate_slots("r2", 1, hit=hit), (2,))
+    agrees(cache.get_block_ids("r2"), (1, 2))
+    agrees(cache.num_free_blocks, 0)
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_lookahead_slots_stop_at_max_model_len_and_decode_caches_a_block(target):
+    """Scenario: r0 (three tokens) is given three lookahead slots, cut at max_model_len 4:
+    two blocks. It samples token 7: the step computing it fills the second block, cached
+    after the first (its parent)."""
+    cache = make_or_skip(target, "prefix_cache", num_blocks=4, block_size=2, max_model_len=4)
+    cache.add_request(PrefixRequest("r0", (1, 2, 3)))
+    hit = cache.get_computed_blocks("r0")
+    agrees(cache.allocate_slots("r0", 3, hit=hit, num_lookahead_tokens=3), (1, 2))
+    cache.append_token_ids("r0", (7,))
+    agrees(cache.allocate_slots("r0", 1), ())
+    agrees(cache.take_events(), (BlockStored(((1, 2),), None, (1, 2)),
+                                 BlockStored(((1, 2, 3, 7),), (1, 2), (3, 7))))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_reset_is_refused_while_a_block_is_held(target):
+    """Scenario: r0 holds its block: the reset is refused and the hash stays; once r0 is
+    preempted nothing is held: the reset succeeds and reports it."""
+    cache = make_or_skip(target, "prefix_cache", num_blocks=3, block_size=2, max_model_len=8)
+    agrees(_computed(cache, "r0", (1, 2, 3)), (1, 2))
+    agrees(cache.reset_prefix_cache(), False)
+    agrees(cache.cached_blocks(), {(1, 2): (1,)})
+    cache.preempt("r0")
+    agrees(cache.reset_prefix_cache(), True)
+    agrees(cache.cached_blocks(), {})
+    agrees(cache.take_events()[-1:], (AllBlocksCleared(),))
+    agrees(cache.get_computed_blocks("r0"), Hit())
+    _valid(cache)

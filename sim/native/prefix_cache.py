@@ -1,0 +1,219 @@
+"""Native prefix-caching KV block cache: a block pool the way an engine keeps one.
+
+Written from what vLLM's ``KVCacheManager`` promises (``models/prefix_cache.py`` states it),
+not from its code: reference counts in an array, the free queue an ``OrderedDict`` moved
+from both ends, a hash map from prefix to the blocks caching it, and per request a block
+table with a count of its blocks already cached, all updated in place; so the model, which
+recomputes everything from facts, is a second opinion. The KV contents are a torch tensor
+(one token id per slot), written as tokens are computed, so a hash cached on a block whose
+contents changed is seen as wrong data. Catalogued bugs (``fixtures/known_bugs.py``) can be
+switched back on:
+
+- ``pc-evict-keeps-hash``: a cached block reused for new tokens keeps its map entry.
+- ``pc-hit-last-token``: a hit may cover the whole prompt (no token left to sample from).
+- ``pc-free-head-first``: a finished request's blocks are released head first.
+- ``pc-touch-keeps-queued``: a hit on a free block does not take it off the free queue.
+- ``pc-revived-uncounted``: the fit check does not count hit blocks taken off the queue.
+- ``pc-removed-not-reported``: an eviction emits no ``BlockRemoved`` event.
+- ``pc-reset-counts-null``: the reset takes the null block for a held one: never succeeds.
+- ``pc-eagle-keeps-last``: an EAGLE hit keeps its last block.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+from models.prefix_cache_values import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    Hit,
+    PrefixRequest,
+)
+
+EMPTY_SLOT = -1
+
+
+class NativePrefixCache:
+    def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
+                 use_eagle: bool = False, uncached_first: bool = True,
+                 bugs: frozenset[str] = frozenset()):
+        self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
+            max_model_len
+        self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
+        self.refs = [0] * num_blocks
+        self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
+        self.hash_of: list[tuple | None] = [None] * num_blocks
+        self.by_hash: dict[tuple, list[int]] = {}
+        self.kv = torch.full((num_blocks, block_size), EMPTY_SLOT, dtype=torch.long)
+        self.tokens: dict[str, list[int]] = {}
+        self.computed: dict[str, int] = {}
+        self.table: dict[str, list[int]] = {}
+        self.num_cached: dict[str, int] = {}
+        self.pending: list = []
+
+    # -- the port -----------------------------------------------------------------------------
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.queue)
+
+    def add_request(self, request: PrefixRequest) -> None:
+        self.tokens[request.request_id] = list(request.prompt)
+        self.computed[request.request_id] = 0
+
+    def get_computed_blocks(self, request_id: str) -> Hit:
+        tokens, size = self.tokens[request_id], self.block_size
+        limit = len(tokens) if "pc-hit-last-token" in self.bugs else len(tokens) - 1
+        found: list[int] = []
+        for n in range(limit // size):
+            blocks = self.by_hash.get(tuple(tokens[:(n + 1) * size]))
+            if not blocks:
+                break
+            found.append(blocks[0])
+        if self.use_eagle and found and "pc-eagle-keeps-last" not in self.bugs:
+            found.pop()
+        return Hit(tuple(found), len(found) * size)
+
+    def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
+                       num_lookahead_tokens: int = 0) -> tuple[int, ...] | None:
+        hit = hit or Hit()
+        table = self.table.get(request_id, [])
+        end = min(self.computed[request_id] + hit.num_computed_tokens + num_new_tokens
+                  + num_lookahead_tokens, self.max_model_len)
+        want = max(-(-end // self.block_size) - len(table) - len(hit.block_ids), 0)
+        if "pc-revived-uncounted" not in self.bugs:
+            want += sum(self.refs[b] == 0 for b in hit.block_ids)
+        if want > len(self.queue):
+            return None
+        table = self.table.setdefault(request_id, table)
+        for block in hit.block_ids:
+            if self.refs[block] == 0 and "pc-touch-keeps-queued" not in self.bugs:
+                del self.queue[block]
+            self.refs[block] += 1
+        table.extend(hit.block_ids)
+        self.num_cached.setdefault(request_id, len(table))
+        new = [self._pop_free() for _ in range(max(-(-end // self.block_size) - len(table), 0))]
+        table.extend(new)
+        self.computed[request_id] += hit.num_computed_tokens + num_new_tokens
+        self._write(request_id)
+        self._commit(request_id)
+        return tuple(new)
+
+    def append_token_ids(self, request_id: str, token_ids: tuple[int, ...]) -> None:
+        self.tokens[request_id].extend(token_ids)
+
+    def free(self, request_id: str) -> None:
+        self._release(request_id)
+        del self.tokens[request_id], self.computed[request_id]
+
+    def preempt(self, request_id: str) -> None:
+        self._release(request_id)
+        self.computed[request_id] = 0
+
+    def _release(self, request_id: str) -> None:
+        table = self.table.pop(request_id, [])
+        self.num_cached.pop(request_id, None)
+        order = table if "pc-free-head-first" in self.bugs else table[::-1]
+        to_front = []
+        for block in order:
+            self.refs[block] -= 1
+            if self.refs[block] > 0:
+                continue
+            if self.uncached_first and self.hash_of[block] is None:
+                to_front.append(block)
+            else:
+                self.queue[block] = None                 # the back: reused last
+        for block in reversed(to_front):
+            self.queue[block] = None
+            self.queue.move_to_end(block, last=False)    # the front: reused next
+
+    def reset_prefix_cache(self) -> bool:
+        in_use = self.num_blocks - len(self.queue)
+        if in_use != (0 if "pc-reset-counts-null" in self.bugs else 1):
+            return False
+        self.by_hash.clear()
+        self.hash_of = [None] * self.num_blocks
+        self.pending.append(AllBlocksCleared())
+        return True
+
+    def take_events(self) -> tuple:
+        taken, self.pending = tuple(self.pending), []
+        return taken
+
+    # -- reads for the checks -----------------------------------------------------------------
+
+    def get_block_ids(self, request_id: str) -> tuple[int, ...]:
+        return tuple(self.table.get(request_id, ()))
+
+    def ref_cnt(self, block_id: int) -> int:
+        return self.refs[block_id]
+
+    def free_queue(self) -> tuple[int, ...]:
+        return tuple(self.queue)
+
+    def cached(self) -> dict[tuple, int]:
+        return {key: blocks[0] for key, blocks in self.by_hash.items()}
+
+    def cached_blocks(self) -> dict[tuple, tuple[int, ...]]:
+        return {key: tuple(blocks) for key, blocks in self.by_hash.items()}
+
+    def block_contents(self, block_id: int) -> tuple[int, ...]:
+        """The token ids in the block's slots (written ones only)."""
+        return tuple(t for t in self.kv[block_id].tolist() if t != EMPTY_SLOT)
+
+    def check_valid(self) -> None:
+        held = {b for t in self.table.values() for b in t}
+        assert set(self.queue) == {b for b in range(1, self.num_blocks) if self.refs[b] == 0}, \
+            "free queue == unreferenced blocks"
+        assert all(self.refs[b] == sum(b in t for t in self.table.values())
+                   for b in range(1, self.num_blocks)), "ref counts == holders"
+        assert not held & set(self.queue), "no held block is free"
+        for key, blocks in self.by_hash.items():
+            assert all(self.hash_of[b] == key for b in blocks), "map and block hashes agree"
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _pop_free(self) -> int:
+        if not self.queue:
+            raise RuntimeError("no free block left to allocate: the fit check let through "
+                               "more than the pool holds")
+        block, _ = self.queue.popitem(last=False)
+        key = self.hash_of[block]
+        if key is not None and "pc-evict-keeps-hash" not in self.bugs:
+            self.hash_of[block] = None
+            self.by_hash[key].remove(block)
+            if not self.by_hash[key]:
+                del self.by_hash[key]
+            if "pc-removed-not-reported" not in self.bugs:
+                self.pending.append(BlockRemoved(key))
+        self.refs[block] += 1
+        self.kv[block].fill_(EMPTY_SLOT)
+        return block
+
+    def _write(self, request_id: str) -> None:
+        tokens, size = self.tokens[request_id], self.block_size
+        done = self.computed[request_id]
+        for i, block in enumerate(self.table[request_id]):
+            row = tokens[i * size:min((i + 1) * size, done)]
+            if row:
+                self.kv[block, :len(row)] = torch.tensor(row, dtype=torch.long)
+
+    def _commit(self, request_id: str) -> None:
+        tokens, size, table = self.tokens[request_id], self.block_size, self.table[request_id]
+        start = self.num_cached[request_id]
+        full = min(self.computed[request_id], len(tokens)) // size
+        if full <= start:
+            return
+        keys = []
+        for i in range(start, full):
+            key = tuple(tokens[:(i + 1) * size])
+            self.hash_of[table[i]] = key
+            self.by_hash.setdefault(key, []).append(table[i])
+            keys.append(key)
+        parent = tuple(tokens[:start * size]) if start else None
+        self.pending.append(BlockStored(tuple(keys), parent,
+                                        tuple(tokens[start * size:full * size])))
+        self.num_cached[request_id] = full

@@ -1,0 +1,227 @@
+"""The ``vllm`` target's prefix cache: the installed vLLM's real ``KVCacheManager``.
+
+One full-attention group (a ``KVCacheConfig`` as vLLM's own tests build it), prefix caching
+and KV events on, driven the way the scheduler drives it: ``get_computed_blocks`` for a
+waiting request, ``allocate_slots`` with that hit, the request's computed tokens advanced as
+the scheduler advances them after a step, sampled tokens appended to the real ``Request``
+(its block hasher extends ``block_hashes``), ``free`` on finish, ``free`` and a reset of the
+computed tokens on preemption. Requests are real ``vllm.v1.request.Request`` objects.
+
+Hashes are vLLM's own (chained over a deterministic sha256 of their inputs); the adapter
+translates each into the prefix of tokens it names (``BlockKey``), from every request's
+``block_hashes``, so events and the hash map compare with the model's.
+
+Observation only: the reads for the checks (reference counts, the free queue, the hash map)
+are of the pool's own structures; ``free_blocks`` is wrapped on the instance to record what
+each call lists (vLLM issue #42571: a block listed twice), then calls the real method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+from models.prefix_cache_values import (
+    AllBlocksCleared,
+    BlockKey,
+    BlockRemoved,
+    BlockStored,
+    Hit,
+    PrefixRequest,
+)
+from sim.vllm import compat, prefix_cache_compat, release
+
+
+def _sha256(value: Any) -> bytes:
+    """A deterministic block hash: sha256 of the repr of (parent, tokens, extra keys)."""
+    return hashlib.sha256(repr(value).encode()).digest()
+
+
+class VllmPrefixCache:
+    """The prefix-cache port over a real ``KVCacheManager`` with one full-attention group."""
+
+    def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
+                 use_eagle: bool = False):
+        import torch
+        self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
+        kv = release.import_module("vllm.v1.kv_cache_interface")
+        manager_mod = release.import_module("vllm.v1.core.kv_cache_manager")
+        self._request_mod = release.import_module("vllm.v1.request")
+        self._sampling = release.import_module("vllm.sampling_params")
+        self.release = release.release()
+        self.block_size, self.max_model_len = block_size, max_model_len
+        self._utils.init_none_hash(_sha256)
+        self._hasher = prefix_cache_compat.block_hasher(self._utils, block_size, _sha256)
+        config = kv.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
+            kv.KVCacheGroupSpec(["layer"], _full_attention(kv, block_size, torch.float32))])
+        cls = manager_mod.KVCacheManager
+        self._blocks_cls = manager_mod.KVCacheBlocks
+        self.manager = cls(config, enable_caching=True, use_eagle=use_eagle,
+                           enable_kv_cache_events=True,
+                           **prefix_cache_compat.manager_kwargs(cls, block_size, max_model_len))
+        self.pool = self.manager.block_pool
+        self.uncached_first = prefix_cache_compat.uncached_first(self._utils)
+        self.requests: dict[str, Any] = {}
+        self._keys: dict[Any, BlockKey] = {}
+        self.free_calls: list[tuple[tuple[int, ...], dict[int, int]]] = []
+        real_free = self.pool.free_blocks
+
+        def free_blocks(ordered_blocks: Any) -> None:
+            listed = list(ordered_blocks)
+            self.free_calls.append((tuple(b.block_id for b in listed if not b.is_null),
+                                    {b.block_id: b.ref_cnt for b in listed}))
+            real_free(listed)
+        self.pool.free_blocks = free_blocks
+
+    # -- the port -----------------------------------------------------------------------------
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.get_num_free_blocks()
+
+    def add_request(self, request: PrefixRequest) -> None:
+        params = self._sampling.SamplingParams(max_tokens=self.max_model_len, ignore_eos=True)
+        cls = self._request_mod.Request
+        req = cls(request_id=request.request_id, prompt_token_ids=list(request.prompt),
+                  sampling_params=params, pooling_params=None, block_hasher=self._hasher,
+                  **compat.request_kwargs(cls))
+        self.requests[request.request_id] = req
+        self._learn(req)
+
+    def get_computed_blocks(self, request_id: str) -> Hit:
+        blocks, num_tokens = prefix_cache_compat.computed_blocks(
+            self.manager.get_computed_blocks(self.requests[request_id]))
+        return Hit(tuple(blocks.get_block_ids()[0]) if blocks.blocks[0] else (), num_tokens)
+
+    def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
+                       num_lookahead_tokens: int = 0) -> tuple[int, ...] | None:
+        hit = hit or Hit()
+        req = self.requests[request_id]
+        computed = None if not hit.block_ids else \
+            self._blocks_cls(([self.pool.blocks[b] for b in hit.block_ids],))
+        new = self.manager.allocate_slots(req, num_new_tokens,
+                                          num_new_computed_tokens=hit.num_computed_tokens,
+                                          new_computed_blocks=computed,
+                                          num_lookahead_tokens=num_lookahead_tokens)
+        if new is None:
+            return None
+        # What the scheduler does after a step is scheduled: the hit and the new tokens count
+        # as computed (their KV is written by the forward pass), and the request runs.
+        req.num_computed_tokens += hit.num_computed_tokens + num_new_tokens
+        req.status = prefix_cache_compat.request_status(self._request_mod, "RUNNING")
+        return tuple(new.get_block_ids()[0]) if new.blocks[0] else ()
+
+    def append_token_ids(self, request_id: str, token_ids: tuple[int, ...]) -> None:
+        req = self.requests[request_id]
+        req.append_output_token_ids(list(token_ids))
+        self._learn(req)
+
+    def free(self, request_id: str) -> None:
+        """The request finished: its blocks go back (``Scheduler._free_request``)."""
+        req = self.requests.pop(request_id)
+        req.status = prefix_cache_compat.request_status(self._request_mod,
+                                                        "FINISHED_STOPPED")
+        self.manager.free(req)
+
+    def preempt(self, request_id: str) -> None:
+        """``Scheduler._preempt_request``'s part for the KV cache."""
+        req = self.requests[request_id]
+        self.manager.free(req)
+        req.status = prefix_cache_compat.request_status(self._request_mod, "PREEMPTED")
+        req.num_computed_tokens = 0
+
+    def reset_prefix_cache(self) -> bool:
+        return bool(self.manager.reset_prefix_cache())
+
+    def take_events(self) -> tuple:
+        return tuple(self._event(e) for e in self.manager.take_events())
+
+    # -- reads for the checks -----------------------------------------------------------------
+
+    def get_block_ids(self, request_id: str) -> tuple[int, ...]:
+        return tuple(self.manager.get_block_ids(request_id)[0])
+
+    def ref_cnt(self, block_id: int) -> int:
+        return self.pool.blocks[block_id].ref_cnt
+
+    def free_queue(self) -> tuple[int, ...]:
+        return tuple(b.block_id for b in self.pool.free_block_queue.get_all_free_blocks())
+
+    def cached_blocks(self) -> dict[BlockKey | str, tuple[int, ...]]:
+        """The hash map: prefix -> the blocks caching it (the first is the one a lookup
+        finds). A hash no request of this run made is shown as its hex."""
+        return {self._key(self._utils.get_block_hash(key)): tuple(b.block_id for b in blocks)
+                for key, blocks in prefix_cache_compat.cached_entries(self.pool)}
+
+    def cached(self) -> dict[BlockKey | str, int]:
+        return {key: blocks[0] for key, blocks in self.cached_blocks().items()}
+
+    def free_block_calls(self) -> list[tuple[tuple[int, ...], dict[int, int]]]:
+        """Each ``free_blocks`` call since the last read: the blocks listed (null ones left
+        out) and every listed block's reference count before the call."""
+        calls, self.free_calls = self.free_calls, []
+        return calls
+
+    def check_valid(self) -> None:
+        """The free queue's own promise (``FreeKVCacheBlockQueue``): a doubly linked list from
+        its fake head to its fake tail whose links agree both ways, as long as its count, and
+        a block taken off it keeps no links (vLLM's own queue tests assert the same). Read
+        only: the links are the queue's."""
+        queue, blocks = self.pool.free_block_queue, self.pool.blocks
+        head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+        listed, prev, block = [], head, head.next_free_block
+        while block is not None and block is not tail and len(listed) <= len(blocks):
+            assert block.prev_free_block is prev, \
+                f"free list: block {block.block_id}'s prev link skips block {prev.block_id}"
+            listed.append(block.block_id)
+            prev, block = block, block.next_free_block
+        assert block is tail and tail.prev_free_block is prev, \
+            f"free list: {listed} does not end at its tail"
+        assert len(listed) == queue.num_free_blocks, \
+            f"free list links {len(listed)} blocks, num_free_blocks says {queue.num_free_blocks}"
+        linked = [b.block_id for b in blocks if b.block_id not in set(listed)
+                  and (b.prev_free_block is not None or b.next_free_block is not None)]
+        assert not linked, f"blocks {linked} are off the free list but keep free-list links"
+
+    # -- translation --------------------------------------------------------------------------
+
+    def _learn(self, req: Any) -> None:
+        tokens = list(req.all_token_ids)
+        convert = self._utils.maybe_convert_block_hash
+        for i, block_hash in enumerate(req.block_hashes):
+            key = tuple(tokens[:(i + 1) * self.block_size])
+            self._keys[block_hash] = key
+            self._keys[convert(block_hash)] = key
+
+    def _key(self, block_hash: Any) -> BlockKey | str:
+        found = self._keys.get(block_hash)
+        return found if found is not None else f"unknown hash {bytes(block_hash).hex()[:12]}"
+
+    def _event(self, event: Any) -> Any:
+        name = type(event).__name__
+        if name == "BlockStored":
+            parent = None if event.parent_block_hash is None else \
+                self._key(event.parent_block_hash)
+            return BlockStored(tuple(self._key(h) for h in event.block_hashes), parent,
+                               tuple(event.token_ids))
+        if name == "BlockRemoved":
+            keys = [self._key(h) for h in event.block_hashes]
+            return BlockRemoved(keys[0]) if len(keys) == 1 else BlockRemoved(tuple(keys))
+        if name == "AllBlocksCleared":
+            return AllBlocksCleared()
+        return name
+
+    def __repr__(self) -> str:
+        return f"VllmPrefixCache(vllm=={self.release}, block_size={self.block_size})"
+
+
+def _full_attention(kv: Any, block_size: int, dtype: Any) -> Any:
+    """A one-layer full-attention spec (``compat.attention_spec``'s) of ``block_size``."""
+    return dataclasses.replace(compat.attention_spec(kv, dtype), block_size=block_size)
+
+
+def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
+                      use_eagle: bool = False) -> VllmPrefixCache:
+    """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
+    return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle)

@@ -1,0 +1,88 @@
+"""Release differences of vLLM's prefix-caching KV block cache, one small function each.
+
+Every function is tagged with the releases it covers (``# vLLM <version>:``), read in the
+wheels of 0.10.2, 0.14.0, 0.20.0, 0.24.0, 0.26.0, 0.30.0 and 0.33.0 (``vllm/v1/core``);
+a release between two read ones is taken as the older one's unless a probe below tells.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+
+def manager_kwargs(manager_cls: type, block_size: int, max_model_len: int) -> dict[str, Any]:
+    """The ``KVCacheManager`` keywords beyond the config, the length cap, caching, EAGLE
+    and events, for one full-attention group of ``block_size`` tokens.
+
+    # vLLM >=0.24.0: ``scheduler_block_size`` and ``hash_block_size`` are required (one
+    #   group: both the block size).
+    # vLLM 0.14.0-0.23.x: ``hash_block_size`` is required (read in 0.14.0, 0.20.0).
+    # vLLM 0.10.2-0.13.x: neither (hashes are always per block).
+    # vLLM 0.20.0-0.24.x: ``max_num_batched_tokens`` (optional), 0.26.0 on
+    #   ``max_in_flight_tokens`` (optional): left to their defaults (the length cap).
+    """
+    params = inspect.signature(manager_cls.__init__).parameters
+    wanted = {"scheduler_block_size": block_size, "hash_block_size": block_size}
+    return {name: value for name, value in wanted.items() if name in params} | \
+        {"max_model_len": max_model_len}
+
+
+def computed_blocks(answer: tuple) -> tuple[Any, int]:
+    """``get_computed_blocks(request)``'s blocks and hit length.
+
+    # vLLM >=0.26.0: ``(blocks, num_computed_tokens, shared_prefix_boundary)``; the boundary
+    #   is 0 with one group (no sparse group can lag the hit).
+    # vLLM 0.10.2-0.24.x: ``(blocks, num_computed_tokens)``.
+    """
+    return answer[0], answer[1]
+
+
+def uncached_first(utils: Any) -> bool:
+    """Whether a block released without a cached hash goes to the free queue's front.
+
+    # vLLM >=0.24.0: yes: ``free_blocks`` prepends blocks without a hash (reused next, LIFO)
+    #   and appends cached ones (LRU); the queue gained ``prepend_n`` for it, the probe here.
+    # vLLM 0.10.2-0.20.x: no: every released block is appended (read in 0.10.2, 0.14.0,
+    #   0.20.0; 0.21.x-0.23.x unread: the probe decides).
+    """
+    return hasattr(utils.FreeKVCacheBlockQueue, "prepend_n")
+
+
+def block_hasher(utils: Any, block_size: int, hash_fn: Any) -> Any:
+    """The request block hasher for blocks of ``block_size`` tokens.
+
+    # vLLM >=0.33.0: ``get_request_block_hasher(hash_block_size, fn, num_hash_lookahead=0)``.
+    # vLLM 0.10.2-0.32.x: ``get_request_block_hasher(block_size, fn)``.
+    Both take the size and the function first, by position.
+    """
+    return utils.get_request_block_hasher(block_size, hash_fn)
+
+
+def cached_entries(pool: Any) -> list[tuple[bytes, list[Any]]]:
+    """The pool's hash map as (hash with group id, the blocks caching it, first first).
+
+    # vLLM >=0.14.0 (read in 0.14.0): ``BlockHashToBlockMap``, whose ``_cache`` maps a key to
+    #   one block, or to a dict of them by block id (several blocks caching one prefix).
+    # vLLM 0.10.2-0.13.x: a ``defaultdict(dict)``: key -> {block id: block}.
+    """
+    table = pool.cached_block_hash_to_block
+    table = getattr(table, "_cache", table)
+    return [(key, list(blocks.values()) if isinstance(blocks, dict) else [blocks])
+            for key, blocks in table.items() if blocks]
+
+
+def request_status(request_module: Any, name: str) -> Any:
+    """``RequestStatus.<name>`` (RUNNING, PREEMPTED): the same in every release read."""
+    return getattr(request_module.RequestStatus, name)
+
+
+def touch(pool: Any, blocks: list[Any]) -> None:
+    """``BlockPool.touch`` of ``blocks`` (one group).
+
+    # vLLM >=0.14.0 (read in 0.14.0): a flat sequence of blocks.
+    # vLLM 0.10.2-0.13.x: a tuple of per-group lists.
+    """
+    param = next(iter(inspect.signature(pool.touch).parameters.values()))
+    per_group = "tuple" in str(param.annotation)
+    pool.touch((blocks,) if per_group else blocks)
