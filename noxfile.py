@@ -79,9 +79,20 @@ def replay(session: nox.Session) -> None:
 @nox.session(venv_params=VENV_PARAMS)
 def bench(session: nox.Session) -> None:
     """Steps per second against a trivial machine, time to find and shrink each known bug."""
+    suites, args = take_option(session.posargs, "--suites", "")
     install_harness(session, "test")
+    if suites:     # -- --suites vllm,tests: each suite's wall time serial and on every core
+        for label in suites.split(","):
+            if label not in SUITE_ARGS:
+                session.error(f"--suites {label}: name one of {', '.join(SUITE_ARGS)}")
+            if label == "vllm":
+                install_vllm(session, VLLM_RELEASE)
+                session.env.update(LCH_REQUIRE_TARGETS="1", VLLM_TARGET_DEVICE="cpu")
+            session.run("python", "-m", "lch.suite_times", "--label", label, *args, "--",
+                        *SUITE_ARGS[label])
+        return
     session.install("matplotlib")                       # the plot
-    session.run("python", "-m", "lch.bench", *session.posargs)
+    session.run("python", "-m", "lch.bench", *args)
 
 
 @nox.session
@@ -119,6 +130,11 @@ VLLM_SUITES = ["properties/test_encoder_cache.py",
                "properties/test_prefix_cache.py", "properties/test_prefix_cache_scenarios.py",
                "properties/test_prefix_cache_free_blocks.py", "lch/test_ci_recipe.py",
                "fixtures/reproducers"]
+
+
+# What ``nox -s bench -- --suites`` times: the arguments each session gives pytest.
+SUITE_ARGS = {"vllm": ["--ignore=fixtures/reproducers/found", "--target", "vllm", *VLLM_SUITES],
+              "tests": []}
 
 
 def take_option(args: list[str], name: str, default: str) -> tuple[str, list[str]]:

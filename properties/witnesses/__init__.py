@@ -31,6 +31,8 @@ SCENARIOS: tuple[Scenario, ...] = (*encoder_cache.SCENARIOS, *scheduler_pass.SCE
                                    *offload_engine.SCENARIOS, *secondary_tier.SCENARIOS,
                                    *tiered_lookup.SCENARIOS)
 
+PREFIX_CHECKS = "properties/test_prefix_cache_checks_fail.py::"
+
 TESTS: tuple[Test, ...] = (
     Test("", "no-raise", "properties/test_outcomes.py::test_vllm_crashing_mid_run_is_a_divergence",
          "a machine run whose target raises inside vLLM's code fails no-raise, replayably"),
@@ -47,6 +49,25 @@ TESTS: tuple[Test, ...] = (
     Test("scheduler_pass", "cut-before-refused", "properties/test_scheduler_pass_promises.py"
          "::test_a_chunk_cut_where_no_rule_cuts_it",
          "an output that cuts a chunk where neither an item nor a chunk rule ends it"),
+    # The prefix cache's checks no catalogue entry reaches first, each planted one at a time.
+    Test("prefix_cache", "fit-agrees",
+         PREFIX_CHECKS + "test_fit_agrees_can_fail",
+         "a fit check one block short: refuses whenever one block would be left free"),
+    Test("prefix_cache", "refs-agree",
+         PREFIX_CHECKS + "test_refs_agree_can_fail",
+         "a pool counting one holder too many on every held block"),
+    Test("prefix_cache", "tables-agree",
+         PREFIX_CHECKS + "test_tables_agree_can_fail",
+         "get_block_ids leaving out a request's first block"),
+    Test("prefix_cache", "cached-hash-names-contents",
+         PREFIX_CHECKS + "test_cached_hash_names_contents_can_fail",
+         "a hash map naming each prefix's block one id off"),
+    Test("prefix_cache", "events-account-for-cached-set",
+         PREFIX_CHECKS + "test_events_account_for_cached_set_can_fail",
+         "model and target agreeing on an event stream without removals"),
+    Test("prefix_cache", "free-lists-held-blocks",
+         PREFIX_CHECKS + "test_free_lists_held_blocks_can_fail",
+         "free() listing a finished request's last block twice (vLLM #42571's shape)"),
 )
 
 ENCODER_CACHE = "properties.encoder_cache_machine:EncoderCacheMachine"
