@@ -1,5 +1,5 @@
-"""Bug 1 of ``specs/offload-engine.md`` (seed 002) end to end, and why residue (bug 2) is not
-a catalogue entry of its own.
+"""The catalogue's ``offload-id-reuse`` (``docs/specs/offload-engine.md``, the seed's bug) end to
+end, and why residue is not a catalogue entry of its own.
 
 The catalogued switch ``offload-id-reuse`` (deallocate keeps the decode tracking) is caught by
 the machine at the first deallocate of a decoded sequence, as a leaked tracking key, before it

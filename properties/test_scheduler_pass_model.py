@@ -1,8 +1,8 @@
 """The scheduler-pass model on hand-written traces (fast; no state machine).
 
-The first trace is the real vLLM V1 Scheduler's, run offline (``specs/vllm-drive.md``
-section 4): cache and compute budget 300, five 120-token requests each with one 100-embed
-image at offset 5, ``a`` and ``b`` sharing ``imgA``, max_tokens 2. The ``vllm`` cases run where
+The first trace is the real vLLM V1 Scheduler's, run offline (``sim/vllm/scheduler_pass.py``):
+cache and compute budget 300, five 120-token requests each with one 100-embed image at offset
+5, ``a`` and ``b`` sharing ``imgA``, max_tokens 2. The ``vllm`` cases run where
 vLLM is installed (``nox -s vllm``); elsewhere they skip, or fail where targets are required.
 """
 

@@ -1,5 +1,5 @@
 """Offload engine bookkeeping: logical blocks, the CPU pool's free list, prefilled blocks and
-the per-sequence decode tracking (``specs/offload-engine.md`` section 1).
+the per-sequence decode tracking (``docs/specs/offload-engine.md``).
 
 Written the way the engine keeps it (deques, an inverse map, counters updated in place), not
 the way the model computes it. Decode tracking is keyed by the sequence's *handle*, the

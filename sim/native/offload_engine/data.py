@@ -1,5 +1,5 @@
 """Offload engine data plane: the CPU pool, the GPU ring slots and the decode buffer as real
-tensors, and the copies between them (``specs/offload-engine.md`` sections 1 and 5).
+tensors, and the copies between them (``docs/specs/offload-engine.md``).
 
 ``cpu[L, C, B, D]`` (pinned on CUDA) is the primary store; ``slots[N, B, D]`` (no layer
 dimension, reused by every layer) and ``dbuf[L, B, D]`` live on the device. Rows hold one KV
