@@ -46,6 +46,8 @@ def test_a_path_that_does_not_resolve_is_caught(source, bad):
     ("# DESIGN.md section 3: pass, divergence, could-not-run\n", "DESIGN.md"),
     ("# as STYLE.md says\n", "STYLE.md"),
     ('"""Written from ``../shared/specs``."""\n', "../shared"),
+    ('"""Scenario (vllm-drive.md section 1)."""\n', "vllm-drive.md"),
+    ("# the modules it drives (vllm-releases.md)\n", "vllm-releases.md"),
     # Banned in any string, data included: a catalogue entry's source is shown to users.
     ('SOURCE = "specs/offload-engine.md bug 3"\n', "specs/"),
 ])

@@ -51,8 +51,8 @@ def test_vllm_drive_trace(target):
                                             {"a": (0,), "c": (0,), "d": (0,)}, ()))
     agrees(OUTPUT, sched.update_from_output(out), ())
     out = sched.schedule()
-    # vllm-drive.md shows e:116: its fake runner output sampled a token for e's partial
-    # prefill too. A runner samples only where the prefill is complete: 115 prompt tokens.
+    # A first offline run showed e:116: its fake runner output sampled a token for e's
+    # partial prefill too. A runner samples only where the prefill is complete: 115 prompt tokens.
     agrees(OUTPUT, out, SchedulerOutputView({"a": 1, "b": 1, "c": 1, "d": 1, "e": 115},
                                             {"e": (0,)}, ("imgA",)))
     agrees(OUTPUT, sched.update_from_output(out), ("a", "b", "c", "d"))

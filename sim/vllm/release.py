@@ -166,7 +166,7 @@ def _requirements_name(found: str) -> str:
         return str(path)
 
 
-# Modules the harness's vllm target drives or will drive (vllm-drive.md): `nox -s vllm`
+# Modules the harness's vllm target drives or will drive: `nox -s vllm`
 # imports them all first, so a missing package is named before any test runs.
 DRIVEN_MODULES = (
     "vllm.v1.core.encoder_cache_manager",
