@@ -17,7 +17,7 @@ Documents cite records only through *generated blocks*::
 ``render`` rewrites every such block in ``README.md`` and ``docs/*.md`` from the records
 (``RENDERERS``: block name -> function of the records); ``render --check`` (a test runs it)
 fails when a block is not what the committed records give, so a figure in a block always
-has its record. Figures outside the blocks are what ``properties/test_docs.py`` forbids.
+has its record. No test finds a figure typed outside a block: keep every figure inside one.
 """
 
 from __future__ import annotations

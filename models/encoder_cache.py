@@ -1,4 +1,4 @@
-"""Reference model of vLLM's encoder cache manager (``specs/encoder-cache.md`` section 1).
+"""Reference model of vLLM's encoder cache manager (``docs/specs/encoder-cache.md``).
 
 Scope: the bookkeeping of one ``EncoderCacheManager``: which items are resident, who holds
 them, what eviction removes and what a pass reports as freed. Not in scope: tensors (the

@@ -1,4 +1,4 @@
-"""Reference model of the CPU-primary KV offload engine (``specs/offload-engine.md`` section 4).
+"""Reference model of the CPU-primary KV offload engine (``docs/specs/offload-engine.md``).
 
 Scope: which KV a sequence has written, which of it lives on the CPU, what every attention read
 must return and how many blocks are free. Not in scope: start positions, ring slots, the decode

@@ -1,5 +1,5 @@
 """Reference model of vLLM V1's scheduling pass on the encoder path and the update after it
-(``specs/encoder-cache.md`` sections 2, 4): what every pass promises (``broken_promises``,
+(``docs/specs/scheduler-pass.md``): what every pass promises (``broken_promises``,
 checked on every pass, the target's and the model's own) and, computed, only what those leave
 open: the policy. First come first served (running requests as they started, then waiting
 ones: arrival order, a preempted one at the head), each the longest chunk its model's

@@ -1,5 +1,5 @@
 """Reference model of one secondary KV-offload tier driven through vLLM 0.33.0's
-``SecondaryTierManager`` API (``specs/tiered-lookup.md`` section 3): the file-system tier
+``SecondaryTierManager`` API (``docs/specs/tiered-lookup.md``): the file-system tier
 (``tiering/fs``) and the example in-memory tier (``tiering/example``), with faults armed at
 the operating-system boundary and files lost or truncated behind the tier's back.
 

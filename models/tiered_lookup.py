@@ -1,11 +1,11 @@
-"""Reference model of vLLM 0.33.0's tiered KV-offload lookup (``specs/tiered-lookup.md``).
+"""Reference model of vLLM 0.33.0's tiered KV-offload lookup (``docs/specs/tiered-lookup.md``).
 
 Scope: the primary tier (``CPUOffloadingManager`` with LRU: chunks write-pending, stored or
 pinned; eviction of stored, unpinned chunks, least recent first), one optional secondary tier
 as ``TieringOffloadingManager`` drives it (cascaded store jobs, promotions on a secondary hit,
 finished jobs polled at most once per step, an asynchronous existence probe for the "probe"
 tier, ``reset_cache`` / ``on_reset_flushed``), and the connector's lookups over it
-(``models/connector_scans.py``). Several requests run at once over the CPU manager alone
+(``models/tiered_lookup_scans.py``). Several requests run at once over the CPU manager alone
 (``use_request``), each with its context's key positions; LRU ranks a running request's
 blocks by position (``models/tiered_lookup_access.py``). Not modelled: chunk ids, several
 secondary tiers, back-pressure, the tiering manager's request hooks. Data is "whose bytes a

@@ -8,8 +8,8 @@ inserted and which readable chunks it reused, and commits one access per key whe
 finishes, its head the most recent. A store miss is also where ARC learns from its ghost
 lists; the request counts each key's store miss once (``first_store_misses``).
 
-Request-position recency (LRU, vLLM 0.33.0; what ``specs/tiered-lookup.md`` section 2 says
-in one line, stated here in full). The connector records each key's *position* on the
+Request-position recency (LRU, vLLM 0.33.0; what ``docs/specs/tiered-lookup.md`` says in
+one line, stated here in full). The connector records each key's *position* on the
 request's context: the end token of the block, so a request's keys are a prefix-ordered chain
 (``positions``). A chunk's place in LRU order is a comparable pair ``(time, -position)``:
 

@@ -1,4 +1,4 @@
-"""The connector's two lookups over a tiered manager (``specs/tiered-lookup.md`` section 4),
+"""The connector's two lookups over a tiered manager (``docs/specs/tiered-lookup.md``),
 as pure functions of a lookup callable: vLLM 0.33.0's ``_maximal_prefix_lookup`` and
 ``_sliding_window_lookup`` in ``offloading/scheduler.py`` say what a request can load; these
 say the same from the spec, and record which keys they looked up (a scan that probes the wrong

@@ -1,4 +1,4 @@
-"""Simpler worlds for the encoder-cache minimizer (``properties/harness.py:minimize``).
+"""Simpler worlds for the encoder-cache minimizer (``properties/run.py:minimize``).
 
 A world is an ``EncoderCacheWorld``; actions are the machine's ``(name, *args)`` steps, with
 a request index first and an input index second where they take them. Each candidate may fail

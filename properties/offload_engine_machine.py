@@ -1,6 +1,6 @@
 """OffloadEngineMachine: the CPU-primary KV offload engine against its reference model.
 
-Rules follow ``specs/offload-engine.md`` section 6: add a request (prompt 1..3B+1, max new
+Rules (``docs/specs/offload-engine.md``): add a request (prompt 1..3B+1, max new
 1..3B), optionally reusing a finished sequence's handle (the engine's ``id(seq)``, recycled as
 CPython does, when the machine says); prefill one chunk or all; decode a step (offload mode runs
 one sequence at a time: only the current decode owner decodes until it finishes or is
@@ -63,7 +63,7 @@ class Request:
     handle: int
 
 
-PROPERTIES = {   # invariants I1-I10 of specs/offload-engine.md, grouped by what they compare
+PROPERTIES = {   # the promises of docs/specs/offload-engine.md, grouped by what they compare
     "attention-reads-agree": "every prefill chunk and decode step reads the model's KV rows",
     "cpu-rows-agree": "each live sequence's CPU blocks hold its own KV, layer by layer",
     "block-table-agrees": "one reference per block, ceil(len / block_size) blocks a sequence",

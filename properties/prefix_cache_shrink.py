@@ -1,4 +1,4 @@
-"""Simpler worlds for the prefix-cache minimizer (``properties/harness.py:minimize``).
+"""Simpler worlds for the prefix-cache minimizer (``properties/run.py:minimize``).
 
 Actions are the machine's ``(name, *args)`` steps, a request index first where they take one.
 Each candidate may fail the same way with a smaller world or calmer draws; the minimizer keeps

@@ -1,5 +1,5 @@
 """SchedulerPassMachine: whole scheduling passes and the worker applying them, against the
-first-come-first-served reference model (``specs/encoder-cache.md`` sections 2-4).
+first-come-first-served reference model (``docs/specs/scheduler-pass.md``).
 
 Rules: ``add_request`` (a template of the world, given a fresh id ``r<n>``; templates share a
 small pool of hashes, so items are shared across requests and repeated inside one), ``step``

@@ -257,8 +257,8 @@ def _assert_every_hazard_reached(machine, pins: dict[str, float],
 # Pinned at about half the lower; two are not reached by this machine (ASYNC_UNREACHED).
 # The model restated as promises: held for a pending sample 12.1 / 16.9, now counted on the
 # requests of the step's own update that stay open (a request the update finishes counted
-# too before); the others above their pins; none moved (results/hazards/scheduler-pass-
-# hazards-seeds-0-2.json and -3-5.json).
+# too before); the others above their pins; none moved
+# (results/hazards/scheduler-pass-hazards-seeds-0-2.json and -3-5.json).
 ASYNC_MIN_RATE_PER_100 = {
     "item shared within a pass": 13,
     "tokens cut before an item": 7.3,

@@ -1,5 +1,5 @@
-"""Bug 1 of ``specs/offload-engine.md`` (seed 002) end to end, and why residue (bug 2) is not
-a catalogue entry of its own.
+"""The catalogue's ``offload-id-reuse`` (``docs/specs/offload-engine.md``, the seed's bug) end to
+end, and why residue is not a catalogue entry of its own.
 
 The catalogued switch ``offload-id-reuse`` (deallocate keeps the decode tracking) is caught by
 the machine at the first deallocate of a decoded sequence, as a leaked tracking key, before it
@@ -67,7 +67,7 @@ def test_preempt_garbles_the_re_prefilled_reads_without_id_reuse():
 
 
 def _spec_scenario(eng, handles: tuple[int | None, int | None]) -> list[int]:
-    """Spec bug 1: A prompt 2 decodes t=2..4 and finishes; B (prompt 6) decodes t=6."""
+    """``offload-id-reuse``: A prompt 2 decodes t=2..4 and finishes; B (prompt 6) decodes t=6."""
     eng.add_request(0, prompt_len=2, handle=handles[0])
     eng.prefill(0, num_chunks=1)
     for _ in range(3):

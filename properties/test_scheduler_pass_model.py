@@ -1,8 +1,8 @@
 """The scheduler-pass model on hand-written traces (fast; no state machine).
 
-The first trace is the real vLLM V1 Scheduler's, run offline (``specs/vllm-drive.md``
-section 4): cache and compute budget 300, five 120-token requests each with one 100-embed
-image at offset 5, ``a`` and ``b`` sharing ``imgA``, max_tokens 2. The ``vllm`` cases run where
+The first trace is the real vLLM V1 Scheduler's, run offline (``sim/vllm/scheduler_pass.py``):
+cache and compute budget 300, five 120-token requests each with one 100-embed image at offset
+5, ``a`` and ``b`` sharing ``imgA``, max_tokens 2. The ``vllm`` cases run where
 vLLM is installed (``nox -s vllm``); elsewhere they skip, or fail where targets are required.
 """
 
@@ -51,8 +51,8 @@ def test_vllm_drive_trace(target):
                                             {"a": (0,), "c": (0,), "d": (0,)}, ()))
     agrees(OUTPUT, sched.update_from_output(out), ())
     out = sched.schedule()
-    # vllm-drive.md shows e:116: its fake runner output sampled a token for e's partial
-    # prefill too. A runner samples only where the prefill is complete: 115 prompt tokens.
+    # A first offline run showed e:116: its fake runner output sampled a token for e's
+    # partial prefill too. A runner samples only where the prefill is complete: 115 prompt tokens.
     agrees(OUTPUT, out, SchedulerOutputView({"a": 1, "b": 1, "c": 1, "d": 1, "e": 115},
                                             {"e": (0,)}, ("imgA",)))
     agrees(OUTPUT, sched.update_from_output(out), ("a", "b", "c", "d"))

@@ -1,6 +1,7 @@
-"""The model's connector scans against the scripted table of ``specs/vllm-drive.md`` section 3
-(vLLM 0.33.0's own ``_maximal_prefix_lookup`` / ``_sliding_window_lookup`` on a fake manager),
-and the model's tiers on two hand-written scenarios. Pure model: no torch, no vLLM."""
+"""The model's connector scans against a scripted table of answers (the results vLLM 0.33.0's
+own ``_maximal_prefix_lookup`` / ``_sliding_window_lookup`` gave on a fake manager answering
+the same scripts; ``properties/test_tiered_lookup_vllm_scans.py`` compares them live), and
+the model's tiers on two hand-written scenarios. Pure model: no torch, no vLLM."""
 
 from __future__ import annotations
 

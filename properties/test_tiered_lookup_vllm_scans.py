@@ -1,6 +1,6 @@
 """The model's connector scans against vLLM's own ``_maximal_prefix_lookup`` and
 ``_sliding_window_lookup``, called unbound on a stub ``self`` over scripted answer sequences
-(``specs/vllm-drive.md`` section 3): same result, same keys looked up, for any script.
+(``docs/specs/tiered-lookup.md``): same result, same keys looked up, for any script.
 
 The script is written in the installed release's vocabulary (``compat.scripted_answer``):
 before 0.25.0 a lookup said True / False / None, so HIT_PENDING and RETRY were one answer

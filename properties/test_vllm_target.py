@@ -102,7 +102,7 @@ def test_a_missing_dependency_is_named_with_the_requirements_file():
 
 
 def test_vllm_encoder_cache_evicts_oldest_freeable_first():
-    """Scenario (vllm-drive.md section 1, through the adapter):
+    """Scenario (through the adapter):
     - a allocates img1, img2 (4 each) in a cache of 10; frees img1 -> freeable.
     - b allocates img3 (6): evicts img1, the only freeable entry; the pass reports it.
     - c hits img2, now held by a and c."""

@@ -1,5 +1,5 @@
 """TieredLookupMachine: the tiered KV-offload manager and the connector's lookups, step by
-step, against the reference model (``specs/tiered-lookup.md``).
+step, against the reference model (``docs/specs/tiered-lookup.md``).
 
 Rules are the manager's API (``prepare_store``, ``complete_store`` with success or failure,
 ``prepare_load`` / ``complete_load``, ``touch``, ``lookup``, ``on_schedule_end``,

@@ -106,7 +106,7 @@ class TieredLookupPort(Protocol):
 
 
 class OffloadEnginePort(Protocol):
-    """The nano-vllm CPU-primary offload engine (``specs/offload-engine.md``): sequences by
+    """The nano-vllm CPU-primary offload engine (``docs/specs/offload-engine.md``): sequences by
     uid, chunked prefill, decode, and reads of the block state for the checks."""
 
     num_free_blocks: int

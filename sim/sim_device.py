@@ -1,6 +1,6 @@
 """A simulated CUDA device for CI: streams and events as queues, copies run when told to.
 
-DESIGN.md section 3: on CPU the GPU is simulated too, so a missing event wait is an ordinary,
+On CPU the GPU is simulated too (``docs/design.md``), so a missing event wait is an ordinary,
 shrinkable failure on a machine without a GPU (FoundationDB's deterministic simulation, applied
 to CUDA streams). No threads, no clock, no randomness of its own.
 

@@ -5,7 +5,7 @@
 #
 # Usage: tools/gpu_check.sh [--allow-skip]      (PYTHON=... picks the interpreter)
 #
-# Exit codes, never confused (DESIGN.md section 3: pass, divergence, could-not-run):
+# Exit codes, never confused (docs/design.md: pass, divergence, could-not-run):
 #   0   every step passed (or: no CUDA and --allow-skip was given; it still prints SKIP)
 #   1   a step failed or timed out, or torch cannot be imported: a broken check is a failure
 #   77  SKIP: torch loads but sees no CUDA device (nothing was checked; not a pass)

@@ -1,6 +1,6 @@
 """Native encoder cache manager: the bookkeeping an engine keeps, with running counters.
 
-Written from ``specs/encoder-cache.md`` section 1 the way an engine would write it (counters
+Written from ``docs/specs/encoder-cache.md`` the way an engine would write it (counters
 updated in place, a freeable queue, per-request reference counts), so that the model, which
 recomputes everything, is a genuinely different second opinion. Two catalogued bugs can be
 switched back on:

@@ -1,6 +1,6 @@
 """Native scheduler pass: a small engine-style FCFS scheduler and the worker it drives.
 
-Written from ``specs/encoder-cache.md`` sections 2-3 the way an engine loop is written (a
+Written from ``docs/specs/scheduler-pass.md`` the way an engine loop is written (a
 running list, per-request counters, one pass building a ``SchedulerOutputView``), on top of
 ``NativeEncoderCache``, so the encoder-cache bug switches (``enc-stale-freed``,
 ``enc-repeat-item``) act here too. The worker (``EncoderWorker``, real tensors on

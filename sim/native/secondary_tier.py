@@ -1,5 +1,5 @@
 """Native secondary KV-offload tiers: a file-system tier writing real files in a temporary
-directory, and an in-memory example tier, written from ``specs/tiered-lookup.md`` section 3
+directory, and an in-memory example tier, written from ``docs/specs/tiered-lookup.md``
 the way an engine would write them (a deque of queued jobs, a verdict cache keyed by key,
 ``os.write`` / ``os.replace`` / ``os.readv`` through an injectable ``os``).
 

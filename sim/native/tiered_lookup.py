@@ -1,6 +1,6 @@
 """Native tiered KV-offload manager: the bookkeeping an engine keeps, plus a torch data plane.
 
-Written from ``specs/tiered-lookup.md`` the way an engine would write it (ref counts with -1
+Written from ``docs/specs/tiered-lookup.md`` the way an engine would write it (ref counts with -1
 for a pending write, a running evictable counter, an ``OrderedDict`` for LRU order, a LIFO
 free list of chunk ids), so that the model, which recomputes everything, is a different
 second opinion. Data is real: the primary tier is a ``[num_chunks, chunk_words]`` tensor on

@@ -1,6 +1,6 @@
 """Native ARC eviction for the tiered lookup's primary tier, written the way an engine keeps
 it: four ordered dicts (T1, T2 resident; B1, B2 ghosts), least recent first, and the target
-``p`` as a float (``specs/tiered-lookup.md``; the rules are ``models/tiered_lookup_arc.py``'s).
+``p`` as a float (``docs/specs/tiered-lookup.md``; the rules are ``models/tiered_lookup_arc.py``'s).
 
 Bug switch ``native:arc-replace-inverted``: REPLACE's test is inverted, T2 loses a chunk
 while T1 holds at least its target (and T1 while it is under it): a chunk a second request

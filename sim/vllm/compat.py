@@ -668,7 +668,7 @@ def lookup_semantics(found: str) -> dict[str, Any]:
 # Why each model option adopts a release's behaviour: a change upstream made on purpose (a
 # meaning, or a vocabulary), with where that was read. A change upstream calls a fix is never
 # an option: the old behaviour stays a divergence on the releases that have it (PR #46363's
-# window scan: the catalogue's lookup-pending-as-miss). ``lch/test_model_options.py`` lists
+# window scan: the catalogue's lookup-pending-as-miss). ``properties/test_model_options.py`` lists
 # every option ``lookup_semantics`` returns and requires its entry here.
 MODEL_OPTIONS: dict[str, tuple[str, str]] = {
     "pending_lookup": (

@@ -47,8 +47,9 @@ def check_supported(release: str) -> None:
 
 
 def requirements_file(release: str) -> Path:
-    """The requirements file of ``release``'s family (``sim/vllm/requirements/vllm-0.X.txt``),
-    else the nearest older family that has one, else the oldest one kept."""
+    """The requirements file of ``release``'s family
+    (``sim/vllm/requirements/vllm-<major.minor>.txt``), else the nearest older family that has
+    one, else the oldest one kept."""
     want = parse_release(release)[:2]
     kept = sorted((parse_release(p.stem.removeprefix("vllm-"))[:2], p)
                   for p in REQUIREMENTS_DIR.glob("vllm-*.txt"))
@@ -165,7 +166,7 @@ def _requirements_name(found: str) -> str:
         return str(path)
 
 
-# Modules the harness's vllm target drives or will drive (vllm-drive.md): `nox -s vllm`
+# Modules the harness's vllm target drives or will drive: `nox -s vllm`
 # imports them all first, so a missing package is named before any test runs.
 DRIVEN_MODULES = (
     "vllm.v1.core.encoder_cache_manager",

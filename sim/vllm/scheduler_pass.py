@@ -1,5 +1,5 @@
 """The ``vllm`` target's scheduler pass: the installed vLLM's real V1 ``Scheduler``, offline on
-CPU (``specs/vllm-drive.md`` section 4), with the native worker playing the GPU part.
+CPU (``docs/specs/scheduler-pass.md``), with the native worker playing the GPU part.
 
 The scheduler is built from a tiny local OPT ``config.json`` (no weights, no tokenizer),
 ``skip_tokenizer_init=True``, prefix caching off (the harness's prompts are all alike) and a
@@ -47,10 +47,10 @@ An encoder-decoder world (``encoder_decoder``) builds the Scheduler from a tiny 
 ``config.json`` (``ModelConfig.is_encoder_decoder`` is then true: the Scheduler takes its
 encoder-decoder path and ``EncoderDecoderCacheManager``). Whisper is multimodal, so
 ``MultiModalBudget`` asks the registry for a processor, which needs a tokenizer; a stub
-registry answers instead (``specs/vllm-drive.md`` section 4's way around it, for audio),
-and the budgets and the manager are then set as for the text model (outside what vLLM
-builds). Without chunked prefill (vLLM turns it off for these models) the budget must cover
-``max_model_len``, which is therefore the budget. Requests carry one audio feature at offset
+registry answers instead (one token per audio item), and the budgets and the manager are
+then set as for the text model (outside what vLLM builds). Without chunked prefill (vLLM
+turns it off for these models) the budget must cover ``max_model_len``, which is therefore
+the budget. Requests carry one audio feature at offset
 0; the worker's decoder reads each encoded output whole in the step that encodes it
 (cross-attention). A release without ``EncoderDecoderCacheManager`` reports the world absent
 (``drives_encoder_decoder``); one that has it and fails to build is unavailable.

@@ -1,6 +1,6 @@
 """The ``vllm`` target's secondary tier: vLLM's real ``FileSystemTierManager`` writing real
 files in a temporary directory, and its ``ExampleSecondaryTierManager``, driven through the
-``SecondaryTierManager`` API (``specs/vllm-drive.md``, "How the asynchronous parts complete").
+``SecondaryTierManager`` API (``docs/specs/tiered-lookup.md``, "How the vllm target drives vLLM").
 
 Made deterministic without changing vLLM's code paths:
 

@@ -1,6 +1,6 @@
 """The ``vllm`` target's tiered lookup: the installed vLLM's real offload managers and the
 connector's real ``_maximal_prefix_lookup`` / ``_sliding_window_lookup``, called unbound on a
-stub ``self`` (``specs/vllm-drive.md`` sections 2 and 3).
+stub ``self`` (``docs/specs/tiered-lookup.md``, "How the vllm target drives vLLM").
 
 - ``secondary="none"``: ``CPUOffloadingManager`` (LRU, or ARC: ``eviction_policy``) alone,
   with one request per slot of ``requests`` running at once, each with its own ``ReqContext``
@@ -9,7 +9,7 @@ stub ``self`` (``specs/vllm-drive.md`` sections 2 and 3).
   (``on_request_finished``) and starts the next one in its slot with a fresh context.
 - ``secondary="memory"`` / ``"probe"``: ``TieringOffloadingManager`` over a
   ``CPUPrimaryTierOffloadingManager`` (an anonymous mmap as its region) and one secondary tier
-  that the harness plays, the way ``specs/tiered-lookup.md`` section 3 describes a tier: it
+  that the harness plays, the way ``docs/specs/tiered-lookup.md`` describes a tier: it
   holds byte copies, its jobs run only when ``complete_job`` says so (the manual job queue),
   and the "probe" variant answers RETRY until its existence probe is flushed at
   ``on_schedule_end``. The real code under test is vLLM's: polling, cascades and their pins,

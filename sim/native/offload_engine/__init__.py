@@ -1,6 +1,6 @@
 """Native CPU-primary offload engine: chunked prefill and decode over real tensors.
 
-Follows ``specs/offload-engine.md`` section 1: prefill chunk c (B positions) writes its KV for
+Follows ``docs/specs/offload-engine.md``: prefill chunk c (B positions) writes its KV for
 each layer into ring slot ``c % N``, attends over the earlier prefilled blocks loaded through
 the slots, offloads the slot to the chunk's CPU block and marks the block prefilled. Decode
 writes ``dbuf[l, pib]``, attends over the prefilled CPU blocks (rows up to the tracked prefill
@@ -27,8 +27,8 @@ the simulated device of ``sim/sim_device.py``, on CUDA real streams with the run
 ``copy_delay_cycles``.
 
 Not a bug switch: ``zero_on_deallocate`` clears freed CPU blocks, the ring slots and dbuf at
-every deallocate. Residue (bug 2 of the spec) is the default and harmless while starts are
-right; zeroing turns foreign rows into zero rows and fixes none of the bugs above.
+every deallocate. Residue (``docs/specs/offload-engine.md``) is the default and harmless
+while starts are right; zeroing turns foreign rows into zero rows and fixes none of the bugs above.
 """
 
 from __future__ import annotations

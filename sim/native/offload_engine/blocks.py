@@ -1,10 +1,10 @@
 """Offload engine bookkeeping: logical blocks, the CPU pool's free list, prefilled blocks and
-the per-sequence decode tracking (``specs/offload-engine.md`` section 1).
+the per-sequence decode tracking (``docs/specs/offload-engine.md``).
 
 Written the way the engine keeps it (deques, an inverse map, counters updated in place), not
 the way the model computes it. Decode tracking is keyed by the sequence's *handle*, the
 engine's stand-in for ``id(seq)``: handles are reused once a sequence is gone, as CPython
-reuses ids. ``clear_tracking=False`` re-introduces bug 1 (seed 002): deallocate leaves the
+reuses ids. ``clear_tracking=False`` re-introduces ``offload-id-reuse``: deallocate leaves the
 tracking entries behind, so a later sequence with the same handle, or the same sequence after
 a preempt, inherits a stale decode start and prefill length.
 """
@@ -103,7 +103,7 @@ class OffloadBlockManager:
         return [b for b in seq.block_table if b in self.prefilled]
 
     def check_valid(self) -> None:
-        """Partition, inverse map, ref counts, reset free blocks (invariants I5, I6)."""
+        """Partition, inverse map, ref counts, reset free blocks (the resource promises)."""
         free_cpu, free_ids = set(self.free_cpu_blocks), set(self.free_block_ids)
         used = {b.block_id for b in self.blocks if b.ref_count > 0}
         assert len(free_cpu) == len(self.free_cpu_blocks), \

@@ -1,20 +1,22 @@
 """Offload engine data plane: the CPU pool, the GPU ring slots and the decode buffer as real
-tensors, and the copies between them (``specs/offload-engine.md`` sections 1 and 5).
+tensors, and the copies between them (``docs/specs/offload-engine.md``).
 
 ``cpu[L, C, B, D]`` (pinned on CUDA) is the primary store; ``slots[N, B, D]`` (no layer
 dimension, reused by every layer) and ``dbuf[L, B, D]`` live on the device. Rows hold one KV
 value broadcast over D, int64, so comparisons are exact on every device.
 
-Async mode: loads run on a load stream and offloads on a store stream; events keep invariant
-I8: a load into a slot waits for the slot's last reader and pending store, a store waits for
-the write it copies, a reader waits for the load or write it reads, a load of a CPU block
-waits for the last store into it, a decode write waits for the offload of the row it
-overwrites. On CUDA the streams are real (``CudaStreams``, with drawn delays); on CPU they are
-the simulated device's queues (``SimStreams``). Without async mode every copy is synchronous.
+Async mode: loads run on a load stream and offloads on a store stream; events keep slot
+ownership (``docs/specs/offload-engine.md``): a load into a slot waits for the slot's last
+reader and pending store, a store waits for the write it copies, a reader waits for the load
+or write it reads, a load of a CPU block waits for the last store into it, a decode write
+waits for the offload of the row it overwrites. On CUDA the streams are real
+(``CudaStreams``, with drawn delays); on CPU they are the simulated device's queues
+(``SimStreams``). Without async mode every copy is synchronous.
 Every tensor op goes through ``self.streams.enqueue``, so on the simulated device a copy runs
 only when the machine or a host read needs it.
 
-Race switches (``sim/native/bugs.py``), each one missing wait of I8, off by default:
+Race switches (``sim/native/bugs.py``), each one missing wait of slot ownership, off
+by default:
 
 - ``offload-race-read-before-load``: a slot read does not wait for the load into the slot.
 - ``offload-race-slot-reuse``: a load or a write into a slot does not wait for the slot's
@@ -64,7 +66,7 @@ class OffloadData:
         self._events: dict[tuple, object] = {}
         self._non_blocking = async_mode and cuda
 
-    # -- I8: stream/event discipline (no-ops when synchronous) ------------------------------
+    # -- slot ownership: stream/event discipline (no-ops when synchronous) ------------------
 
     def _record(self, key: tuple, stream=None) -> None:
         if self.async_mode:
@@ -138,7 +140,7 @@ class OffloadData:
         return out
 
     def stage_dbuf(self, layer: int, slot: int) -> None:
-        """Copy a layer's decode buffer into a ring slot (the aliasing path of bug 5)."""
+        """Copy a layer's decode buffer into a ring slot (``offload-layer-alias``'s path)."""
         self._wait(None, ("stored", slot))
         self._copy(None, self.slots[slot], self.dbuf[layer], f"stage dbuf[{layer}]")
         self._record(("ready", slot))
