@@ -185,7 +185,13 @@ def commands_in(text: str, doc: str) -> list[Command]:
 
 
 def all_commands() -> list[Command]:
-    return [c for p in documents() for c in commands_in(p.read_text(), doc_id(p))]
+    """Each command once, under the first document that has it (a span repeating a block's
+    command, or another page's, runs once)."""
+    found: dict[tuple[str, str], Command] = {}
+    for path in documents():
+        for c in commands_in(path.read_text(), doc_id(path)):
+            found.setdefault((c.text, c.comment), c)
+    return list(found.values())
 
 
 @cache
