@@ -5,7 +5,7 @@ Commands are the lines of ``bash`` / ``sh`` fences and the inline spans that sta
 ``nox``, ``python -m``, ``pytest`` or ``pip``. Each is planned by ``plan`` (a command no plan
 knows fails the test: add it there, or mark it in the text). Runs happen in a fresh clone of
 this checkout's HEAD, budgets cut (``--budget``, ``--examples``, ``-k`` on the vLLM suites,
-``--list`` for a mutation campaign, ``--no-hunt`` for history). nox sessions run with
+``--list`` for a mutation campaign, ``-k`` and a 10 s hunt for history). nox sessions run with
 ``--no-venv --no-install`` in an interpreter that has what the session would install (the
 test's own, or for vLLM a venv ``nox --install-only -s vllm`` builds); history runs through
 real nox (its own small venv and the release venvs of ``LCH_VENV_DIR``). A session CI runs
@@ -214,6 +214,9 @@ class Plan:
     vllm: bool = False         # runs in an interpreter with vLLM
     extra: tuple[str, ...] = ()  # appended (after the session's ``--`` for nox)
     real_nox: bool = False     # through nox's own venvs (reused: -R), not --no-venv
+    env: tuple[tuple[str, str], ...] = ()   # set for the run
+    expect: tuple[str, ...] = ()  # in its output (CHECKOUT: the checkout's path)
+    forbid: tuple[str, ...] = ()  # not in its output
 
 
 def plan(c: Command) -> Plan:
@@ -236,10 +239,18 @@ def plan(c: Command) -> Plan:
                                                   "--subsystem", "encoder_decoder_cache"))
         return Plan("fast", exit=1 if "native:" in words else 0)
     if words.startswith("nox -s vllm"):
-        return Plan("slow", vllm=True, extra=("-k", "stale_freed"))
+        # The session as written (options, overlay, release check, every suite collected),
+        # running one curated reproducer, serially: the whole set takes about 7 minutes on two
+        # cores, more than this test's share of CI's 90. The header shows the overlay took.
+        return Plan("slow", vllm=True, extra=("-k", "vllm_stale_freed"),
+                    env=(("LCH_WORKERS", "0"),),
+                    expect=("vLLM under test: ", "CHECKOUT", " passed"))
     if words.startswith("nox -s history"):
+        # Both releases (0.26.0 diverges: exit 1), the encoder cache's suite alone, and its
+        # cell hunted briefly (the other columns have no test selected: absent, not hunted).
         return Plan("slow", exit=1, real_nox=True, extra=(
-            "--no-hunt", "--", "-k", "test_encoder_cache_machine and not decoder"))
+            "--hunt-budget", "10s", "--", "-k", "test_encoder_cache_machine and not decoder"),
+            expect=("hunts: 10s per cell",), forbid=("hunt exited",))
     if words.startswith("nox -s mutants"):
         return Plan("slow", vllm=True, extra=("--list",))
     if words.startswith(("python -m lch.mamba_mtp", "pytest fixtures/reproducers/")):
@@ -374,10 +385,17 @@ def run(c: Command, clone: Path, tmp_path: Path, python: str) -> None:
     if p.real_nox:     # the session's own venv, reused from this checkout's .nox
         env.pop("PYTHONPATH")
         env["LCH_VENV_DIR"] = os.environ.get("LCH_VENV_DIR") or str(ROOT / ".nox" / "bisect")
+    env.update(p.env)
     done = subprocess.run(argv, cwd=clone, env=env, capture_output=True, text=True,
                           timeout=1500)
-    assert done.returncode == p.exit, \
-        f"{shlex.join(argv)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    said = f"{shlex.join(argv)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == p.exit, said
+    output = done.stdout + done.stderr
+    for text in p.expect:
+        text = text.replace("CHECKOUT", str(checkout))
+        assert text in output, f"{text!r} not in the output of {said}"
+    for text in p.forbid:
+        assert text not in output, f"{text!r} in the output of {said}"
 
 
 @pytest.mark.readme
