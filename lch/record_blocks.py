@@ -4,6 +4,8 @@ names the records they come from, so a reader can open the data behind every num
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from lch.records import load, renderer
@@ -15,19 +17,19 @@ KINDS = ("mutants", "mutants/old-rule", "history", "bench", "hunt", "gpu", "witn
 @renderer("records-index")
 def records_index(results: Path) -> str:
     """Every committed record: what it measured, where, when and how long."""
-    rows = ["| record | harness commit | vLLM | machine | finished | wall |",
-            "|---|---|---|---|---|---|"]
+    # The harness commit is in each record, not in the table: documents carry no hashes
+    # (lch/test_docs.py), a reader opens the record for it.
+    rows = ["| record | vLLM | machine | finished | wall |",
+            "|---|---|---|---|---|"]
     for kind in KINDS:
         for r in load(kind, results):
             vllm = (r.get("vllm") or {}).get("version", "-")
             m = r["machine"]
-            commit = (r["harness"]["commit"] or "?")[:10] + (" (dirty)" if r["harness"]["dirty"]
-                                                             else "")
-            rows.append(f"| `results/{kind}/{r['name']}.json` | `{commit}` | {vllm} | "
+            rows.append(f"| `results/{kind}/{r['name']}.json` | {vllm} | "
                         f"{m['cores']} cores, Python {m['python']}, torch {m['torch']} | "
                         f"{r['finished'][:10]} | {r['wall_s']} s |")
     if len(rows) == 2:
-        rows.append("| (none yet) | | | | | |")
+        rows.append("| (none yet) | | | | |")
     return "\n".join(rows)
 
 
@@ -108,8 +110,8 @@ def property_witnesses(results: Path) -> str:
     return "\n".join(rows) + (
         f"\n\n{r['summary']['properties']} declared (subsystem, property) pairs and common "
         f"properties, {len(r['summary']['unwitnessed'])} without a witness. {suites}: on "
-        f"{m['cores']} cores, load average {m['load_avg']} (shared), harness "
-        f"`{(r['harness']['commit'] or '?')[:10]}`; record "
+        f"{m['cores']} cores, load average {m['load_avg']} (shared); record (with the "
+        f"harness commit) "
         f"`results/witnesses/property-witnesses.json`.")
 
 
@@ -180,8 +182,8 @@ def mamba_mtp(results: Path) -> str:
     w, m = r["summary"]["world"], r["machine"]
     spec = w["mamba_spec"]
     lines = [
-        f"Record `results/findings/mamba-mtp.json`: vLLM {r['vllm']['version']}, harness "
-        f"`{(r['harness']['commit'] or '?')[:10]}`, {m['cores']} cores (load "
+        f"Record `results/findings/mamba-mtp.json` (with the harness commit): vLLM "
+        f"{r['vllm']['version']}, {m['cores']} cores (load "
         f"{m['load_avg']}), {r['wall_s']} s.",
         "",
         "| setting (read back from vLLM's objects) | value |", "|---|---|",
@@ -218,3 +220,82 @@ def mamba_mtp(results: Path) -> str:
               f"cases; one-module control: {len(r['summary']['control_stalled'])} of "
               f"{r['summary']['control_cases']}."]
     return "\n".join(lines)
+
+
+# -- the README's findings table -----------------------------------------------------------------
+
+VLLM_REFERENCE = re.compile(r"(?:(issue|PR) )?(#\d{4,6})")
+PREFIX_CACHE_REPORTS = ("prefix-cache/history", "prefix-cache/history-0.33.0")
+
+
+def _vllm_references(source: str) -> str:
+    """``issue #N`` / ``PR #N`` out of a catalogue entry's source text, in its order."""
+    refs, kind = [], ""
+    for word, number in VLLM_REFERENCE.findall(source):
+        kind = word or kind
+        refs.append(f"{kind} {number}".strip())
+    return ", ".join(refs) or "-"
+
+
+def _found_in_records(bug, results: Path) -> str:
+    """The releases whose history record credits this bug to a finding group, and those it
+    affects where the column ran and nothing was credited."""
+    found, missed = [], []
+    for r in _history_records(results):
+        for item in r["items"]:
+            if item["column"] != bug.column or not bug.affects(item["release"]):
+                continue
+            if bug.id in item.get("known_found", []):
+                found.append(item["release"])
+            elif item["outcome"] in ("pass", "divergence"):
+                missed.append(item["release"])
+    if not found and not missed:
+        return "no record covers these releases"
+    text = ", ".join(found) or "-"
+    return text + (f" (missed on {', '.join(missed)})" if missed else "")
+
+
+@renderer("findings")
+def findings(results: Path) -> str:
+    """One row per divergence the harness found in real vLLM releases: the catalogue of
+    ``fixtures/upstream_bugs.py`` judged by the history records, the Mamba + MTP stall's
+    record, and the prefix cache's history reports. Links are relative to the repository's
+    root: the block is the README's."""
+    from fixtures.upstream_bugs import UPSTREAM_BUGS
+    rows = ["| bug | vLLM | releases affected | found by `history` in | property | reproducer |",
+            "|---|---|---|---|---|---|"]
+    for bug in UPSTREAM_BUGS:
+        until = f"fixed in {bug.fixed_in}" if bug.fixed_in else "open in every release read"
+        rows.append(f"| {bug.summary} | {_vllm_references(bug.source)} | from {bug.since}, "
+                    f"{until} | {_found_in_records(bug, results)} | `{bug.property}` | "
+                    f"[{bug.reproducer}](fixtures/reproducers/{bug.reproducer}) |")
+    for r in load("findings", results):
+        if r["name"] != "mamba-mtp":
+            continue
+        s = r["summary"]
+        rows.append(f"| a hybrid Mamba model's prefill under a multi-module MTP drafter never "
+                    f"finishes ({len(s['stalled'])} of {s['cases']} cases stall; "
+                    f"[details](docs/findings/mamba-mtp.md)) | - | {r['vllm']['version']} (the "
+                    f"only release driven) | `results/findings/mamba-mtp.json` | `liveness` | "
+                    f"[test_scheduler_pass_vllm_mamba_mtp_stall.py](fixtures/reproducers/"
+                    f"test_scheduler_pass_vllm_mamba_mtp_stall.py) |")
+    history = [f"`results/history/{r['name']}.json`" for r in _history_records(results)]
+    passed, sources = [], []
+    for name in PREFIX_CACHE_REPORTS:
+        path = results / name / "history-report.json"
+        if path.is_file():
+            sources.append(f"`results/{name}/history-report.json`")
+            passed += [rel["release"] for rel in json.loads(path.read_text())["releases"]
+                       if rel["cells"]["prefix_cache"]["outcome"] == "pass"]
+    lines = ["\n".join(rows), "", f"History records: {', '.join(history) or '(none)'}."]
+    if sources:
+        lines.append(f"Prefix cache (`KVCacheManager`): no divergence; passed on "
+                     f"{', '.join(sorted(set(passed), key=_release_key))} "
+                     f"({', '.join(sources)}); vLLM issue #42571 (a block listed twice in one "
+                     f"`free_blocks` call) is not reached through the manager's own callers "
+                     f"([prefix-cache.md](docs/prefix-cache.md)).")
+    return "\n".join(lines)
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in release.split("."))

@@ -3,7 +3,7 @@ script, and the script, run here on a fresh clone against a checkout made of the
 wheel's files, runs the suites and the hunt, exits 0 on a clean checkout and 1 on one that
 raises, and posts the hunt's report to the step summary.
 
-nox runs with ``--no-venv --no-install`` in this interpreter (as ``properties/test_readme.py``
+nox runs with ``--no-venv --no-install`` in this interpreter (as ``lch/test_docs.py``
 does: CI's own nox call builds the sessions' venvs), the suites cut to one reproducer and the
 hunt to a small budget. Needs vLLM: runs in ``nox -s vllm``.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from properties.test_readme import nox_command
+from lch.test_docs import nox_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "docs/ci/vllm-pr.sh"
