@@ -59,9 +59,6 @@ BANNED = (
 # These two spell the banned names in order to ban them: exempt from the ban, not from the
 # path checks.
 BAN_EXEMPT = frozenset({"lch/code_references.py", "lch/test_code_references.py"})
-# The docs branch adds docs/design.md (written in parallel, cited from the code already):
-# the one citation allowed to be missing until that branch is merged, when this goes.
-NOT_YET_MERGED = frozenset({"docs/design.md"})
 
 
 @frozen
@@ -141,7 +138,7 @@ def _module_file(dotted: str, root: Path) -> Path | None:
 def check_path(cited: str, root: Path) -> str | None:
     """Why ``cited`` does not resolve under ``root`` (None: it does, or is not checkable)."""
     cited = cited.rstrip(".,;:")
-    if PLACEHOLDER.search(cited) or cited in NOT_YET_MERGED:
+    if PLACEHOLDER.search(cited):
         return None
     if any(root.glob(cited)) if "*" in cited else (root / cited).exists():
         return None

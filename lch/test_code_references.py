@@ -16,14 +16,6 @@ def test_every_citation_in_the_project_resolves():
         "\n".join(map(str, problems))
 
 
-def test_the_one_allowance_is_for_a_page_not_merged_yet():
-    # The docs branch adds docs/design.md; once it is here the allowance must go, so that
-    # citations of it are checked like every other.
-    assert refs.NOT_YET_MERGED == {"docs/design.md"}
-    assert not (refs.ROOT / "docs/design.md").exists(), (
-        "docs/design.md exists now: empty lch/code_references.py NOT_YET_MERGED")
-
-
 def cited(source: str) -> list[str]:
     """The citations of a made-up Python source that the check rejects."""
     return [p.cited for p in refs.check_lines("made_up.py", refs.python_text(source))]
