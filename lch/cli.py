@@ -195,6 +195,11 @@ def add_bisect_parser(verbs) -> None:
                          help="the suites alone (each cell stops at its first divergence)")
     history.add_argument("--record-dir", default="results",
                          help="the result record goes to DIR/history/ (empty: none)")
+    history.add_argument("--subsystem", action="append",
+                         help="column (repeatable): encoder_cache, encoder_decoder_cache, "
+                              "scheduler_pass, tiered_lookup, connector_scans, prefix_cache; "
+                              "default all. Only its suites and hunts run, only its cells "
+                              "are recorded")
 
 
 def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
