@@ -195,6 +195,11 @@ def add_bisect_parser(verbs) -> None:
                          help="the suites alone (each cell stops at its first divergence)")
     history.add_argument("--record-dir", default="results",
                          help="the result record goes to DIR/history/ (empty: none)")
+    history.add_argument("--subsystem", action="append",
+                         help="column (repeatable): encoder_cache, encoder_decoder_cache, "
+                              "scheduler_pass, tiered_lookup, connector_scans, prefix_cache; "
+                              "default all. Only its suites and hunts run, only its cells "
+                              "are recorded")
 
 
 def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
@@ -248,7 +253,8 @@ def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
                         setup_s=time.monotonic() - started,
                         command=shlex.join(["python", "-m", "lch.cli", *argv]),
                         progress=lambda line: print(line, flush=True),
-                        engine=args.engine, accept=accept)
+                        engine=args.engine, accept=accept,
+                        checkpoint=lambda report: checkpoint(report, vllm_info, args))
             report = hunt.run()
     except KeyboardInterrupt:
         if hunt is None or hunt.report is None:
@@ -349,6 +355,17 @@ def _without(argv: list[str], options: dict[str, int]) -> list[str]:
             continue
         out.append(arg)
     return out
+
+
+def checkpoint(report, vllm_info: dict | None, args) -> None:
+    """The report so far, marked partial (``lch/workers.py`` keeps a killed worker's
+    findings from it); the hunt's end overwrites it."""
+    from lch.report import write_report
+    report.vllm, report.partial = vllm_info, True
+    try:
+        write_report(report, args.report_dir, summary=False)
+    finally:
+        report.partial = False
 
 
 def finish(report, args) -> int:

@@ -60,6 +60,10 @@ SUITES = {
     "properties/test_encoder_decoder_cache.py": "encoder_decoder_cache",
     "properties/test_scheduler_pass.py": "scheduler_pass",
     "properties/test_tiered_lookup.py": "tiered_lookup",
+    # One eviction policy at a time (ARC's T1 / T2 and ghosts show only there) and ARC's
+    # written-out scenario: the mixed machine gives each policy a sixth of its worlds.
+    "properties/test_tiered_lookup_policies.py": "tiered_lookup",
+    "properties/test_tiered_lookup_arc.py": "tiered_lookup",
     "properties/test_tiered_lookup_vllm_scans.py": "connector_scans",
     "properties/test_prefix_cache.py": "prefix_cache",
     "properties/test_prefix_cache_scenarios.py": "prefix_cache",
@@ -399,6 +403,14 @@ def main(args) -> int:
     from lch import records
     releases = venvs.parse_releases(args.releases) if args.releases \
         else venvs.releases_between(args.first, args.last)
+    # ``--subsystem``: only those columns' suites run, and only their cells are recorded (a
+    # pytest ``-k`` would leave the other columns with no tests, shown as absent).
+    unknown = sorted(set(args.subsystem or ()) - set(COLUMNS))
+    if unknown:
+        raise HarnessError(f"--subsystem {', '.join(unknown)}: not a history column; give "
+                           f"one of {', '.join(COLUMNS)}")
+    suites = {path: column for path, column in SUITES.items()
+              if not args.subsystem or column in args.subsystem}
     check_writable(args.report_dir, "--report-dir")       # before the first install
     check_writable(args.reproducer_dir, "--reproducer-dir")
     if args.record_dir:
@@ -420,7 +432,9 @@ def main(args) -> int:
         shown = runs + ([run] if run is not None and run not in runs else [])
         write_reports(shown, Path(args.report_dir))
         if args.record_dir:
-            record = history_record("-".join(releases), shown, command,
+            # A run of some columns is named for them: it never replaces a whole run's record.
+            name = "-".join(releases + sorted(args.subsystem or ()))
+            record = history_record(name, shown, command,
                                     time.monotonic() - began, started,
                                     budget or f"{args.hunt_examples} examples")
             records.write(record, args.record_dir)
@@ -429,10 +443,11 @@ def main(args) -> int:
         print(f"vllm {release}: installing (or reusing) and running ...", flush=True)
         try:
             run = run_release(release, Path(args.venv_dir), Path(args.reproducer_dir),
-                              pytest_args(args), hunt_examples=args.hunt_examples,
-                              hunt_budget=budget, written=written)
+                              pytest_args(args), suites=suites,
+                              hunt_examples=args.hunt_examples, hunt_budget=budget,
+                              written=written)
         except Exception as error:  # noqa: BLE001 - one release's crash is its own error
-            run = _broken(ReleaseRun(release), SUITES, f"history crashed: {error!r}")
+            run = _broken(ReleaseRun(release), suites, f"history crashed: {error!r}")
         runs.append(run)
         cells = ", ".join(f"{c}: {cell.text()}" for c, cell in run.cells.items())
         print(f"  {release}: install {run.install_s:.0f} s, suite {run.suite_s:.0f} s, "

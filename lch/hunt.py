@@ -102,6 +102,7 @@ class HuntReport:
     elapsed_s: float = 0.0           # the search (what the budget bounds)
     setup_s: float = 0.0             # before it: imports, vLLM's ~10-20 s, planning
     vllm: dict | None = None
+    partial: bool = False            # written mid-hunt (a checkpoint), not at its end
 
     @property
     def failures(self) -> list[PairReport]:
@@ -135,6 +136,9 @@ class Hunt:
     setup_s: float = 0.0             # before run(): importing vLLM, planning (not budgeted)
     engine: str = "hypothesis"       # or "explore": seeded random walks (properties/explore.py)
     accept: tuple[str, ...] = ()     # finding ids (--accept): counted, never reported new
+    # Called with the report as it stands after each new finding (the CLI writes it), so a
+    # process killed later, mid-minimizing on a loaded machine, leaves its findings behind.
+    checkpoint: object = None
     report: HuntReport = None        # filled as the hunt goes: complete even if interrupted
     interrupt_requested: bool = False   # set by the CLI's signal handler (see interrupt())
     _start: float = 0.0
@@ -309,6 +313,9 @@ class Hunt:
         pair.findings.append(found)
         pair.failure = pair.failure or found
         self._progress(pair)
+        if self.checkpoint is not None:
+            self.report.elapsed_s = time.monotonic() - self._start
+            self.checkpoint(self.report)
         return "new"
 
     def _count_seen(self, pair: PairReport, named: str, failure) -> bool:

@@ -24,7 +24,8 @@ def to_json(report: HuntReport) -> dict:
             "command": report.command, "interrupted": report.interrupted,
             "elapsed_s": round(report.elapsed_s, 2), "setup_s": round(report.setup_s, 2),
             "vllm": report.vllm,
-            "pairs": [_pair_json(p) for p in report.pairs]}
+            "pairs": [_pair_json(p) for p in report.pairs]} | (
+                {"partial": True} if report.partial else {})
 
 
 def _pair_json(p: PairReport) -> dict:
@@ -52,6 +53,9 @@ def render_markdown(data: dict) -> str:
     if data["interrupted"]:
         lines += ["**Interrupted**: this report is partial; the reproducers found so far "
                   "are written.", ""]
+    elif data.get("partial"):
+        lines += ["**Partial**: written at the last finding while the hunt ran (a checkpoint); "
+                  "a hunt that ended normally overwrites it.", ""]
     if data["vllm"]:
         v = data["vllm"]
         lines += [f"vLLM under test: {v.get('version')} at `{v.get('path')}`"
@@ -171,16 +175,18 @@ def rerun_commands(data: dict) -> list[str]:
     return out
 
 
-def write_report(report: HuntReport, directory: str | os.PathLike) -> str:
-    """Write both files atomically (and the step summary); returns the markdown."""
+def write_report(report: HuntReport, directory: str | os.PathLike,
+                 summary: bool = True) -> str:
+    """Write both files atomically (and, with ``summary``, the CI step summary); returns the
+    markdown."""
     out = Path(directory)
     data = to_json(report)
     markdown = render_markdown(data)
     atomic_write(out / "hunt-report.json", json.dumps(data, indent=2) + "\n")
     atomic_write(out / "hunt-report.md", markdown)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a") as handle:
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY") if summary else None
+    if step_summary:
+        with open(step_summary, "a") as handle:
             handle.write(markdown)
     return markdown
 

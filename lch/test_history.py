@@ -9,6 +9,7 @@ import pytest
 
 from lch import bisect as bisect_mod
 from lch.history import Cell, ReleaseRun, markdown, write_reports
+from sim.errors import HarnessError
 
 
 def rec(test: str, outcome: str, **extra) -> dict:
@@ -145,8 +146,8 @@ def test_a_release_that_crashes_keeps_the_others_and_every_cell_is_written(monke
     from lch import history
     written_states: list[list[str]] = []
 
-    def fake_run(release, venv_dir, out_dir, args, hunt_examples=0, hunt_budget=None,
-                 written=lambda run: None):
+    def fake_run(release, venv_dir, out_dir, args, suites=None, hunt_examples=0,
+                 hunt_budget=None, written=lambda run: None):
         if release == "0.30.0":
             raise RuntimeError("torch missing")       # a crash inside the release
         done = run(release, encoder_cache="slots-agree", tiered_lookup="pass")
@@ -161,7 +162,7 @@ def test_a_release_that_crashes_keeps_the_others_and_every_cell_is_written(monke
                               report_dir=str(tmp_path), reproducer_dir=str(tmp_path / "r"),
                               record_dir=str(tmp_path / "results"), venv_dir=str(tmp_path),
                               pytest_args=[], hunt_examples=0, hunt_budget="5s",
-                              no_hunt=False)
+                              no_hunt=False, subsystem=None)
     assert history.main(args) == 1
     assert written_states == ["0.14.0", "0.26.0"]       # each written while under way
     data = json.loads((tmp_path / "history-report.json").read_text())
@@ -196,8 +197,8 @@ import sys, time
 from lch import history
 from lch.test_history import run
 
-def fake_run(release, venv_dir, out_dir, args, hunt_examples=0, hunt_budget=None,
-             written=lambda run: None):
+def fake_run(release, venv_dir, out_dir, args, suites=None, hunt_examples=0,
+             hunt_budget=None, written=lambda run: None):
     if release == "0.30.0":
         time.sleep(600)                  # killed here, in its third release
     done = run(release, encoder_cache="slots-agree", tiered_lookup="pass")
@@ -221,7 +222,7 @@ def test_a_history_run_killed_in_its_third_release_leaves_the_first_two(tmp_path
             f" first=None, last=None, report_dir={str(tmp_path)!r}, reproducer_dir="
             f"{str(tmp_path / 'r')!r}, record_dir={str(tmp_path / 'results')!r}, venv_dir="
             f"{str(tmp_path)!r}, pytest_args=[], hunt_examples=0, hunt_budget='5s', "
-            f"no_hunt=False)\n")
+            f"no_hunt=False, subsystem=None)\n")
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.Popen([sys.executable, "-c", args + KILLED_RUN], cwd=root,
                             env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
@@ -243,3 +244,37 @@ def test_a_history_run_killed_in_its_third_release_leaves_the_first_two(tmp_path
     (record,) = (tmp_path / "results" / "history").glob("*.json")
     assert {i["release"] for i in json.loads(record.read_text())["items"]} == {"0.14.0",
                                                                               "0.26.0"}
+
+
+def test_subsystem_runs_only_its_columns_suites_and_records_only_its_cells(monkeypatch,
+                                                                           tmp_path):
+    """``--subsystem tiered_lookup``: the release runs that column's suites alone and the
+    record holds its cell alone (no other column shown absent); a wrong name stops first."""
+    import argparse
+    import json
+
+    from lch import history
+    asked: list[dict] = []
+
+    def fake_run(release, venv_dir, out_dir, args, suites=None, hunt_examples=0,
+                 hunt_budget=None, written=lambda run: None):
+        asked.append(suites)
+        done = run(release, tiered_lookup="pass")
+        done.complete = True
+        return done
+
+    monkeypatch.setattr(history, "run_release", fake_run)
+    args = argparse.Namespace(releases="0.26.0", first=None, last=None,
+                              report_dir=str(tmp_path), reproducer_dir=str(tmp_path / "r"),
+                              record_dir=str(tmp_path / "results"), venv_dir=str(tmp_path),
+                              pytest_args=[], hunt_examples=0, hunt_budget="5s",
+                              no_hunt=False, subsystem=["tiered_lookup"])
+    assert history.main(args) == 0
+    assert set(asked[0].values()) == {"tiered_lookup"}
+    assert "properties/test_tiered_lookup_policies.py" in asked[0]
+    (record,) = (tmp_path / "results" / "history").glob("*.json")
+    assert record.name == "0.26.0-tiered_lookup.json"       # not the whole run's name
+    assert {i["column"] for i in json.loads(record.read_text())["items"]} == {"tiered_lookup"}
+    args.subsystem = ["tiered"]
+    with pytest.raises(HarnessError, match="not a history column"):
+        history.main(args)

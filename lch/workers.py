@@ -23,7 +23,8 @@ from pathlib import Path
 
 from attrs import define
 
-GRACE_S = 60.0          # beyond the budget before a silent worker counts as hung
+GRACE_S = 60.0          # beyond the budget before a worker is told to stop (SIGTERM), and
+#                         again before one that did not is killed (SIGKILL)
 # A worker's budget starts when its search does (it prints SEED=...), after its setup: vLLM's
 # import takes 10-20 s on an idle machine, minutes on a loaded one. Setup alone may take this
 # long before the worker counts as hung.
@@ -40,6 +41,7 @@ class Worker:
     log_offset: int = 0
     outcome: str = "running"
     searching_since: float | None = None     # when its log said SEED=: setup is over
+    stopped_at: float | None = None          # when the watch told it to stop (SIGTERM)
 
 
 def plan(subsystems: list[str], workers: int, seed: int) -> list[tuple[int, list[str]]]:
@@ -81,13 +83,13 @@ def run_workers(argv_common: list[str], subsystems: list[str], workers: int, see
         signal.signal(signal.SIGINT, signal.SIG_IGN)      # a second Ctrl-C cannot tear it
         for w in crew:
             if w.process.poll() is None:
-                os.killpg(w.process.pid, signal.SIGTERM)
+                _signal(w, signal.SIGTERM)
                 w.outcome = "interrupted"
         for w in crew:
             try:
                 w.process.wait(timeout=GRACE_S)
             except subprocess.TimeoutExpired:
-                os.killpg(w.process.pid, signal.SIGKILL)
+                _signal(w, signal.SIGKILL)
                 w.process.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -100,18 +102,32 @@ def _raise_interrupt(signum, frame) -> None:
 
 
 def _watch(crew: list[Worker], out: Path, began: float, budget_s: float) -> None:
-    """Wait for the workers; one still running ``GRACE_S`` past its budget (counted from its
-    search's start, or past ``SETUP_S`` of setup) is killed as hung."""
+    """Wait for the workers. One still running ``GRACE_S`` past its budget (counted from its
+    search's start, or past ``SETUP_S`` of setup) is told to stop as Ctrl-C would (SIGTERM:
+    it writes its report, its findings in it); one still running ``GRACE_S`` after that is
+    killed, and its last checkpoint (the report as of its last finding) is what is left. A
+    loaded machine makes a minimizing worker overrun; its findings are not lost for that."""
     while any(w.process.poll() is None for w in crew):
         _echo(crew, out)
         now = time.monotonic()
         for w in crew:
+            if w.process.poll() is not None:
+                continue
             start = w.searching_since if w.searching_since is not None else began + SETUP_S
-            if w.process.poll() is None and now > start + budget_s + GRACE_S:
-                os.killpg(w.process.pid, signal.SIGKILL)
-                w.outcome = ("hung: killed after the budget and a grace period"
+            if w.stopped_at is None and now > start + budget_s + GRACE_S:
+                _signal(w, signal.SIGTERM)
+                w.stopped_at = now
+                w.outcome = ("stopped: still running past the budget and a grace period "
+                             "(its report as it stopped kept)"
                              if w.searching_since is not None else
                              f"hung: no search started within {SETUP_S:.0f} s of setup")
+            elif w.stopped_at is not None and now > w.stopped_at + GRACE_S:
+                _signal(w, signal.SIGKILL)
+                if w.searching_since is not None:
+                    kept = ("its report as of its last finding kept" if
+                            (w.report_dir / "hunt-report.json").exists() else
+                            "no finding before it, so no report")
+                    w.outcome = f"hung: killed after the budget and two grace periods ({kept})"
         time.sleep(0.5)
     for w in crew:
         w.process.wait()
@@ -120,6 +136,14 @@ def _watch(crew: list[Worker], out: Path, began: float, budget_s: float) -> None
             w.outcome = {0: "done", 1: "done (found failures)"}.get(
                 code, f"crashed (exit {code}): see workers/w{w.index}.log")
     _echo(crew, out)
+
+
+def _signal(w: Worker, signum: int) -> None:
+    """``signum`` to the worker's process group; one that ended since its poll is gone."""
+    try:
+        os.killpg(w.process.pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def _echo(crew: list[Worker], out: Path) -> None:
@@ -169,7 +193,10 @@ def merge(crew: list[Worker], seed: int, budget_s: float, wall_s: float,
     first = next((r for r in reports if "command" in r), {})
     return {"seed": seed, "budget_s": budget_s, "examples": first.get("examples"),
             "command": first.get("command", ""),
-            "interrupted": any(r.get("interrupted") for r in reports)
+            # A worker the watch stopped past its budget reports itself interrupted: the hunt
+            # was not (its findings are merged; the outcome says it was stopped).
+            "interrupted": any(r.get("interrupted") and w.stopped_at is None
+                               for w, r in zip(crew, reports, strict=True))
             or any(w.outcome == "interrupted" for w in crew),
             "elapsed_s": round(wall_s, 2),
             "setup_s": max((r.get("setup_s", 0.0) for r in reports), default=0.0),

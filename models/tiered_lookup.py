@@ -94,6 +94,8 @@ class TieredLookupModel:
     threshold_counts_lookups: bool = False   # the store threshold counts lookups, not offers
     recency_when_evictable: bool = False     # LRU: a chunk is MRU when it becomes evictable
     load_polls: bool = False                 # prepare_load polls first (once per step)
+    arc_store_miss_adapts: bool = True       # ARC learns from a ghost offered for a store
+    prefix_counts_every_key: bool = False    # the filter counts a prefix lookup's every key
     requests: tuple[tuple[int, ...], ...] = ()   # each request slot's keys (CPU manager alone)
     unpositioned: tuple[int, ...] = ()       # slots whose context records no key positions
     enable_events: bool = True               # False: take_events() yields nothing
@@ -271,11 +273,10 @@ class TieredLookupModel:
             self.admission.offer(keys, self.clock.tick)
         to_store = self.admission.admitted([k for k in keys if k not in self.chunks])
         readable = [k for k in keys if self.read_chunk(k) is not None]
-        if self.arc is not None:               # ARC learns from a ghost before it is stored
-            for key in reversed(self.access.first_store_misses(to_store)):
+        misses = self.access.first_store_misses(to_store)
+        if self.arc is not None and self.arc_store_miss_adapts:
+            for key in reversed(misses):       # ARC learns from a ghost before it is stored
                 self.arc.adapt(key, self.clock.tick())
-        else:
-            self.access.first_store_misses(to_store)
         self._observe([k for k in keys if k in to_store or k in readable], readable)
         if to_store:
             self.allocations.append(len(to_store))     # counted even if eviction fails
@@ -415,9 +416,10 @@ class TieredLookupModel:
 
     def _became_evictable(self, key: int) -> None:
         """``recency_when_evictable``: a chunk that becomes evictable (written, nothing reading
-        it) joins the LRU order as its most recent entry, whatever touched it while it was
-        pinned."""
-        if self.recency_when_evictable and self.ref_cnt(key) == 0:
+        it: a store, a load or a cascade reading it done) joins the LRU order as its most
+        recent entry, whatever touched it while it was pinned. LRU's rule (its evictable
+        list); ARC keeps its lists."""
+        if self.recency_when_evictable and self.arc is None and self.ref_cnt(key) == 0:
             self.chunks[key].used_at = (self.clock.tick(), 0)
 
     def touch(self, keys: Sequence[int]) -> None:
@@ -426,7 +428,8 @@ class TieredLookupModel:
         # In reverse, so the first key is the most recent: a request's head outlives its tail.
         for key in reversed(keys):
             chunk = self.chunks.get(key)
-            if chunk is not None and not (self.recency_when_evictable and self.ref_cnt(key)):
+            dropped = self.recency_when_evictable and self.arc is None and self.ref_cnt(key)
+            if chunk is not None and not dropped:
                 chunk.used_at = (self.clock.tick(), 0)
             if self.arc is not None:           # a reuse: T1 -> T2; a ghost adapts the target
                 self.arc.touched(key, chunk, self.clock.tick())
@@ -465,10 +468,11 @@ class TieredLookupModel:
         """The answer as the release's API says it (``said``)."""
         return self.said(self.lookup_meant(key))
 
-    def lookup_meant(self, key: int) -> LookupResult:
+    def lookup_meant(self, key: int, counted: bool = True) -> LookupResult:
         """The answer the connector's scans must act on: HIT_PENDING for a chunk in flight,
-        whatever word the API has for it."""
-        if self.threshold_counts_lookups:      # before 0.30.0 each lookup counted the key
+        whatever word the API has for it. ``counted=False``: the store filter already
+        counted the key (``count_prefix_keys``)."""
+        if self.threshold_counts_lookups and counted:   # before 0.30.0 lookups counted keys
             self.admission.offer([key], self.clock.tick)
         # The first lookup of a step polls, so a promotion that landed answers HIT and chunks
         # its jobs released can take a promotion this lookup starts (vLLM: lookup step 1).
@@ -548,6 +552,10 @@ class TieredLookupModel:
         self.clock.mark("poll")
         for _, job_id in landed:
             job, failed = self.submitted[job_id], self.failed.get(job_id, frozenset())
+            if job.kind == "store":            # the cascade read its chunks: pins drop
+                for key in job.keys:
+                    if key in self.chunks:
+                        self._became_evictable(key)
             if job.kind == "promote":
                 self._complete_write([k for k in job.keys if k not in failed], True)
                 self._complete_write([k for k in job.keys if k in failed], False)
@@ -556,7 +564,19 @@ class TieredLookupModel:
     # -- the connector's lookups over this manager --------------------------------------
 
     def maximal_prefix_lookup(self, keys: Sequence[int]) -> Scan:
-        return self.said_scan(maximal_prefix_lookup(self.lookup_meant, keys))
+        counted = self.count_prefix_keys(keys)
+        return self.said_scan(maximal_prefix_lookup(
+            lambda key: self.lookup_meant(key, counted=not counted), keys))
+
+    def count_prefix_keys(self, keys: Sequence[int]) -> bool:
+        """``prefix_counts_every_key``: the store filter counts every key of a prefix lookup
+        up front, one key at a time, reached or not; True when it did (the scan's lookups are
+        then not counted again)."""
+        if not (self.prefix_counts_every_key and self.threshold_counts_lookups):
+            return False
+        for key in keys:
+            self.admission.offer([key], self.clock.tick)
+        return True
 
     def sliding_window_lookup(self, keys: Sequence[int], window: int,
                               initial_window: int | None = None) -> Scan:

@@ -18,7 +18,7 @@ import pytest
 
 from properties.harness import PropertyFailed
 from properties.run import unavailable
-from sim.errors import HarnessError, TargetUnavailable
+from sim.errors import CapabilityMissing, HarnessError, NotDriven, TargetUnavailable
 from sim.targets import make
 
 # Checked only by written-out scenarios (no machine drives these): name -> what holds.
@@ -83,14 +83,23 @@ def holds(property: str, ok: object, detail: str | Callable[[], str]) -> None:
         raise PropertyFailed(property, detail() if callable(detail) else detail)
 
 
-def make_or_skip(target: str, subsystem: str, drives: str | None = None, **config: Any) -> Any:
+def make_or_skip(target: str, subsystem: str, drives: str | None = None,
+                 calls: tuple[str, ...] = (), **config: Any) -> Any:
     """``make(target, subsystem, **config)``, or a skip naming why the target cannot run the
-    scenario: it is missing here, or it reports that it does not drive the world's option
-    ``drives`` (its ``drives_<option>`` is false, ``why_no_<option>`` says why)."""
+    scenario: it is missing here, it reports that it does not drive the world's option
+    ``drives`` (its ``drives_<option>`` is false, ``why_no_<option>`` says why), or one of the
+    ``calls`` the scenario makes is one the target's release lacks or the harness does not
+    map there (its ``missing_calls``, which a machine's rules leave out the same way)."""
     try:
         port = make(target, subsystem, **config)
     except TargetUnavailable as why:
         unavailable(target, why)     # a skip, or a failure where targets are required
     if drives and not getattr(port, f"drives_{drives}", True):
         pytest.skip(getattr(port, f"why_no_{drives}", f"{target} does not drive {drives}"))
+    for call in calls:
+        reason = getattr(port, "missing_calls", {}).get(call)
+        if reason is not None:
+            unmapped = reason.startswith("unavailable: ")
+            unavailable(target, NotDriven(reason.removeprefix("unavailable: ")) if unmapped
+                        else CapabilityMissing(reason))
     return port

@@ -110,6 +110,34 @@ def test_interrupted_hunt_keeps_report_and_reproducers(tmp_path, signum):
     assert not list(tmp_path.glob("**/.*tmp*"))              # atomic writes: no leftovers
 
 
+def test_a_killed_hunt_leaves_its_findings_in_a_partial_report(tmp_path):
+    """SIGKILL (what ``hunt --workers`` sends a worker deaf to SIGTERM) gives no chance to
+    write a report: the checkpoint written at each new finding is what is left, marked
+    partial, its finding and reproducer in it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HYPOTHESIS_PROFILE": "hunt"}
+    hunt = subprocess.Popen(
+        [sys.executable, "-m", "lch.cli", "hunt", "--budget", "10m", "--seed", "7", "--no-db",
+         "--workers", "1", "--subsystem", "encoder_cache", "--target", "native:enc-stale-freed",
+         "--target", "native", "--reproducer-dir", "found"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    try:
+        # Polled, not read off the progress line: the line is printed before the checkpoint.
+        while not (tmp_path / "hunt-report.json").exists():
+            assert hunt.poll() is None and time.monotonic() < deadline, "no checkpoint"
+            time.sleep(0.2)
+        time.sleep(0.5)                     # the hunt is now past its checkpoint
+    finally:
+        hunt.kill()
+        hunt.communicate(timeout=60)
+    data = report(tmp_path)
+    assert data["partial"] is True and data["interrupted"] is False
+    found = pairs(data)[("encoder_cache", "native:enc-stale-freed")]["findings"]
+    assert [f["property"] for f in found] == ["freed-not-resident"], found
+    assert (tmp_path / found[0]["reproducer"]).is_file()
+    assert "**Partial**" in (tmp_path / "hunt-report.md").read_text()
+
+
 # -- seeds replay exactly; the database apart ------------------------------------------------
 
 def _generated(data: dict) -> list:

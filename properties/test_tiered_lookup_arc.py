@@ -26,7 +26,7 @@ def test_a_failed_store_forgets_a_chunk_its_reuse_promoted(target):
     - the write of 0 fails: the chunk is freed and the policy forgets 0 wherever it sits, T2
       included: a lookup misses, and the next store of 0 writes it."""
     mgr = make_or_skip(target, "tiered_lookup", num_chunks=2, eviction_policy="arc",
-                       requests=((0, 1, 2), (0, 3)))
+                       requests=((0, 1, 2), (0, 3)), calls=("finish_request",))
     agrees("store-outputs-agree", mgr.prepare_store([0]), StoreOutput((0,), ()))
     mgr.complete_store([0])
     mgr.use_request(1)

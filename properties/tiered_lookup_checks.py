@@ -61,13 +61,13 @@ PROPERTIES = {
 
 
 class TieredLookupChecks:
-    def _model_lookup(self, key: int, live: list[bool]) -> LookupResult:
+    def _model_lookup(self, key: int, live: list[bool], counted: bool = True) -> LookupResult:
         """The model's lookup, noting whether a deferral has something in flight."""
         m = self.model
         promotions = len(m.promotions)
         could_promote = not m.promotions_held and key not in m.chunks and (
             m.secondary_answer(key) is LookupResult.HIT)
-        answer = m.lookup_meant(key)
+        answer = m.lookup_meant(key, counted)
         live.append(m.in_flight(key))
         if answer in DEFERRED:
             self.hazard(f"lookup: {answer.name}")

@@ -70,8 +70,16 @@ def end_step(mgr):
             options += f', requests={tuple(tuple(r) for r in config["requests"])}'
         if config.get("unpositioned"):
             options += f', unpositioned={tuple(config["unpositioned"])}'
-        return (f'mgr = make(target, "tiered_lookup", num_chunks={config["num_chunks"]}, '
-                f'secondary="{config["secondary"]}"{options})')
+        subject = (f'mgr = make(target, "tiered_lookup", num_chunks={config["num_chunks"]}, '
+                   f'secondary="{config["secondary"]}"{options}')
+        meant = config.get("model_options")
+        if not meant:
+            return subject + ")"
+        # The model side takes the meanings of the release the program ran on (an older
+        # release's options, ``compat.lookup_semantics``); the target is that release.
+        return ("# What the release meant (sim/vllm/compat.py lookup_semantics), for the "
+                f"model:\n    meant = {meant!r} if target == \"model\" else {{}}\n    "
+                + subject + ", **meant)")
 
     @initialize(world=tiered_worlds())
     def setup(self, world: TieredWorld):
@@ -87,8 +95,8 @@ def end_step(mgr):
         self.missing_calls: dict[str, str] = getattr(self.mgr, "missing_calls", {})
         for reason in self.missing_calls.values():
             self.recorder.note_missing(reason)
-        self.model = TieredLookupModel(**world.config(),
-                                       **getattr(self.mgr, "model_options", {}))
+        self.model_options = getattr(self.mgr, "model_options", {})
+        self.model = TieredLookupModel(**world.config(), **self.model_options)
         self.batches: list[tuple[int, ...]] = []    # prepared stores not yet completed
         self.loads: list[tuple[int, ...]] = []      # prepared loads not yet completed
         self.deferred: set[int] = set()             # keys whose last answer was a deferral
@@ -97,6 +105,8 @@ def end_step(mgr):
         self.finished_slots: set[int] = set()     # slots with a finished request to re-signal
         self.closed = False
         self.trace.config.update(world.config(), target=self.target_name)
+        if self.model_options:
+            self.trace.config["model_options"] = dict(sorted(self.model_options.items()))
         self.trace.world = world
 
     # -- rules: choose a valid step, then act ------------------------------------------------
@@ -408,8 +418,9 @@ def end_step(mgr):
     def do_maximal_prefix_lookup(self, keys: tuple[int, ...]):
         self._step()
         live: list[bool] = []
-        expect = self.model.said_scan(
-            maximal_prefix_lookup(lambda k: self._model_lookup(k, live), keys))
+        counted = self.model.count_prefix_keys(keys)      # 0.18-0.19's filter: every key
+        expect = self.model.said_scan(maximal_prefix_lookup(
+            lambda k: self._model_lookup(k, live, not counted), keys))
         self.record_step(f"mgr.maximal_prefix_lookup({list(keys)})", repr(expect),
                          f"{len(expect.lookups)} lookups")
         actual = self.mgr.maximal_prefix_lookup(keys)

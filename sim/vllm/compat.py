@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
-from sim.errors import CapabilityMissing, NotDriven
+from sim.errors import CapabilityMissing
 from sim.vllm import release
 
 # -- how a request names its items ------------------------------------------------------------
@@ -298,69 +298,75 @@ def count_kwarg(manager_cls: type) -> str:
     return "num_chunks" if "num_chunks" in params else "num_blocks"
 
 
-ARC_FROM = "0.33.0"           # what the harness drives; vLLM ships ARC from ARC_SHIPPED
 ARC_SHIPPED = "0.11.1"       # ``arc_manager.ARCOffloadingManager``; ``cpu/policies/arc.py`` 0.19
+STORE_FILTER_FROM = "0.18.0"  # ``reuse_manager.FilterReusedOffloadingManager``
+STORE_FILTER_IN_MANAGER = "0.22.0"   # ``CPUOffloadingManager(store_threshold=...)``
 
 
 def primary_manager(num_chunks: int, eviction_policy: str = "lru", enable_events: bool = True,
                     **admission: int) -> Any:
     """The CPU offloading manager alone, LRU or ARC, with events on unless ``enable_events``
     is False (the connector's default: KV cache events off), then built as the connector
-    builds it, without the argument.
+    builds it, without the argument; with a store filter where ``store_threshold`` >= 2.
 
-    # vLLM >=0.33.0: ``cache_policy="arc"`` is driven (``models/tiered_lookup_arc.py`` states
-    #   0.33.0's ARC: request-scoped reuse, ghost adaptation once per request's store miss).
-    # vLLM 0.20.0-0.32.x have an ARC policy whose request semantics differ (``touch`` was the
-    #   access, no ``on_request_finished``); not yet mapped: ``CapabilityMissing``.
-
-    # vLLM >=0.19.0: ``cpu.manager.CPUOffloadingManager(num_blocks|num_chunks=n)``.
-    # vLLM 0.11.0-0.18.x: ``lru_manager.LRUOffloadingManager(CPUBackend(block_size, n))``:
-    #   the manager over a pluggable backend that hands out block ids.
+    # vLLM >=0.19.0: ``cpu.manager.CPUOffloadingManager(num_blocks|num_chunks=n,
+    #   cache_policy=...)`` (0.19.x also takes the block size first).
+    # vLLM 0.11.0-0.18.x: ``lru_manager.LRUOffloadingManager`` or (from 0.11.1)
+    #   ``arc_manager.ARCOffloadingManager`` over ``CPUBackend(block_size, n)``: the manager
+    #   over a pluggable backend that hands out block ids (ARC read and run in 0.14.0 and
+    #   0.17.0; its meanings in ``lookup_semantics``; what it does wrong stays a divergence:
+    #   0.14.0's ``touch`` of a chunk being written raises, its refused store evicts anyway).
+    # The store filter: from 0.22.0 the manager's own (``store_threshold``,
+    #   ``max_tracker_size``); 0.18.0-0.21.x ``reuse_manager.FilterReusedOffloadingManager``
+    #   wrapped around the manager, as ``cpu.py`` / ``cpu/spec.py`` build it (``backing``
+    #   unwraps it); before 0.18.0 there is none.
     """
     events = {"enable_events": True} if enable_events else {}
-    if not release.has_module("vllm.v1.kv_offload.cpu.manager"):
-        # ARC and the store filter are not driven on this manager (neither is mapped).
-        if eviction_policy != "lru":
-            _arc_missing()
-        if admission.get("store_threshold", 1) > 1:
-            if release.has_module("vllm.v1.kv_offload.reuse_manager"):    # 0.18.x
-                raise NotDriven(f"store filter: vLLM {release.release()}'s reuse_manager "
-                                "(the store filter of the LRU/ARC managers) is not driven "
-                                "yet: its meaning before CPUOffloadingManager is not mapped")
-            raise CapabilityMissing(f"store filter: vLLM {release.release()} has none "
-                                    "(reuse_manager.py first ships in 0.18.0)")
-        lru = release.import_module("vllm.v1.kv_offload.lru_manager")
-        backends = release.import_module("vllm.v1.kv_offload.backends.cpu")
-        return lru.LRUOffloadingManager(backends.CPUBackend(block_size=16, num_blocks=num_chunks),
-                                        **events)
-    cls = release.import_module("vllm.v1.kv_offload.cpu.manager").CPUOffloadingManager
-    params = inspect.signature(cls.__init__).parameters
-    # ``store_threshold`` / ``max_tracker_size`` (the store filter): passed where filtering
-    # is asked for (threshold >= 2), a CapabilityMissing where the release has no filter.
-    admission = {k: v for k, v in admission.items() if admission.get("store_threshold", 1) > 1}
-    if admission and "store_threshold" not in params:
-        raise CapabilityMissing(f"store_threshold: vLLM {release.release()}'s "
-                                "CPUOffloadingManager has no store filter")
-    if eviction_policy == "lru":
-        return cls(**{count_kwarg(cls): num_chunks}, **events, **admission)
-    if release.parse_release(release.release()) < release.parse_release(ARC_FROM):
-        _arc_missing()
-    return cls(**{count_kwarg(cls): num_chunks}, cache_policy=eviction_policy,
-               **events, **admission)
+    threshold = admission.get("store_threshold", 1)
+    if release.has_module("vllm.v1.kv_offload.cpu.manager"):
+        cls = release.import_module("vllm.v1.kv_offload.cpu.manager").CPUOffloadingManager
+        params = inspect.signature(cls.__init__).parameters
+        sized = {count_kwarg(cls): num_chunks}
+        if "block_size" in params:            # vLLM 0.19.x
+            sized["block_size"] = 16
+        policy = {} if eviction_policy == "lru" else {"cache_policy": eviction_policy}
+        if threshold > 1 and "store_threshold" in params:
+            return cls(**sized, **policy, **events, **admission)
+        return _store_filter(cls(**sized, **policy, **events), admission)
+    if eviction_policy != "lru":
+        found = release.release()
+        if not release.has_module("vllm.v1.kv_offload.arc_manager"):
+            raise CapabilityMissing(f"ARC: vLLM {found} has no ARC policy (first in "
+                                    f"{ARC_SHIPPED}: arc_manager.py)")
+        managers = release.import_module("vllm.v1.kv_offload.arc_manager")
+        manager_cls = managers.ARCOffloadingManager
+    else:
+        manager_cls = release.import_module("vllm.v1.kv_offload.lru_manager").LRUOffloadingManager
+    backends = release.import_module("vllm.v1.kv_offload.backends.cpu")
+    manager = manager_cls(backends.CPUBackend(block_size=16, num_blocks=num_chunks), **events)
+    return _store_filter(manager, admission)
 
 
-def _arc_missing() -> None:
-    """ARC asked of a release the harness does not drive it on: absent before 0.11.1,
-    ``unavailable`` (``NotDriven``) from there: the class ships, its older meaning (a
-    ``touch`` is the access and adapts on a ghost; no request-scoped reuse, no store-miss
-    adaptation; read in 0.26.0's ``cpu/policies/arc.py``) is not a model option yet."""
-    found = release.release()
-    if release.parse_release(found) < release.parse_release(ARC_SHIPPED):
-        raise CapabilityMissing(f"ARC: vLLM {found} has no ARC policy (first in "
-                                f"{ARC_SHIPPED}: arc_manager.py)")
-    raise NotDriven(f"ARC: vLLM {found} ships an ARC policy (from {ARC_SHIPPED}), but the "
-                    f"harness models ARC's meaning from {ARC_FROM} only (request-scoped "
-                    "reuse); the older touch-based meaning is not a model option yet")
+def _store_filter(manager: Any, admission: dict[str, int]) -> Any:
+    """``manager`` behind the release's store filter when filtering is asked for (a threshold
+    of 2 or more), as the connector's spec wraps it; the manager itself otherwise.
+
+    # vLLM 0.18.0-0.21.x: ``FilterReusedOffloadingManager(backing, store_threshold,
+    #   max_tracker_size)``. Older: no filter (``CapabilityMissing``: absent).
+    """
+    if admission.get("store_threshold", 1) <= 1:
+        return manager
+    if not release.has_module("vllm.v1.kv_offload.reuse_manager"):
+        raise CapabilityMissing(f"store filter: vLLM {release.release()} has none "
+                                f"(reuse_manager.py first ships in {STORE_FILTER_FROM})")
+    reuse = release.import_module("vllm.v1.kv_offload.reuse_manager")
+    return reuse.FilterReusedOffloadingManager(manager, **admission)
+
+
+def backing(manager: Any) -> Any:
+    """The manager that holds the chunks: the store filter's backing manager where the
+    filter wraps one (vLLM 0.18.0-0.21.x), else ``manager`` itself. Private field."""
+    return getattr(manager, "_backing", manager)
 
 
 def cpu_metric_names() -> dict[str, str]:
@@ -510,12 +516,23 @@ def eviction_order(manager: Any, count: int) -> list[Any]:
     ``count`` chunks now with none protected: asked of a deep copy, so the real policy (and
     the chunks it shares with the manager) is untouched. Private fields.
 
-    # vLLM >=0.33.0: ``manager._policy.evict(n, protected)`` returns (key, chunk) pairs, or
+    # vLLM >=0.19.0: ``manager._policy.evict(n, protected)`` returns (key, chunk) pairs, or
     #   None when fewer than n can go (LRU's lazy heap, ARC's T1 / T2 lists and target).
-    # vLLM <0.33.0: not read (``missing_offload_calls``: "eviction_order").
+    # vLLM 0.11.0-0.18.x: eviction lives inside the manager's ``prepare_store``: a deep copy
+    #   of the manager is asked to store as many fresh keys as its free chunks plus ``count``
+    #   (keys of 9 bytes: no real block hash here has that length); what it evicts, in
+    #   order, or None where it refuses the store.
     """
-    victims = copy.deepcopy(manager._policy).evict(count, set())
-    return None if victims is None else [key for key, _ in victims]
+    policy = getattr(manager, "_policy", None)
+    if policy is not None:
+        victims = copy.deepcopy(policy).evict(count, set())
+        return None if victims is None else [key for key, _ in victims]
+    probe = copy.deepcopy(manager)
+    fresh = [b"\xff" + i.to_bytes(8, "big") for i in range(num_free_chunks(probe) + count)]
+    if not fresh:
+        return []
+    out = probe.prepare_store(fresh)
+    return None if out is None else store_output(out)[1]
 
 
 def recency_order(manager: Any, keys: Iterable[Any]) -> list[Any] | None:
@@ -545,10 +562,10 @@ def arc_memory(manager: Any) -> tuple[list[Any], list[Any], float] | None:
     """ARC's ghost lists, least recent first, and T1's target (None for another policy).
     Private fields.
 
-    # vLLM >=0.33.0: ``ARCCachePolicy.b1`` / ``b2`` (ordered dicts) and ``target_t1_size``.
-    # vLLM <0.33.0: not read (``missing_offload_calls``: "eviction_order").
+    # vLLM >=0.19.0: ``ARCCachePolicy.b1`` / ``b2`` (ordered dicts) and ``target_t1_size``.
+    # vLLM 0.11.1-0.18.x: the same fields on ``ARCOffloadingManager`` itself.
     """
-    policy = manager._policy
+    policy = getattr(manager, "_policy", manager)
     if not hasattr(policy, "target_t1_size"):
         return None
     return list(policy.b1), list(policy.b2), float(policy.target_t1_size)
@@ -558,10 +575,15 @@ def chunk_status(manager: Any, key: Any) -> Any:
     """The manager's record for ``key`` (``ref_cnt``; None when absent); private fields.
 
     # vLLM >=0.19.0: ``manager._policy.get(key)`` (the cache policy holds the chunks).
-    # vLLM 0.11.0-0.18.x: ``manager.blocks.get(key)`` (an OrderedDict in LRU order).
+    # vLLM 0.11.0-0.18.x: ``manager.blocks.get(key)`` (LRU: an OrderedDict in LRU order);
+    #   ARC's ``t1`` / ``t2`` (from 0.11.1).
     """
     policy = getattr(manager, "_policy", None)
-    return policy.get(key) if policy is not None else manager.blocks.get(key)
+    if policy is not None:
+        return policy.get(key)
+    if hasattr(manager, "blocks"):
+        return manager.blocks.get(key)
+    return manager.t1.get(key) or manager.t2.get(key)
 
 
 def chunk_index(chunk: Any) -> int:
@@ -639,6 +661,14 @@ def lookup_semantics(found: str) -> dict[str, Any]:
       step's once-per-step poll). # vLLM 0.22.0-0.24.x (read in 0.22.0 and 0.24.0; 0.23.x
       unread). vLLM >=0.26.0 (read; 0.25.x unread, taken as 0.26.0): lookups, step ends and
       stores poll, loads do not.
+    - ``arc_store_miss_adapts``: ARC's target learns from a ghost a request offers to
+      ``prepare_store`` (once per request). # vLLM >=0.31.0 (``on_store_miss``). vLLM
+      0.11.1-0.30.x (read in 0.14.0, 0.17.0, 0.20.0, 0.24.0, 0.26.0, 0.30.0): only a
+      ``touch`` of a ghost adapts; a store of one just removes it from its ghost list.
+    - ``prefix_counts_every_key``: the store filter counts every key a prefix lookup is
+      given, also those after the first miss. # vLLM 0.18.0-0.19.x (the filter's ``lookup``
+      over the manager's ``lookup(block_hashes) -> int``; read in 0.18.0 and 0.19.0). From
+      0.20.0 the connector looks keys up one by one, and only those are counted.
     """
     version = release.parse_release(found)
     options: dict[str, Any] = {}
@@ -662,6 +692,10 @@ def lookup_semantics(found: str) -> dict[str, Any]:
         options["recency_when_evictable"] = True
     if (0, 22, 0) <= version < (0, 25, 0):
         options["load_polls"] = True
+    if version < (0, 31, 0):
+        options["arc_store_miss_adapts"] = False
+    if (0, 18, 0) <= version < (0, 20, 0):
+        options["prefix_counts_every_key"] = True
     return options
 
 
@@ -723,6 +757,24 @@ MODEL_OPTIONS: dict[str, tuple[str, str]] = {
         "meaning",
         "0.22.0-0.24.x: the tiering manager's ``prepare_load`` polled finished jobs first "
         "(the docstring above: read in 0.22.0 and 0.24.0; gone in 0.26.0). PR not found"),
+    "arc_store_miss_adapts": (
+        "meaning",
+        "0.11.1-0.30.x: the manager's API tells ARC of a ghost hit through ``touch`` only (each "
+        "touch adapts the target); ``prepare_store`` of a ghost just drops it from its list "
+        "(``insert``; read in 0.14.0, 0.17.0, 0.20.0, 0.24.0, 0.26.0, 0.30.0). vLLM PR #51787 "
+        "(0.31.0, '[Bugfix][KV Offload] Track cache recency once per request') added the "
+        "``on_store_miss`` hook: once per request at its store. The defect that PR names is "
+        "the connector's: it touched a request's blocks at every lookup of it, adapting "
+        "several times for one request; the harness drives the manager, not that connector "
+        "loop, and 0.33.0's ``touch`` of a ghost still adapts every time. What the option "
+        "absorbs is the hook's absence, a new API, not the connector defect"),
+    "prefix_counts_every_key": (
+        "meaning",
+        "0.18.0-0.19.x: ``FilterReusedOffloadingManager.lookup(block_hashes)`` counts each "
+        "hash it is given before the manager counts the offloaded prefix (its docstring: "
+        "'records each visited block hash'; read in 0.18.0 and 0.19.0): a block seen in a "
+        "request's lookup counts, reached or not. From 0.20.0 lookups are per key. A change "
+        "of API, not named a fix anywhere read"),
 }
 
 
@@ -882,6 +934,15 @@ def tier_hit_source() -> Any:
     return release.import_module("vllm.v1.metrics.cache_hit_source").CacheHitSource.DISK
 
 
+REQUEST_ACCESS_FROM = "0.33.0"    # request-scoped accesses, LRU ranks and metrics, as driven
+
+
+def _not_mapped(release_has_it: bool, why: str) -> str:
+    """A call the machine does not make: ``unavailable: ...`` where the release has it (the
+    harness cannot drive it yet, ``NotDriven``'s word), else the bare reason (absent)."""
+    return f"unavailable: {why}" if release_has_it else why
+
+
 def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
     """Calls the machine may make that this release lacks: name -> reason.
 
@@ -901,20 +962,29 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
                                      "takes no larger first window (from 0.30.0)")
     # vLLM >=0.33.0: a finished request's accesses reorder the CPU manager's cache (what the
     #   model's ``finish_request`` states). 0.24.0-0.32.x have the hook with other meanings
-    #   (a no-op on the base class; 0.32.0's first request-scoped version): not yet mapped.
+    #   (a no-op on the base class; 0.31.0's first request-scoped version): not yet mapped,
+    #   so ``unavailable``; before 0.24.0 there is no hook (absent).
+    cpu = backing(manager)
     if not hasattr(manager, "get_stats") or not hasattr(manager, "config_info") or \
-            release.parse_release(found) < release.parse_release(ARC_FROM):
-        missing["get_stats"] = (f"get_stats: vLLM {found}'s CPU manager metrics are not mapped "
-                                f"(the harness reads them from {ARC_FROM})")
-    # The tiering manager's primary is read too: it is a CPU manager, and the tiering manager
-    #   must pass touches and requests' ends on to it (a lost touch shows nowhere else).
-    if release.parse_release(found) < release.parse_release(ARC_FROM):
-        missing["eviction_order"] = (f"eviction_order: vLLM {found}'s eviction policy is not "
-                                     f"read (the harness reads it from {ARC_FROM})")
-    if release.parse_release(found) < release.parse_release(ARC_FROM):
-        missing["finish_request"] = (f"finish_request: vLLM {found}'s request-scoped cache "
-                                     f"accesses are not mapped (the harness drives them from "
-                                     f"{ARC_FROM})")
+            release.parse_release(found) < release.parse_release(REQUEST_ACCESS_FROM):
+        missing["get_stats"] = _not_mapped(
+            hasattr(manager, "get_stats"), f"get_stats: vLLM {found}'s CPU manager metrics "
+            f"are not mapped (the harness reads them from {REQUEST_ACCESS_FROM})")
+    # The policy's eviction order, read after every step: ARC's on every release that has it
+    #   (its T1 / T2 lists and target mean the same from 0.11.1, ``lookup_semantics``); LRU's
+    #   from 0.33.0 only (0.22.0-0.32.x order by other rules: touches, evictable-only
+    #   recency, a lazy heap). The tiering manager's primary is read too: it is a CPU
+    #   manager, and the tiering manager must pass touches on to it.
+    if arc_memory(cpu) is None and \
+            release.parse_release(found) < release.parse_release(REQUEST_ACCESS_FROM):
+        missing["eviction_order"] = _not_mapped(
+            True, f"eviction_order: vLLM {found}'s LRU order is not read (the harness reads "
+            f"LRU's from {REQUEST_ACCESS_FROM}; ARC's on every release)")
+    if release.parse_release(found) < release.parse_release(REQUEST_ACCESS_FROM):
+        missing["finish_request"] = _not_mapped(
+            hasattr(cpu, "on_request_finished"), f"finish_request: vLLM {found}'s "
+            f"request-scoped cache accesses are not mapped (the harness drives them from "
+            f"{REQUEST_ACCESS_FROM})")
         missing["refinish_request"] = missing["finish_request"]
     tiering = release.import_module("vllm.v1.kv_offload.tiering.base") if hasattr(
         manager, "secondary_tiers") else None

@@ -166,9 +166,10 @@ class VllmTieredLookup:
             raise HarnessError("the harness drives ARC and the store threshold on the CPU "
                                "manager alone (secondary=\"none\")")
         if secondary == "none":
-            self.manager = self.primary = compat.primary_manager(
+            self.manager = compat.primary_manager(
                 num_chunks, eviction_policy, enable_events, store_threshold=store_threshold,
                 max_tracker_size=max_tracker_size)
+            self.primary = compat.backing(self.manager)     # behind 0.18-0.21's store filter
             self._chunks = np.zeros((num_chunks, CHUNK_BYTES), dtype=np.uint8)
         elif secondary in ("memory", "probe"):
             manager = compat.tiering_manager_module()
