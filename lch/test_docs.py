@@ -234,9 +234,11 @@ def plan(c: Command) -> Plan:
         return Plan("fast")
     if words.startswith(("nox -s hunt", "python -m lch.cli hunt")):
         if "vllm" in argv:
-            # every subsystem in a small budget leaves some pairs without an example (exit 3)
+            # every subsystem in a small budget leaves some pairs without an example (exit 3);
+            # the report names the checkout it hunted
             return Plan("slow", vllm=True, extra=("--subsystem", "encoder_cache",
-                                                  "--subsystem", "encoder_decoder_cache"))
+                                                  "--subsystem", "encoder_decoder_cache"),
+                        expect=("CHECKOUT",))
         return Plan("fast", exit=1 if "native:" in words else 0)
     if words.startswith("nox -s vllm"):
         # The session as written (options, overlay, release check, every suite collected),
@@ -390,12 +392,23 @@ def run(c: Command, clone: Path, tmp_path: Path, python: str) -> None:
                           timeout=1500)
     said = f"{shlex.join(argv)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     assert done.returncode == p.exit, said
-    output = done.stdout + done.stderr
-    for text in p.expect:
-        text = text.replace("CHECKOUT", str(checkout))
-        assert text in output, f"{text!r} not in the output of {said}"
-    for text in p.forbid:
-        assert text not in output, f"{text!r} in the output of {said}"
+    wrong = output_problems(p, done.stdout + done.stderr, checkout)
+    assert not wrong, f"{wrong} in the output of {said}"
+
+
+def output_problems(p: Plan, output: str, checkout: Path | None) -> list[str]:
+    """What ``p`` expects missing from ``output``, and what it forbids present."""
+    wanted = [t.replace("CHECKOUT", str(checkout)) for t in p.expect]
+    return [f"missing {t!r}" for t in wanted if t not in output] + \
+        [f"present {t!r}" for t in p.forbid if t in output]
+
+
+def test_an_output_check_can_fail():
+    p = Plan("slow", expect=("at CHECKOUT",), forbid=("hunt exited",))
+    assert output_problems(p, "vLLM under test: 0.33.0 at /c (x)", Path("/c")) == []
+    assert output_problems(p, "vLLM under test: 0.33.0 at /site (x)", Path("/c")) == [
+        "missing 'at /c'"]
+    assert output_problems(p, "at /c; hunt exited 2", Path("/c")) == ["present 'hunt exited'"]
 
 
 @pytest.mark.readme
