@@ -8,10 +8,12 @@ an outcome of its own, never counted as a kill (``OUTCOMES``):
   assertion whose message names a declared property: ``sim.outcomes.property_of``), or
   vLLM raised on a call the model accepts (``no-raise``, by ``sim.outcomes.classify``'s rule:
   a ``TypeError``/``AttributeError`` inside vLLM reads as a call shaped for another release,
-  so it is ``unavailable``). ``unavailable``: the adapter or the harness failed, the target
-  could not be built (``Unavailable`` under ``LCH_REQUIRE_TARGETS``, ``HarnessError``), or
-  Hypothesis refused the run (a health check). ``unnamed``: a test's bare ``assert`` failed,
-  naming no declared property (the test should name what it checks).
+  so it is ``unavailable``, unless no caller can cause it: a name vLLM's code never bound, an
+  attribute missing from the object whose method raised). ``unavailable``: the adapter or the
+  harness failed, the target could not be built (``Unavailable`` under
+  ``LCH_REQUIRE_TARGETS``, ``HarnessError``), or Hypothesis refused the run (a health
+  check). ``unnamed``: a test's bare ``assert`` failed, naming no declared property (the
+  test should name what it checks).
 - **vLLM's own tests** (``upstream_verdict``), in their own terms: ``killed`` when a test's
   assertion failed (``assert``, ``pytest.raises`` that saw nothing, ``pytest.fail``) or vLLM's
   code raised during the test (any error: vLLM's tests call it with this release's shapes);

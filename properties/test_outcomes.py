@@ -57,6 +57,24 @@ def test_a_wrong_call_shape_is_unavailable_even_when_the_callee_is_vllm():
     assert verdict.kind == "unavailable" and "vllm/v1/fake.py" in verdict.where
 
 
+def test_a_shape_error_no_caller_can_cause_is_vllm_s_own():
+    """A name vLLM's code never bound, or an attribute missing from the object whose method
+    raised, is vLLM's fault whatever it was called with (a mutant deleting a line makes both);
+    an attribute missing from an argument stays a possible call shape."""
+    unbound = in_vllm("def f(d):\n    if d:\n        n = 1\n    return n\n", "f")
+    verdict = classify(raised(lambda: unbound({})))
+    assert verdict.kind == "divergence" and "never bound" in verdict.why
+    undefined = in_vllm("def f():\n    return missing_name\n", "f")
+    assert classify(raised(undefined)).kind == "divergence"
+    cls = in_vllm("class M:\n    def __init__(self):\n        pass\n"
+                  "    def free(self):\n        return self.num_free_slots\n", "M")
+    verdict = classify(raised(lambda: cls().free()))
+    assert verdict.kind == "divergence" and "its own object" in verdict.why
+    on_argument = in_vllm("class M:\n    def take(self, budget):\n"
+                          "        return budget.largest_item\n", "M")
+    assert classify(raised(lambda: on_argument().take(object()))).kind == "unavailable"
+
+
 def test_vllm_raising_on_a_valid_call_is_a_divergence():
     crash = in_vllm("def f(d, k):\n    assert k in d, 'not ready'\n", "f")
     assert classify(raised(lambda: crash({}, 1))).kind == "divergence"

@@ -41,7 +41,8 @@ from attrs import frozen
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS_PACKAGES = ("sim", "lch", "properties", "fixtures", "models")
-# Raised inside vLLM's own code, these mean "called with the wrong shape for this release".
+# Raised inside vLLM's own code, these mean "called with the wrong shape for this release"
+# (but see ``_own_fault``: some of them no caller can cause).
 SHAPE_ERRORS = (TypeError, AttributeError, NameError, ImportError)
 # The property a target breaks when it raises on a call the model accepts.
 NO_RAISE = "no-raise"
@@ -197,11 +198,35 @@ def classify(error: BaseException) -> Verdict:
         if changed:
             return Verdict("divergence", where, detail,
                            f"raised while vLLM ran {changed}, a line your checkout changed")
+        own = _own_fault(error)
+        if own:
+            return Verdict("divergence", where, detail, own)
         kind = "unavailable" if isinstance(error, SHAPE_ERRORS) else "divergence"
         return Verdict(kind, where, detail)
     if area in ("properties", "harness") and not isinstance(error, AssertionError):
         return Verdict("unavailable", where, detail)
     return Verdict("divergence", where, detail)
+
+
+def _own_fault(error: BaseException) -> str | None:
+    """Why a shape error raised in vLLM's innermost frame is vLLM's own fault, whatever the
+    caller passed: a name its own code never bound (NameError, UnboundLocalError: no argument
+    reaches a function's names), or an attribute missing from the very object whose method
+    raised (``self``: the class did not keep what its own methods read). None otherwise: a
+    TypeError or an AttributeError on an argument may be a call shaped for another release."""
+    tb = error.__traceback__
+    innermost = None
+    while tb is not None:
+        innermost, tb = tb.tb_frame, tb.tb_next
+    if innermost is None or _place(innermost.f_globals.get("__name__") or "",
+                                   Path(innermost.f_code.co_filename))[0] != "vllm":
+        return None
+    if isinstance(error, NameError) and not isinstance(error, ImportError):
+        return "a name vLLM's own code never bound"
+    if isinstance(error, AttributeError) and "self" in innermost.f_locals \
+            and getattr(error, "obj", None) is innermost.f_locals["self"]:
+        return "an attribute its own object lacks"
+    return None
 
 
 # -- a checkout's own lines (--vllm-path) -----------------------------------------------------
