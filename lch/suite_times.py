@@ -31,8 +31,11 @@ def run_pytest(label: str, mode: list[str], args: list[str]) -> dict:
     """One pytest child: its wall time, exit code and outcome counts."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *mode, *args]
     began = time.monotonic()
+    # Not an xdist worker's identity: run from inside one (this command's own tests under
+    # ``pytest -n``), the serial child would inherit PYTEST_XDIST_WORKER and pass for a worker.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     done = subprocess.run(command, capture_output=True, text=True,
-                          env={**os.environ, "HYPOTHESIS_PROFILE": "ci"})
+                          env={**env, "HYPOTHESIS_PROFILE": "ci"})
     wall = time.monotonic() - began
     lines = done.stdout.strip().splitlines() or [""]
     counts = {word.rstrip("s") if word.startswith("error") else word: int(n)

@@ -217,4 +217,5 @@ def test_a_test_that_hangs_without_cpu_is_stopped_at_its_wall_budget(tmp_path):
                             workdir=tmp_path / "runs")
     assert hung.result["outcome"] == "timeout", hung.result
     assert "wall time" in hung.result["message"]
-    assert hung.seconds < 0.2 * forked.WALL_FACTOR + 10   # not the child's 10 x 300 s
+    # Not the child's 10 x 300 s; the margin is wide for a loaded machine (it once took 12 s).
+    assert hung.seconds < 0.2 * forked.WALL_FACTOR + 60

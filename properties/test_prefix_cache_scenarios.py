@@ -19,6 +19,11 @@ from models.prefix_cache_values import (
 )
 from properties.scenarios import agrees, make_or_skip
 
+# The machine's properties each comparison checks (properties/prefix_cache_machine.py).
+HIT, FIT, RESET, EVENTS = "hit-agrees", "fit-agrees", "reset-agrees", "events-agree"
+REFS, TABLES = "refs-agree", "tables-agree"
+FREEQ, CACHED = "free-queue-agrees", "cached-set-agrees"
+
 TARGETS = ["model", "native", "vllm"]
 
 
@@ -40,15 +45,15 @@ def test_a_finished_request_is_evicted_tail_first(target):
     takes the never-used block, then r0's tail (its prefix (1, 2, 3) is evicted), and r0's
     head stays cached."""
     cache = make_or_skip(target, "prefix_cache", num_blocks=5, block_size=1, max_model_len=8)
-    agrees(_computed(cache, "r0", (1, 2, 3)), (1, 2, 3))
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3)), (1, 2, 3))
     cache.free("r0")
-    agrees(cache.free_queue(), (4, 3, 2, 1))             # untouched, then r0 tail first
-    agrees(cache.take_events(), (BlockStored(((1,), (1, 2), (1, 2, 3)), None, (1, 2, 3)),))
-    agrees(_computed(cache, "r1", (9, 9)), (4, 3))
-    agrees(cache.take_events(), (BlockRemoved((1, 2, 3)),
+    agrees(FREEQ, cache.free_queue(), (4, 3, 2, 1))             # untouched, then r0 tail first
+    agrees(EVENTS, cache.take_events(), (BlockStored(((1,), (1, 2), (1, 2, 3)), None, (1, 2, 3)),))
+    agrees(FIT, _computed(cache, "r1", (9, 9)), (4, 3))
+    agrees(EVENTS, cache.take_events(), (BlockRemoved((1, 2, 3)),
                                  BlockStored(((9,), (9, 9)), None, (9, 9))))
-    agrees(cache.cached_blocks(), {(1,): (1,), (1, 2): (2,), (9,): (4,), (9, 9): (3,)})
-    agrees([cache.ref_cnt(b) for b in range(5)], [0, 0, 0, 1, 1])
+    agrees(CACHED, cache.cached_blocks(), {(1,): (1,), (1, 2): (2,), (9,): (4,), (9, 9): (3,)})
+    agrees(REFS, [cache.ref_cnt(b) for b in range(5)], [0, 0, 0, 1, 1])
     _valid(cache)
 
 
@@ -58,10 +63,10 @@ def test_an_uncached_block_is_reused_before_cached_ones(target):
     half block, which no hash names, is reused first (vLLM 0.24.0 on), else it waits
     behind the untouched block as every released block does."""
     cache = make_or_skip(target, "prefix_cache", num_blocks=4, block_size=2, max_model_len=8)
-    agrees(_computed(cache, "r0", (1, 2, 3)), (1, 2))
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3)), (1, 2))
     cache.free("r0")
-    agrees(cache.free_queue(), (2, 3, 1) if cache.uncached_first else (3, 2, 1))
-    agrees(cache.cached_blocks(), {(1, 2): (1,)})
+    agrees(FREEQ, cache.free_queue(), (2, 3, 1) if cache.uncached_first else (3, 2, 1))
+    agrees(CACHED, cache.cached_blocks(), {(1, 2): (1,)})
     _valid(cache)
 
 
@@ -73,9 +78,9 @@ def test_a_prompt_cached_whole_leaves_its_last_block_to_compute(target, use_eagl
     more block short (the drafter needs that block's hidden states)."""
     cache = make_or_skip(target, "prefix_cache", num_blocks=6, block_size=2, max_model_len=8,
                          use_eagle=use_eagle)
-    agrees(_computed(cache, "r0", (1, 2, 3, 4)), (1, 2))
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4)), (1, 2))
     cache.add_request(PrefixRequest("r1", (1, 2, 3, 4)))
-    agrees(cache.get_computed_blocks("r1"), Hit() if use_eagle else Hit((1,), 2))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit() if use_eagle else Hit((1,), 2))
     _valid(cache)
 
 
@@ -85,18 +90,18 @@ def test_a_hit_on_a_free_block_takes_one_of_the_free_blocks(target):
     the hit. r1 (five tokens, three blocks) needs two new blocks and the hit: refused. r2
     (three tokens) needs one new block and the hit: two, it fits."""
     cache = make_or_skip(target, "prefix_cache", num_blocks=3, block_size=2, max_model_len=8)
-    agrees(_computed(cache, "r0", (1, 2)), (1,))
+    agrees(FIT, _computed(cache, "r0", (1, 2)), (1,))
     cache.free("r0")
     cache.add_request(PrefixRequest("r1", (1, 2, 5, 6, 7)))
     hit = cache.get_computed_blocks("r1")
-    agrees(hit, Hit((1,), 2))
-    agrees(cache.allocate_slots("r1", 3, hit=hit), None)
-    agrees(cache.num_free_blocks, 2)
+    agrees(HIT, hit, Hit((1,), 2))
+    agrees(FIT, cache.allocate_slots("r1", 3, hit=hit), None)
+    agrees(FIT, cache.num_free_blocks, 2)
     cache.add_request(PrefixRequest("r2", (1, 2, 5)))
     hit = cache.get_computed_blocks("r2")
-    agrees(cache.allocate_slots("r2", 1, hit=hit), (2,))
-    agrees(cache.get_block_ids("r2"), (1, 2))
-    agrees(cache.num_free_blocks, 0)
+    agrees(FIT, cache.allocate_slots("r2", 1, hit=hit), (2,))
+    agrees(TABLES, cache.get_block_ids("r2"), (1, 2))
+    agrees(FIT, cache.num_free_blocks, 0)
     _valid(cache)
 
 
@@ -108,10 +113,10 @@ def test_lookahead_slots_stop_at_max_model_len_and_decode_caches_a_block(target)
     cache = make_or_skip(target, "prefix_cache", num_blocks=4, block_size=2, max_model_len=4)
     cache.add_request(PrefixRequest("r0", (1, 2, 3)))
     hit = cache.get_computed_blocks("r0")
-    agrees(cache.allocate_slots("r0", 3, hit=hit, num_lookahead_tokens=3), (1, 2))
+    agrees(FIT, cache.allocate_slots("r0", 3, hit=hit, num_lookahead_tokens=3), (1, 2))
     cache.append_token_ids("r0", (7,))
-    agrees(cache.allocate_slots("r0", 1), ())
-    agrees(cache.take_events(), (BlockStored(((1, 2),), None, (1, 2)),
+    agrees(FIT, cache.allocate_slots("r0", 1), ())
+    agrees(EVENTS, cache.take_events(), (BlockStored(((1, 2),), None, (1, 2)),
                                  BlockStored(((1, 2, 3, 7),), (1, 2), (3, 7))))
     _valid(cache)
 
@@ -121,12 +126,12 @@ def test_reset_is_refused_while_a_block_is_held(target):
     """Scenario: r0 holds its block: the reset is refused and the hash stays; once r0 is
     preempted nothing is held: the reset succeeds and reports it."""
     cache = make_or_skip(target, "prefix_cache", num_blocks=3, block_size=2, max_model_len=8)
-    agrees(_computed(cache, "r0", (1, 2, 3)), (1, 2))
-    agrees(cache.reset_prefix_cache(), False)
-    agrees(cache.cached_blocks(), {(1, 2): (1,)})
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3)), (1, 2))
+    agrees(RESET, cache.reset_prefix_cache(), False)
+    agrees(CACHED, cache.cached_blocks(), {(1, 2): (1,)})
     cache.preempt("r0")
-    agrees(cache.reset_prefix_cache(), True)
-    agrees(cache.cached_blocks(), {})
-    agrees(cache.take_events()[-1:], (AllBlocksCleared(),))
-    agrees(cache.get_computed_blocks("r0"), Hit())
+    agrees(RESET, cache.reset_prefix_cache(), True)
+    agrees(CACHED, cache.cached_blocks(), {})
+    agrees(EVENTS, cache.take_events()[-1:], (AllBlocksCleared(),))
+    agrees(HIT, cache.get_computed_blocks("r0"), Hit())
     _valid(cache)

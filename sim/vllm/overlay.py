@@ -48,8 +48,10 @@ def build(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Pat
     source = checkout_package(path)
     wheel = installed_package()
     if root is None:
+        # A fresh folder per build: a hunt's workers each build one while their siblings
+        # import vLLM, and rebuilding a shared folder under them loses modules mid-import.
         digest = hashlib.sha256(str(source).encode()).hexdigest()[:12]
-        root = Path(tempfile.gettempdir()) / f"lch-vllm-overlay-{digest}"
+        root = Path(tempfile.mkdtemp(prefix=f"lch-vllm-overlay-{digest}-"))
     root = Path(root)
     shutil.rmtree(root, ignore_errors=True)
     _link_tree(wheel, root / "vllm", lambda name: not name.endswith(".pyc"))
