@@ -11,6 +11,7 @@ from attrs import evolve
 
 from models.encoder_cache_values import MmItem, ReqView
 from properties.encoder_cache_worlds import EncoderCacheWorld as W
+from properties.shrink_steps import without_request
 
 REQUEST_ACTIONS = ("check_and_update_cache", "can_allocate", "free_encoder_input", "free")
 INPUT_ACTIONS = ("check_and_update_cache", "can_allocate", "free_encoder_input")
@@ -32,7 +33,7 @@ def _simpler_worlds(world, actions: list[tuple]):
             merged = [(n, j if n in REQUEST_ACTIONS and a and a[0] == k else a[0], *a[1:])
                       if a else (n,) for n, *a in actions]
             yield W(cache_size, _renamed(requests[:k] + requests[k + 1:])), \
-                _without_request(merged, k)
+                without_request(merged, k, REQUEST_ACTIONS)
     for k, req in enumerate(requests):
         used = max((a[2] for a in actions if a[0] in INPUT_ACTIONS and a[1] == k), default=-1)
         if len(req.items) > max(1, used + 1):
@@ -63,18 +64,6 @@ def _simpler_worlds(world, actions: list[tuple]):
 
 def _renamed(requests: tuple[ReqView, ...]) -> tuple[ReqView, ...]:
     return tuple(ReqView(f"r{k}", r.items) for k, r in enumerate(requests))
-
-
-def _without_request(actions: list[tuple], k: int) -> list[tuple]:
-    """Actions with request k's steps removed and later request indexes shifted down."""
-    out = []
-    for name, *args in actions:
-        if name in REQUEST_ACTIONS:
-            if args[0] == k:
-                continue
-            args[0] -= args[0] > k
-        out.append((name, *args))
-    return out
 
 
 def _resized(requests, size_of, shrink: str | None = None) -> tuple[ReqView, ...]:

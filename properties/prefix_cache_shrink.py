@@ -10,6 +10,7 @@ from __future__ import annotations
 from attrs import evolve
 
 from models.prefix_cache_values import PrefixRequest
+from properties.shrink_steps import without_request
 
 REQUEST_ACTIONS = ("add_request", "schedule_waiting", "allocate_slots", "append_token_ids",
                    "free", "preempt")
@@ -23,7 +24,8 @@ def simpler_worlds(world, actions: list[tuple]):
     for k in range(len(requests)):
         if len(requests) > 1:
             kept = requests[:k] + requests[k + 1:]
-            yield evolve(world, requests=_renamed(kept)), _without_request(actions, k)
+            yield (evolve(world, requests=_renamed(kept)),
+                   without_request(actions, k, REQUEST_ACTIONS))
     for k, req in enumerate(requests):
         if len(req.prompt) > 1:
             trimmed = PrefixRequest(req.request_id, req.prompt[:-1])
@@ -46,13 +48,3 @@ def _renamed(requests: tuple[PrefixRequest, ...]) -> tuple[PrefixRequest, ...]:
     return tuple(PrefixRequest(f"r{k}", r.prompt) for k, r in enumerate(requests))
 
 
-def _without_request(actions: list[tuple], k: int) -> list[tuple]:
-    """Actions with request k's steps removed and later request indexes shifted down."""
-    out = []
-    for name, *args in actions:
-        if name in REQUEST_ACTIONS:
-            if args[0] == k:
-                continue
-            args[0] -= args[0] > k
-        out.append((name, *args))
-    return out
