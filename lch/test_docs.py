@@ -15,6 +15,7 @@ is checked for form only: the mark, the session, the options.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import re
@@ -334,8 +335,15 @@ def vllm_python() -> str:
     """An interpreter that imports vLLM: this one, or the ``vllm`` session's venv."""
     if HAS_VLLM:
         return sys.executable
-    done = subprocess.run([*nox_command(), "-R", "--install-only", "-s", "vllm"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800)
+    # One build at a time: each xdist worker runs this fixture, and a worker that found the
+    # venv half built by another (nox creates it before it installs vLLM) had no vLLM in it.
+    # fcntl's lock, not a library's: the one file lock every POSIX CI machine has.
+    (ROOT / ".nox").mkdir(exist_ok=True)
+    with open(ROOT / ".nox" / "vllm-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run([*nox_command(), "-R", "--install-only", "-s", "vllm"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        fcntl.flock(lock, fcntl.LOCK_UN)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return str(ROOT / ".nox" / "vllm" / "bin" / "python")
 
