@@ -15,6 +15,8 @@ import pytest
 from properties.scenarios import agrees, make_or_skip
 from sim.vllm import prefix_cache_compat
 
+FREE_QUEUE = "free-queue-agrees"
+
 
 def test_a_block_held_and_listed_twice_is_queued_once(target):
     if target != "vllm":
@@ -26,11 +28,11 @@ def test_a_block_held_and_listed_twice_is_queued_once(target):
     pool.free_blocks([block, block])
     listed = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
     if cache.uncached_first:      # 0.24.0 on: queued when its own decrement reaches zero
-        agrees(sorted(listed), [1, 2, 3])
-        agrees(pool.get_num_free_blocks(), 3)
+        agrees(FREE_QUEUE, sorted(listed), [1, 2, 3])
+        agrees(FREE_QUEUE, pool.get_num_free_blocks(), 3)
     else:                         # decrement every listing, then queue each zero: twice;
-        agrees(pool.get_num_free_blocks(), 4)   # the count says four free blocks, the
-        agrees(sorted(listed), [1, 2, 3])       # list links three: one is handed out twice
+        agrees(FREE_QUEUE, pool.get_num_free_blocks(), 4)  # the count says four free
+        agrees(FREE_QUEUE, sorted(listed), [1, 2, 3])   # blocks, the list links three
 
 
 def test_the_free_list_check_fails_on_a_broken_link(target):
