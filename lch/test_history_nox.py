@@ -42,7 +42,9 @@ def test_nox_history_hunts_two_releases_from_a_torch_free_session(tmp_path):
                           capture_output=True).returncode != 0
     data = json.loads((tmp_path / "history-report.json").read_text())
     runs = {r["release"]: r for r in data["releases"]}
-    assert sorted(runs) == sorted(RELEASES) and all(r["complete"] for r in runs.values())
+    assert sorted(runs) == sorted(RELEASES), runs
+    assert all(r["complete"] for r in runs.values()), {
+        r["release"]: r["error"] for r in runs.values() if not r["complete"]}
     old, new = runs["0.26.0"]["cells"]["encoder_cache"], runs["0.30.0"]["cells"]["encoder_cache"]
     assert old["hunt"]["examples"] > 0 and new["hunt"]["examples"] > 0   # hunting was on
     assert {d["property"] for d in old["divergences"]} >= {"freed-not-resident",

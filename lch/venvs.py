@@ -16,6 +16,7 @@ is served, e.g. ``PIP_FIND_LINKS="/opt/wheels /work/wheels"``), or pip resolves
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -88,6 +89,19 @@ def _pip(python: Path, *args: str) -> None:
 def ensure(release: str, venv_dir: Path) -> Venv:
     """The venv of ``release`` under ``venv_dir`` (``vllm-X``), made if missing."""
     venv = venv_dir / f"vllm-{release}"
+    venv_dir.mkdir(parents=True, exist_ok=True)
+    # One build of a release at a time: two history or bisect runs sharing a venv folder (CI's
+    # xdist workers do) would otherwise both build it, and one would find the other's half-made
+    # venv and fail its install. fcntl's lock: the one file lock every POSIX machine has.
+    with open(venv_dir / f".vllm-{release}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _ensure_locked(release, venv)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _ensure_locked(release: str, venv: Path) -> Venv:
     python = venv / "bin" / "python"
     marker = venv / MARKER
     if marker.exists():
