@@ -75,6 +75,22 @@ def test_a_shape_error_no_caller_can_cause_is_vllm_s_own():
     assert classify(raised(lambda: on_argument().take(object()))).kind == "unavailable"
 
 
+def test_an_attribute_read_on_a_none_vllm_made_is_vllm_s_own():
+    """A None that vLLM's own code produced (a local it bound, a field of its own ``self``)
+    has no caller to blame: a mutant deleting the line that set it makes one. A None passed
+    in, or read off an argument, is still a possible call shape."""
+    local = in_vllm("def f(table, k):\n    state = table.get(k)\n    return state.rank\n", "f")
+    verdict = classify(raised(lambda: local({}, 1)))
+    assert verdict.kind == "divergence" and "the local 'state'" in verdict.why
+    field = in_vllm("class S:\n    def __init__(self):\n        self.manager = None\n"
+                    "    def step(self):\n        return self.manager.num_free()\n", "S")
+    verdict = classify(raised(lambda: field().step()))
+    assert verdict.kind == "divergence" and "its own field 'manager'" in verdict.why
+    off_argument = in_vllm("def f(request):\n    return request.spec.block_size\n", "f")
+    assert classify(raised(lambda: off_argument(SimpleNamespace(spec=None)))).kind \
+        == "unavailable"
+
+
 def test_vllm_raising_on_a_valid_call_is_a_divergence():
     crash = in_vllm("def f(d, k):\n    assert k in d, 'not ready'\n", "f")
     assert classify(raised(lambda: crash({}, 1))).kind == "divergence"
