@@ -8,6 +8,7 @@ SUBSYSTEM = Subsystem(
     factories={"model": "sim.factories.encoder_cache:make_model",
                "native": "sim.factories.encoder_cache:make_native",
                "vllm": "sim.factories.encoder_cache:make_vllm"},
+    small_world=dict(cache_size=4),
     port="sim.ports:EncoderCachePort",
     machine="properties.encoder_cache_machine:EncoderCacheMachine",
     worlds="properties.encoder_cache_worlds",

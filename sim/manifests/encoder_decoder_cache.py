@@ -9,6 +9,7 @@ SUBSYSTEM = Subsystem(
     factories={"model": "sim.factories.encoder_decoder_cache:make_model",
                "native": "sim.factories.encoder_decoder_cache:make_native",
                "vllm": "sim.factories.encoder_decoder_cache:make_vllm"},
+    small_world=dict(cache_size=4),
     port="sim.ports:EncoderDecoderCachePort",
     machine="properties.encoder_decoder_cache_machine:EncoderDecoderCacheMachine",
     worlds="properties.encoder_cache_worlds",

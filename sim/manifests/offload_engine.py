@@ -8,6 +8,7 @@ SUBSYSTEM = Subsystem(
     rank=50,
     factories={"model": "sim.factories.offload_engine:make_model",
                "native": "sim.factories.offload_engine:make_native"},
+    small_world=dict(block_size=2, num_slots=1, num_layers=1, num_cpu_blocks=2),
     port="sim.ports:OffloadEnginePort",
     machine="properties.offload_engine_machine:OffloadEngineMachine",
     worlds="properties.offload_engine_worlds",

@@ -9,6 +9,7 @@ SUBSYSTEM = Subsystem(
     factories={"model": "sim.factories.prefix_cache:make_model",
                "native": "sim.factories.prefix_cache:make_native",
                "vllm": "sim.factories.prefix_cache:make_vllm"},
+    small_world=dict(num_blocks=4, block_size=2, max_model_len=8),
     port="sim.prefix_cache_port:PrefixCachePort",
     machine="properties.prefix_cache_machine:PrefixCacheMachine",
     worlds="properties.prefix_cache_worlds",

@@ -9,6 +9,7 @@ SUBSYSTEM = Subsystem(
     factories={"model": "sim.factories.scheduler_pass:make_model",
                "native": "sim.factories.scheduler_pass:make_native",
                "vllm": "sim.factories.scheduler_pass:make_vllm"},
+    small_world=dict(cache_size=4, token_budget=4, encoder_compute_budget=4),
     port="sim.ports:SchedulerPassPort",
     machine="properties.scheduler_pass_machine:SchedulerPassMachine",
     worlds="properties.scheduler_pass_worlds",

@@ -9,6 +9,7 @@ SUBSYSTEM = Subsystem(
     factories={"model": "sim.factories.secondary_tier:make_model",
                "native": "sim.factories.secondary_tier:make_native",
                "vllm": "sim.factories.secondary_tier:make_vllm"},
+    small_world=dict(num_chunks=2, tier="fs"),
     port="sim.ports:SecondaryTierPort",
     machine="properties.secondary_tier_machine:SecondaryTierMachine",
     worlds="properties.secondary_tier_worlds",

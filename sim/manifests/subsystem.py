@@ -42,6 +42,8 @@ class Subsystem:
     name: str
     rank: int
     factories: dict[str, str]
+    # A small world every base builds (``properties/test_ports.py`` builds each with it).
+    small_world: dict[str, object]
     port: str                                   # "module:Protocol"
     machine: str                                # "module:HarnessMachine subclass"
     worlds: str                                 # module: the machine's world strategy

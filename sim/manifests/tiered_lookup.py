@@ -9,6 +9,7 @@ SUBSYSTEM = Subsystem(
     factories={"model": "sim.factories.tiered_lookup:make_model",
                "native": "sim.factories.tiered_lookup:make_native",
                "vllm": "sim.factories.tiered_lookup:make_vllm"},
+    small_world=dict(num_chunks=2, secondary="memory"),
     port="sim.ports:TieredLookupPort",
     machine="properties.tiered_lookup_machine:TieredLookupMachine",
     worlds="properties.tiered_lookup_worlds",
