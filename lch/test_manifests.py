@@ -255,3 +255,13 @@ def test_a_manifest_misnamed_or_without_a_record_fails_in_one_line(extra_manifes
     (extra_manifests / "toy_empty.py").write_text("NOTHING = 1\n")
     with pytest.raises(ManifestError, match=r"toy_empty.py: defines no SUBSYSTEM"):
         all_manifests()
+
+
+def test_a_switch_declared_twice_fails_in_one_line(extra_manifests):
+    from sim.native.bugs import bug_switches
+    (extra_manifests / "toy_twice.py").write_text(
+        TOY.replace('name="toy_cache"', 'name="toy_twice"').replace(
+            "    vllm_suites=", '    bugs=("enc-stale-freed",),\n    vllm_suites='))
+    with pytest.raises(ManifestError, match="toy_twice.py: bug switch 'enc-stale-freed' is "
+                                            "already declared by encoder_cache"):
+        bug_switches(all_manifests())

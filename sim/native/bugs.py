@@ -8,7 +8,7 @@ catch each and the bound on its minimal reproducer; a test keeps the two lists e
 
 from __future__ import annotations
 
-from sim.manifests import Subsystem, all_manifests
+from sim.manifests import ManifestError, Subsystem, all_manifests
 
 
 def bug_switches(manifests: tuple[Subsystem, ...]) -> dict[str, str | tuple[str, ...]]:
@@ -17,7 +17,7 @@ def bug_switches(manifests: tuple[Subsystem, ...]) -> dict[str, str | tuple[str,
     for manifest in manifests:
         for bug in manifest.bugs:
             if bug in switches:
-                raise ValueError(f"{manifest.source}: bug switch {bug!r} is already declared "
+                raise ManifestError(f"{manifest.source}: bug switch {bug!r} is already declared "
                                  f"by {bug_home(switches[bug])}; give it another id")
             switches[bug] = ((manifest.name, *manifest.also_acts_in) if manifest.also_acts_in
                              else manifest.name)
