@@ -112,7 +112,7 @@ def test_catalogue_witnesses_run_in_the_catalogue_test():
 
 def vllm_suites() -> list[str]:
     """``VLLM_SUITES`` of the noxfile, derived without importing nox: the manifests' suites
-    and the noxfile's cross-cutting ones (``properties/test_manifests.py`` checks the noxfile
+    and the noxfile's cross-cutting ones (``lch/test_manifests.py`` checks the noxfile
     derives it so)."""
     tree = ast.parse((ROOT / "noxfile.py").read_text())
     for node in tree.body:
