@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 from collections.abc import Sequence
-from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -444,14 +444,12 @@ class VllmTieredLookup:
 
     # -- the connector's lookups, vLLM's own code on a stub self ----------------------------
 
-    def _stub(self, made: list[tuple[int, LookupResult]]) -> SimpleNamespace:
+    def _stub(self, made: list[tuple[int, LookupResult]]) -> Any:
         def lookup(key, ctx):
             answer = self.manager.lookup(key, ctx)
             made.append((self._ints[key], LookupResult[tiered_lookup_compat.lookup_answer(answer)]))
             return answer
-        return SimpleNamespace(
-            manager=SimpleNamespace(lookup=lookup),
-            _events_tracker=SimpleNamespace(record_lookup=lambda req, g, idx, key: None))
+        return tiered_lookup_compat.scan_self(lookup)
 
     def maximal_prefix_lookup(self, keys: Sequence[int]) -> Scan:
         made: list[tuple[int, LookupResult]] = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import Any
 
 from sim.errors import CapabilityMissing
@@ -468,6 +469,19 @@ def manager_prefix_scan(manager: Any, keys: list) -> tuple[int | None, list[str]
     if count is None:
         return None, []
     return count, ["HIT"] * count + (["MISS"] if count < len(keys) else [])
+
+
+def scan_self(lookup: Any) -> Any:
+    """The stub ``self`` the connector's scans run on, unbound: its manager looks keys up with
+    ``lookup(key, req_context)``; the fields of the connector the scans read, nothing else.
+
+    # vLLM >=0.28.0: the scans also record each hit on ``self._events_tracker`` (private):
+    #   ``record_lookup(req, group_config, chunk_idx, key)``, a no-op here.
+    # vLLM 0.20.0-0.27.x: ``self.manager`` alone.
+    """
+    return SimpleNamespace(
+        manager=SimpleNamespace(lookup=lookup),
+        _events_tracker=SimpleNamespace(record_lookup=lambda req, g, idx, key: None))
 
 
 def prefix_scan(scans: Any, stub: Any, keys: list, ctx: Any) -> int | None:
