@@ -18,7 +18,7 @@ from properties.run import run_machine
 from sim import targets
 from sim.errors import AdapterError, HarnessError
 from sim.outcomes import ROOT, classify, property_of, where_arose
-from sim.vllm import compat
+from sim.vllm import tiered_lookup_compat
 
 
 def in_vllm(source: str, name: str):
@@ -40,10 +40,12 @@ def raised(call) -> BaseException:
 
 
 def test_an_error_inside_the_adapter_is_unavailable():
-    error = raised(lambda: compat.store_output(object()))    # no such field: adapter code
+    # No such field: adapter code.
+    error = raised(lambda: tiered_lookup_compat.store_output(object()))
     verdict = classify(error)
     assert verdict.kind == "unavailable"
-    assert verdict.where.startswith("sim/vllm/compat.py:") and "store_output" in verdict.where
+    assert verdict.where.startswith("sim/vllm/tiered_lookup_compat.py:")
+    assert "store_output" in verdict.where
 
 
 def test_a_wrong_call_shape_is_unavailable_even_when_the_callee_is_vllm():
@@ -112,7 +114,8 @@ def test_library_frames_belong_to_their_caller():
     """numpy raising for the adapter is the adapter's error (the innermost frame of this
     repository or of vLLM decides)."""
     import numpy as np
-    error = raised(lambda: compat.chunk_index(SimpleNamespace(chunk_id=np.array([1, 2]))))
+    chunk = SimpleNamespace(chunk_id=np.array([1, 2]))
+    error = raised(lambda: tiered_lookup_compat.chunk_index(chunk))
     assert where_arose(error)[0] == "adapter"
 
 
@@ -244,8 +247,9 @@ FAST = settings(max_examples=5, stateful_step_count=3, database=None, deadline=N
 
 def test_an_adapter_error_mid_run_is_unavailable_with_the_call():
     def op():
-        compat.store_output(object())
-    with pytest.raises(AdapterError, match=r"failed in call\(\): AttributeError.*compat\.py"):
+        tiered_lookup_compat.store_output(object())
+    with pytest.raises(AdapterError,
+                       match=r"failed in call\(\): AttributeError.*tiered_lookup_compat\.py"):
         run_machine(machine_with(op), "native", FAST)
 
 
@@ -292,7 +296,8 @@ def test_records_name_the_outcome():
     assert (found["outcome"], found["property"], found["calls"]) == ("divergence",
                                                                      "slots-agree", 4)
     assert record(Unavailable("target vllm ... unavailable"))["outcome"] == "unavailable"
-    assert record(raised(lambda: compat.store_output(object())))["outcome"] == "unavailable"
+    adapter_error = raised(lambda: tiered_lookup_compat.store_output(object()))
+    assert record(adapter_error)["outcome"] == "unavailable"
     try:
         pytest.skip("absent: no kv_offload")
     except pytest.skip.Exception as skip:
