@@ -318,3 +318,15 @@ def test_an_unavailable_target_fails_where_targets_are_required(monkeypatch):
     monkeypatch.delenv("LCH_REQUIRE_TARGETS")
     with pytest.raises(pytest.skip.Exception, match="vLLM is not installed"):
         unavailable("vllm", TargetUnavailable("vLLM is not installed"))
+
+
+def test_in_a_mutation_campaign_a_shape_error_inside_vllm_is_the_mutant_s(monkeypatch):
+    """``lch.mutants`` names the mutant its child runs: the unmutated class passed the same
+    calls on the same release, so no call can be shaped for another one."""
+    unpack = in_vllm("def f(table):\n    entry = table.get(1)\n    return [*entry]\n", "f")
+    assert classify(raised(lambda: unpack({}))).kind == "unavailable"
+    monkeypatch.setenv("LCH_MUTANT", "m110")
+    verdict = classify(raised(lambda: unpack({})))
+    assert verdict.kind == "divergence" and "mutant m110" in verdict.why
+    adapter = raised(lambda: tiered_lookup_compat.store_output(object()))
+    assert classify(adapter).kind == "unavailable"      # the adapter's own error still is

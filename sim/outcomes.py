@@ -45,6 +45,10 @@ HARNESS_PACKAGES = ("sim", "lch", "properties", "fixtures", "models")
 # Raised inside vLLM's own code, these mean "called with the wrong shape for this release"
 # (but see ``_own_fault``: some of them no caller can cause).
 SHAPE_ERRORS = (TypeError, AttributeError, NameError, ImportError)
+# Set by ``lch.mutants`` in the child that runs one mutant (its id). A campaign's unmutated
+# run passed with the same calls on the same release, so no call of the harness is shaped for
+# another release there: a shape error inside vLLM is the mutant's, like any other raise.
+MUTANT_ENV = "LCH_MUTANT"
 # The property a target breaks when it raises on a call the model accepts.
 NO_RAISE = "no-raise"
 VENV_PARTS = ("site-packages", "dist-packages")
@@ -202,6 +206,11 @@ def classify(error: BaseException) -> Verdict:
         own = _own_fault(error)
         if own:
             return Verdict("divergence", where, detail, own)
+        mutant = os.environ.get(MUTANT_ENV)
+        if mutant and isinstance(error, SHAPE_ERRORS) and not isinstance(error, ImportError):
+            return Verdict("divergence", where, detail,
+                           f"mutant {mutant} changed only method bodies, and the unmutated "
+                           "class ran these calls in this campaign: the shape is the mutant's")
         kind = "unavailable" if isinstance(error, SHAPE_ERRORS) else "divergence"
         return Verdict(kind, where, detail)
     if area in ("properties", "harness") and not isinstance(error, AssertionError):

@@ -138,6 +138,8 @@ def make(name: str, subsystem: str, **config: Any) -> Any:
     except Exception as error:  # noqa: BLE001 - the adapter cannot build it on this release
         from sim.outcomes import classify
         verdict = classify(error)
+        if verdict.kind == "divergence" and verdict.why:
+            raise      # vLLM's own constructor raised, and no call shape can explain it
         raise AdapterError(f"building the vllm {subsystem} ({_config_text(config)}) failed: "
                            f"{verdict.detail} (at {verdict.where})") from error
 
