@@ -171,6 +171,28 @@ def mutation_scores(results: Path) -> str:
     return "\n".join(rows)
 
 
+@renderer("mutation-summary")
+def mutation_summary(results: Path) -> str:
+    """The README's short form of ``mutation-scores``: per class, the kills by the rules of
+    each suite (the outcomes beside them are in docs/mutation-testing.md)."""
+    rows = ["| class (vLLM release) | mutants run | killed by this harness | by vLLM's own tests |",
+            "|---|---|---|---|"]
+    for r in sorted(load("mutants", results), key=_class_order):
+        summary, cells = r["summary"], []
+        for suite in ("harness", "upstream"):
+            s = summary["suites"].get(suite)
+            if s is None or "could_not_run" in s:
+                cells.append("could not run offline")
+            else:
+                cells.append(f"{s['killed']} ({s['score_percent']}%)")
+        rows.append(f"| `{summary['class'].rpartition(':')[2]}` ({summary['release']}) | "
+                    f"{summary['ran']} | "
+                    f"{cells[0]} | {cells[1]} |")
+    if len(rows) == 2:
+        rows.append("| (none yet) | | | |")
+    return "\n".join(rows)
+
+
 @renderer("mamba-mtp")
 def mamba_mtp(results: Path) -> str:
     """The Mamba + MTP stall in the world vLLM builds (``python -m lch.mamba_mtp``): the
