@@ -258,6 +258,9 @@ def plan(c: Command) -> Plan:
         return Plan("slow", vllm=True, extra=("--list",))
     if words.startswith(("python -m lch.mamba_mtp", "pytest fixtures/reproducers/")):
         return Plan("slow", vllm=True)
+    if words == "python -m lch.measure hazards":
+        # every searched machine, one seed of 5 examples; the record goes to the clone's results/
+        return Plan("slow", extra=("--seeds", "0", "--examples", "5"))
     if words.startswith("python -m properties.witnesses.find"):
         return Plan("form")        # a template: its module and its --help run
     raise AssertionError(f"{c.doc}: no plan for `{c.text}`: add one to lch/test_docs.py plan(),"
