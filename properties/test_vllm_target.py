@@ -133,6 +133,7 @@ def test_vllm_target_runs_the_installed_release():
     assert type(cache.manager).__module__ == "vllm.v1.core.encoder_cache_manager"
 
 
+@pytest.mark.machines  # two machine runs of 450 examples: not this file's fast tier
 def test_vllm_reaches_the_same_hazards_as_native():
     """Same seeds, same machine: against vLLM the encoder-cache machine reaches every hazard
     exactly as often as against native (they agree at every step, so the choices match)."""
