@@ -39,4 +39,7 @@ def test_hazard_rates_per_machine_and_hazard(tmp_path):
     from properties.encoder_cache_machine import EncoderCacheMachine
     assert [i["hazard"] for i in record["items"]] == list(EncoderCacheMachine.HAZARDS)
     assert all(0 <= i["per_100"] <= 100 and i["failures"] == [] for i in record["items"])
+    reached = [i for i in record["items"] if i["per_100"] > 0]
+    assert reached and all(1 <= i["first_example"] <= i["examples"] for i in reached)
+    assert all(i["first_example"] is None for i in record["items"] if i["per_100"] == 0)
     assert spec in measure.every_searched_machine()    # named none: every searched machine
