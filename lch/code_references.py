@@ -5,9 +5,10 @@ Read: the comments and string literals (docstrings included) of every tracked ``
 the whole text of every tracked ``.sh`` file, and the pages under ``docs/specs/`` (their
 backticked paths and relative links). A citation is
 
-- a repo-relative path starting at a top-level folder of the project (``sim/vllm/compat.py``,
-  ``properties/``, ``docs/specs/scheduler-pass.md``): it must exist; a ``*`` in it is a glob
-  that must match something; one with a placeholder (``<kind>``, ``{name}``) is not checked;
+- a repo-relative path starting at a top-level folder of the project
+  (``sim/vllm/prefix_cache_compat.py``, ``properties/``, ``docs/specs/scheduler-pass.md``): it
+  must exist; a ``*`` in it is a glob that must match something; one with a placeholder
+  (``<kind>``, ``{name}``) is not checked;
 - a dotted name in double backticks (``sim.outcomes.outside_label``): its longest module
   prefix must exist and define the next name;
 - ``path.py:Name`` or ``package.module:Name`` (``properties.harness:HarnessMachine``): the

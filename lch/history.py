@@ -49,30 +49,23 @@ from fixtures.upstream_bugs import recall
 from lch import venvs
 from sim.errors import HarnessError
 from sim.files import atomic_write, check_writable
+from sim.manifests import Column, Subsystem, all_manifests
 
 DEFAULT_HUNT_BUDGET = "2m"
 
-# Test module -> the matrix column it reports to. The adapter tests of test_vllm_target.py
-# drive the encoder cache.
-SUITES = {
-    "properties/test_encoder_cache.py": "encoder_cache",
-    "properties/test_vllm_target.py": "encoder_cache",
-    "properties/test_encoder_decoder_cache.py": "encoder_decoder_cache",
-    "properties/test_scheduler_pass.py": "scheduler_pass",
-    "properties/test_tiered_lookup.py": "tiered_lookup",
-    # One eviction policy at a time (ARC's T1 / T2 and ghosts show only there) and ARC's
-    # written-out scenario: the mixed machine gives each policy a sixth of its worlds.
-    "properties/test_tiered_lookup_policies.py": "tiered_lookup",
-    "properties/test_tiered_lookup_arc.py": "tiered_lookup",
-    "properties/test_tiered_lookup_vllm_scans.py": "connector_scans",
-    "properties/test_prefix_cache.py": "prefix_cache",
-    "properties/test_prefix_cache_scenarios.py": "prefix_cache",
-}
-COLUMNS = ("encoder_cache", "encoder_decoder_cache", "scheduler_pass", "tiered_lookup",
-           "connector_scans", "prefix_cache")
-# Columns that are subsystems a hunt can drive (connector_scans: the tiered lookup's machine
-# drives the connector's scans too).
-HUNTED = ("encoder_cache", "encoder_decoder_cache", "scheduler_pass", "tiered_lookup")
+
+def history_columns(manifests: tuple[Subsystem, ...]) -> tuple[Column, ...]:
+    """The matrix's columns, as each subsystem's manifest declares them (``history``), by
+    rank; a column is hunted only where its manifest says so."""
+    return tuple(column for m in manifests for column in m.history)
+
+
+# Test module -> the matrix column it reports to; the columns; the columns history hunts
+# (each a subsystem a hunt can drive).
+COLUMN_LIST = history_columns(all_manifests())
+SUITES = {suite: column.name for column in COLUMN_LIST for suite in column.suites}
+COLUMNS = tuple(column.name for column in COLUMN_LIST)
+HUNTED = tuple(column.name for column in COLUMN_LIST if column.hunted)
 RANK = {"divergence": 3, "unavailable": 2, "pass": 1, "absent": 0}
 
 

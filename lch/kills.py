@@ -7,9 +7,9 @@ an outcome of its own, never counted as a kill (``OUTCOMES``):
   (a ``Divergence`` from ``properties.run.check_machine``, a ``PropertyFailed``, or a harness
   assertion whose message names a declared property: ``sim.outcomes.property_of``), or
   vLLM raised on a call the model accepts (``no-raise``, by ``sim.outcomes.classify``'s rule:
-  a ``TypeError``/``AttributeError`` inside vLLM reads as a call shaped for another release,
-  so it is ``unavailable``, unless no caller can cause it: a name vLLM's code never bound, an
-  attribute missing from the object whose method raised). ``unavailable``: the adapter or the
+  outside a campaign a ``TypeError``/``AttributeError`` inside vLLM reads as a call shaped
+  for another release; in one (``LCH_MUTANT`` set in the child) the unmutated class passed
+  the same calls on the same release, so it is the mutant's). ``unavailable``: the adapter or the
   harness failed, the target could not be built (``Unavailable`` under
   ``LCH_REQUIRE_TARGETS``, ``HarnessError``), or Hypothesis refused the run (a health
   check). ``unnamed``: a test's bare ``assert`` failed, naming no declared property (the

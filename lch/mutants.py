@@ -48,6 +48,7 @@ from attrs import frozen
 from lch import forked, mutant_report, mutate, records, suites
 from sim.errors import HarnessError
 from sim.files import atomic_write, check_writable
+from sim.outcomes import MUTANT_ENV
 
 EQUIVALENTS_DIR = suites.ROOT / "fixtures" / "mutants"
 
@@ -201,6 +202,7 @@ def _job(module, cls, mutant, run: suites.Run, budgets=None):
     def job() -> dict:
         if mutant is not None:
             mutate.apply(mutant, module, cls)
+            os.environ[MUTANT_ENV] = mutant.id      # a forked child: its own environment
         suites.disable_minimizing()
         return suites.run_pytest(run.pytest_args, run.cwd, budgets, run.judge)
     return job

@@ -1,7 +1,7 @@
-"""The prefix cache's mutation subjects (``lch/suites.py`` registers them): vLLM's
-``BlockPool``, ``FreeKVCacheBlockQueue`` and ``KVCacheManager``, each judged by the harness's
-prefix-cache suites with ``--target vllm`` (the written-out scenarios first: cheap kills) and
-by vLLM's own unit tests of that class from the release's sdist.
+"""The prefix cache's mutation subjects (its manifest names them; ``lch/suites.py`` gathers
+them): vLLM's ``BlockPool``, ``FreeKVCacheBlockQueue`` and ``KVCacheManager``, each judged by
+the harness's prefix-cache suites with ``--target vllm`` (the written-out scenarios first:
+cheap kills) and by vLLM's own unit tests of that class from the release's sdist.
 
 Mutated methods: the path the suites drive, one full-attention group (hits, allocation,
 eviction, freeing, reset, events). Left out, for each class, what only other configurations
@@ -32,7 +32,7 @@ UPSTREAM_OFFLINE_FAILURES = tuple(f"tests/v1/core/{name}" for name in (
 SUPPORT = ("tests/v1/core/utils.py", "tests/utils.py", "tests/v1/kv_connector/unit/utils.py")
 
 
-def prefix_cache_subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
+def subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
     """``MODULE:CLASS`` -> Subject (built with ``lch.suites.Subject``, passed in: that module
     imports this one)."""
     return {

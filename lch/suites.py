@@ -2,7 +2,8 @@
 
 ``CLASSES`` lists, per real class, the harness tests that reach it with ``--target vllm``
 (cheap ones first: a run stops at its first failure, so a killed mutant pays little) and the
-upstream unit tests of that class in the release's sdist. A suite runs in-process with
+upstream unit tests of that class in the release's sdist; each subsystem's manifest names the
+function that lists its classes (``lch/<s>_suites.py``). A suite runs in-process with
 ``pytest.main`` in a forked child (``lch.forked``).
 """
 
@@ -21,7 +22,7 @@ from attrs import frozen
 from pytest import hookimpl
 
 from lch.forked import WALL_FACTOR
-from lch.prefix_cache_suites import prefix_cache_subjects
+from sim.manifests import Subsystem, all_manifests, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,84 +54,19 @@ class Run:
     shown: tuple[str, ...] = ()
 
 
-ENCODER_REPRODUCERS = tuple(f"fixtures/reproducers/test_encoder_cache_vllm_{name}.py"
-                            for name in ("cached_input_ids", "repeat_item", "stale_freed"))
+def mutation_subjects(manifests: tuple[Subsystem, ...]) -> dict[str, Subject]:
+    """``MODULE:CLASS`` -> Subject: each manifest's (``mutation_subjects``, a function given
+    ``Subject``), by rank."""
+    classes: dict[str, Subject] = {}
+    for manifest in manifests:
+        if manifest.mutation_subjects:
+            make = resolve(manifest, "mutation_subjects", manifest.mutation_subjects)
+            classes.update(make(Subject))
+    return classes
 
-POLICY_SUITES = tuple(f"properties/test_tiered_lookup_policies.py::test_tiered_lookup_{p}"
-                      for p in ("lru", "arc"))
-# ARC's longer rules (B2's recency, a T2 chunk whose store fails) under churn.
-ARC_CHURN_SUITE = "properties/test_tiered_lookup_policies.py::test_tiered_lookup_arc_churn"
-# LRU's heap rebuild and compaction, past 64 chunks (a prompt of 64 or more blocks).
-LONG_PROMPT_SUITE = "properties/test_tiered_lookup_policies.py::test_tiered_lookup_long_prompt"
-TIERING_REPRODUCERS = tuple(f"fixtures/reproducers/test_tiered_lookup_{name}.py" for name in (
-    "seed001", "vllm_offered_key_evicted", "vllm_pending_cut_off", "vllm_tiering_reset"))
 
-CLASSES: dict[str, Subject] = {
-    "vllm.v1.core.encoder_cache_manager:EncoderCacheManager": Subject(
-        harness=(*ENCODER_REPRODUCERS, "properties/test_scheduler_pass_model.py",
-                 *(f"properties/test_vllm_target.py::{name}" for name in (
-                     "test_vllm_encoder_cache_evicts_oldest_freeable_first",
-                     "test_vllm_target_runs_the_installed_release")),
-                 "properties/test_encoder_cache.py", "properties/test_scheduler_pass.py",
-                 # the same machine on other seeds, native beside vllm: 17 s, so last
-                 "properties/test_vllm_target.py::test_vllm_reaches_the_same_hazards_as_native"),
-        # Not run: the rest of test_vllm_target.py checks release parsing and the install
-        # hint (one in a subprocess without vLLM), never the class.
-        upstream=("tests/v1/core/test_encoder_cache_manager.py",),
-        warm=("sim.vllm.scheduler_pass:_vllm_config",)),
-    "vllm.v1.kv_offload.cpu.manager:CPUOffloadingManager": Subject(
-        harness=("fixtures/reproducers/test_tiered_lookup_seed001.py",
-                 "properties/test_tiered_lookup_vllm_scans.py",
-                 *POLICY_SUITES, LONG_PROMPT_SUITE, "properties/test_tiered_lookup.py",
-                 "properties/test_tiered_lookup_policies.py::test_tiered_lookup_no_chunks"),
-        upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
-    # The eviction policies the CPU manager delegates to (``cache_policy``): the machine over
-    # the manager alone with that policy; for LRU also the mixed machine (the tiering
-    # manager's primary tier evicts by LRU; ARC is a sixth of its worlds, which adds no kill
-    # to the ARC-only machine and would triple a survivor's cost). vLLM tests both through
-    # the manager, in one file.
-    "vllm.v1.kv_offload.cpu.policies.lru:LRUCachePolicy": Subject(
-        harness=(POLICY_SUITES[0], LONG_PROMPT_SUITE,
-                 "fixtures/reproducers/test_tiered_lookup_seed001.py",
-                 "properties/test_tiered_lookup.py"),
-        upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
-    "vllm.v1.kv_offload.cpu.policies.arc:ARCCachePolicy": Subject(
-        harness=(POLICY_SUITES[1], ARC_CHURN_SUITE, "properties/test_tiered_lookup_arc.py"),
-        upstream=("tests/v1/kv_offload/cpu/test_manager.py",)),
-    "vllm.v1.kv_offload.tiering.manager:TieringOffloadingManager": Subject(
-        harness=("properties/test_tier_poll_thread.py", "properties/test_tier_poll_loop.py",
-                 "properties/test_tiering_manager.py", *TIERING_REPRODUCERS,
-                 "properties/test_backpressure.py::"
-                 "test_cascade_drops_under_pressure", "properties/test_tiered_lookup.py"),
-        # The test files whose subject is the manager itself; the tier tests (fs, obj, p2p)
-        # build one only to carry their tier's events.
-        upstream=("tests/v1/kv_offload/tiering/test_tiering_offloading.py",
-                  "tests/v1/kv_offload/tiering/test_tier_poll_thread.py",
-                  "tests/v1/kv_offload/tiering/test_backpressure.py")),
-    # The Scheduler's encoder-input path: choosing a pass's encoder inputs (and the
-    # disable_chunked_mm_input roll-back, the drafter's shift, the duplicate and embed-count
-    # checks in it), allocating them, freeing an input once its tokens are computed, and the
-    # encoder-cache reset. Left out: _get_encoder_input_updates (only with the V2 model
-    # runner, which the offline Scheduler does not use), _make_scheduled_encoder_input_stats
-    # (logging only), and schedule() / _preempt_request / _free_request, mostly KV and queue
-    # bookkeeping whose encoder part is one call to the manager's free().
-    "vllm.v1.core.sched.scheduler:Scheduler": Subject(
-        harness=("fixtures/reproducers/test_scheduler_pass_vllm_unchunked_item.py",
-                 "properties/test_scheduler_pass_model.py",
-                 "properties/test_scheduler_pass_drafter.py",
-                 "properties/test_scheduler_pass_mamba.py",
-                 "properties/test_scheduler_pass.py"),
-        upstream=("tests/v1/core/test_scheduler.py",),
-        support=("tests/v1/core/utils.py", "tests/v1/core/test_prefix_caching.py",
-                 "tests/v1/kv_connector/unit/utils.py"),
-        warm=("sim.vllm.scheduler_pass:warm",),
-        methods=("_try_schedule_encoder_inputs", "_allocate_encoder_inputs",
-                 "_reject_on_encoder_cache_embed_mismatch", "_free_encoder_inputs",
-                 "_free_encoder_input", "reset_encoder_cache")),
-}
-
-# The prefix cache keeps its subjects in its own file.
-CLASSES.update(prefix_cache_subjects(Subject))
+# Each subsystem keeps its subjects in its own file (``lch/<s>_suites.py``).
+CLASSES: dict[str, Subject] = mutation_subjects(all_manifests())
 
 
 def subject(spec: str, harness: list[str], upstream: list[str]) -> Subject:

@@ -48,7 +48,7 @@ def test_a_citation_of_the_developer_notes_is_caught(source, bad):
 
 
 @pytest.mark.parametrize("source", [
-    '"""See ``docs/specs/encoder-cache.md`` and ``sim/vllm/compat.py``."""\n',
+    '"""See ``docs/specs/encoder-cache.md`` and ``sim/vllm/prefix_cache_compat.py``."""\n',
     '"""Every ``properties/*_machine.py``; records under ``results/<kind>/``."""\n',
     '"""Minimized by ``properties/run.py:minimize``; ``sim.outcomes.outside_label``."""\n',
     # vLLM's own paths are not the project's, even where a part of one matches a folder of ours

@@ -22,8 +22,9 @@ Named options keep older semantics checkable: ``pending_as_miss`` (the sliding-w
 before PR #46363 treated HIT_PENDING as a miss) and ``promotion_answers_retry`` (the seed's
 version of PR #46363 answered RETRY, not HIT_PENDING, when a promotion started). Releases
 before 0.33.0 meant other things on purpose, each an option too (the vllm adapter picks them
-per release, ``sim/vllm/compat.py: lookup_semantics``): ``pending_lookup`` (what a chunk whose
-write is in flight answers: MISS before 0.22.0, when "not ready" meant "not offloaded"),
+per release, ``sim/vllm/tiered_lookup_compat.py: model_semantics``): ``pending_lookup`` (what
+a chunk whose write is in flight answers: MISS before 0.22.0, when "not ready" meant "not
+offloaded"),
 ``answer_vocabulary`` (0.15-0.24's ``bool | None`` API says None for HIT_PENDING and RETRY
 alike: only the word changes, the scans still act on HIT_PENDING, so the window scan's old
 pessimism, fixed by PR #46363, stays a divergence), ``failed_store_events`` (a failed store's

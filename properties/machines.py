@@ -1,27 +1,28 @@
 """Subsystem -> its state machine, imported on first use (the hunt and the catalogue test
-look machines up here; each machine module also has its own pytest module)."""
+look machines up here; each machine module also has its own pytest module). Each subsystem's
+manifest (``sim/manifests/<s>.py``) names its machine."""
 
 from __future__ import annotations
 
 import importlib
 
 from properties.harness import HarnessMachine
+from sim.manifests import Subsystem, all_manifests, resolve
 
-MACHINES: dict[str, str] = {
-    "encoder_cache": "properties.encoder_cache_machine:EncoderCacheMachine",
-    "encoder_decoder_cache":
-        "properties.encoder_decoder_cache_machine:EncoderDecoderCacheMachine",
-    "offload_engine": "properties.offload_engine_machine:OffloadEngineMachine",
-    "scheduler_pass": "properties.scheduler_pass_machine:SchedulerPassMachine",
-    "secondary_tier": "properties.secondary_tier_machine:SecondaryTierMachine",
-    "tiered_lookup": "properties.tiered_lookup_machine:TieredLookupMachine",
-    "prefix_cache": "properties.prefix_cache_machine:PrefixCacheMachine",
-}
+
+def machines(manifests: tuple[Subsystem, ...]) -> dict[str, str]:
+    """Subsystem -> "module:Class" of its machine, by rank."""
+    return {m.name: m.machine for m in manifests}
+
+
+_MANIFESTS = {m.name: m for m in all_manifests()}
+MACHINES: dict[str, str] = machines(tuple(_MANIFESTS.values()))
 
 
 def machine_for(subsystem: str) -> type[HarnessMachine]:
-    module, _, name = MACHINES[subsystem].partition(":")
-    return getattr(importlib.import_module(module), name)
+    manifest = _MANIFESTS[subsystem]
+    # A machine the manifest misnames fails with the manifest's name and the fix.
+    return resolve(manifest, "machine", MACHINES[subsystem])  # type: ignore[return-value]
 
 
 def import_all_machines() -> None:

@@ -157,11 +157,12 @@ class SchedulerPassMachine(HarnessMachine):
             reject()
         if world.async_scheduling and not getattr(self.sched, "drives_async_scheduling", True):
             # A release whose async scheduler frees an input as soon as its tokens are
-            # scheduled (see compat.async_scheduler_cls): not the spec's.
+            # scheduled (see scheduler_pass_compat.async_scheduler_cls): not the spec's.
             self.recorder.note_missing("no AsyncScheduler holding inputs for pending samples")
             reject()
         if world.mamba_block_size and not getattr(self.sched, "drives_mamba", True):
-            # A release whose Mamba split follows other rules (see compat.mamba_align_split).
+            # A release whose Mamba split follows other rules (see
+            # scheduler_pass_compat.mamba_align_split).
             self.recorder.note_missing("no Mamba align-mode split of vLLM 0.33.0's rules")
             reject()
         if not getattr(self.sched, "can_preempt", True):

@@ -1,7 +1,8 @@
 """Every model option a release gets adopts a change upstream made on purpose, with its
 citation; none absorbs a bug fix (PR #46363's window scan stays a divergence on 0.22-0.24).
 
-No vLLM needed: ``compat.lookup_semantics`` is a table by release, and the model runs alone.
+No vLLM needed: ``tiered_lookup_compat.model_semantics`` is a table by release, and the model
+runs alone.
 """
 
 from __future__ import annotations
@@ -10,23 +11,23 @@ import pytest
 
 from models.tiered_lookup import TieredLookupModel
 from models.tiered_lookup_values import LookupResult
-from sim.vllm import compat
+from sim.vllm import tiered_lookup_compat
 
 # One release per family the adapters tell apart, 0.10.2 to 0.33.0.
 RELEASES = ["0.10.2", "0.11.0", "0.14.0", "0.15.0", "0.18.0", "0.20.0", "0.22.0", "0.23.0",
             "0.24.0", "0.25.0", "0.26.0", "0.28.0", "0.30.0", "0.32.0", "0.33.0"]
-OPTIONS = sorted({name for r in RELEASES for name in compat.lookup_semantics(r)})
+OPTIONS = sorted({name for r in RELEASES for name in tiered_lookup_compat.model_semantics(r)})
 
 
 def test_every_option_is_listed_with_its_citation():
-    assert OPTIONS, "lookup_semantics gives no release an option: the test checks nothing"
-    assert sorted(compat.MODEL_OPTIONS) == OPTIONS, \
-        "every option lookup_semantics returns has a MODEL_OPTIONS entry, and only those"
+    assert OPTIONS, "model_semantics gives no release an option: the test checks nothing"
+    assert sorted(tiered_lookup_compat.MODEL_OPTIONS) == OPTIONS, \
+        "every option model_semantics returns has a MODEL_OPTIONS entry, and only those"
 
 
 @pytest.mark.parametrize("option", OPTIONS)
 def test_option_cites_why_it_is_a_meaning_not_a_fix(option):
-    kind, citation = compat.MODEL_OPTIONS[option]
+    kind, citation = tiered_lookup_compat.MODEL_OPTIONS[option]
     assert kind in ("meaning", "vocabulary"), option
     # A release range and what justifies it (or that no upstream reason was found).
     assert any(c.isdigit() for c in citation) and len(citation) > 60, citation
@@ -43,7 +44,7 @@ def _pending_window_scan(options: dict) -> tuple[int, ...]:
 
 @pytest.mark.parametrize("release", ["0.22.0", "0.23.0", "0.24.0"])
 def test_the_fix_of_pr_46363_stays_a_divergence_where_the_release_lacks_it(release):
-    options = compat.lookup_semantics(release)
+    options = tiered_lookup_compat.model_semantics(release)
     # What the fixed scan looks up (0.25.0 on): the pending block completes the window.
     assert _pending_window_scan(options) == (2, 3)
     # What these releases' scan looks up (the catalogue's lookup-pending-as-miss): past it.

@@ -18,7 +18,7 @@ from properties.run import run_machine
 from sim import targets
 from sim.errors import AdapterError, HarnessError
 from sim.outcomes import ROOT, classify, property_of, where_arose
-from sim.vllm import compat
+from sim.vllm import tiered_lookup_compat
 
 
 def in_vllm(source: str, name: str):
@@ -40,10 +40,12 @@ def raised(call) -> BaseException:
 
 
 def test_an_error_inside_the_adapter_is_unavailable():
-    error = raised(lambda: compat.store_output(object()))    # no such field: adapter code
+    # No such field: adapter code.
+    error = raised(lambda: tiered_lookup_compat.store_output(object()))
     verdict = classify(error)
     assert verdict.kind == "unavailable"
-    assert verdict.where.startswith("sim/vllm/compat.py:") and "store_output" in verdict.where
+    assert verdict.where.startswith("sim/vllm/tiered_lookup_compat.py:")
+    assert "store_output" in verdict.where
 
 
 def test_a_wrong_call_shape_is_unavailable_even_when_the_callee_is_vllm():
@@ -75,6 +77,22 @@ def test_a_shape_error_no_caller_can_cause_is_vllm_s_own():
     assert classify(raised(lambda: on_argument().take(object()))).kind == "unavailable"
 
 
+def test_an_attribute_read_on_a_none_vllm_made_is_vllm_s_own():
+    """A None that vLLM's own code produced (a local it bound, a field of its own ``self``)
+    has no caller to blame: a mutant deleting the line that set it makes one. A None passed
+    in, or read off an argument, is still a possible call shape."""
+    local = in_vllm("def f(table, k):\n    state = table.get(k)\n    return state.rank\n", "f")
+    verdict = classify(raised(lambda: local({}, 1)))
+    assert verdict.kind == "divergence" and "the local 'state'" in verdict.why
+    field = in_vllm("class S:\n    def __init__(self):\n        self.manager = None\n"
+                    "    def step(self):\n        return self.manager.num_free()\n", "S")
+    verdict = classify(raised(lambda: field().step()))
+    assert verdict.kind == "divergence" and "its own field 'manager'" in verdict.why
+    off_argument = in_vllm("def f(request):\n    return request.spec.block_size\n", "f")
+    assert classify(raised(lambda: off_argument(SimpleNamespace(spec=None)))).kind \
+        == "unavailable"
+
+
 def test_vllm_raising_on_a_valid_call_is_a_divergence():
     crash = in_vllm("def f(d, k):\n    assert k in d, 'not ready'\n", "f")
     assert classify(raised(lambda: crash({}, 1))).kind == "divergence"
@@ -96,7 +114,8 @@ def test_library_frames_belong_to_their_caller():
     """numpy raising for the adapter is the adapter's error (the innermost frame of this
     repository or of vLLM decides)."""
     import numpy as np
-    error = raised(lambda: compat.chunk_index(SimpleNamespace(chunk_id=np.array([1, 2]))))
+    chunk = SimpleNamespace(chunk_id=np.array([1, 2]))
+    error = raised(lambda: tiered_lookup_compat.chunk_index(chunk))
     assert where_arose(error)[0] == "adapter"
 
 
@@ -228,8 +247,9 @@ FAST = settings(max_examples=5, stateful_step_count=3, database=None, deadline=N
 
 def test_an_adapter_error_mid_run_is_unavailable_with_the_call():
     def op():
-        compat.store_output(object())
-    with pytest.raises(AdapterError, match=r"failed in call\(\): AttributeError.*compat\.py"):
+        tiered_lookup_compat.store_output(object())
+    with pytest.raises(AdapterError,
+                       match=r"failed in call\(\): AttributeError.*tiered_lookup_compat\.py"):
         run_machine(machine_with(op), "native", FAST)
 
 
@@ -276,7 +296,8 @@ def test_records_name_the_outcome():
     assert (found["outcome"], found["property"], found["calls"]) == ("divergence",
                                                                      "slots-agree", 4)
     assert record(Unavailable("target vllm ... unavailable"))["outcome"] == "unavailable"
-    assert record(raised(lambda: compat.store_output(object())))["outcome"] == "unavailable"
+    adapter_error = raised(lambda: tiered_lookup_compat.store_output(object()))
+    assert record(adapter_error)["outcome"] == "unavailable"
     try:
         pytest.skip("absent: no kv_offload")
     except pytest.skip.Exception as skip:
@@ -297,3 +318,15 @@ def test_an_unavailable_target_fails_where_targets_are_required(monkeypatch):
     monkeypatch.delenv("LCH_REQUIRE_TARGETS")
     with pytest.raises(pytest.skip.Exception, match="vLLM is not installed"):
         unavailable("vllm", TargetUnavailable("vLLM is not installed"))
+
+
+def test_in_a_mutation_campaign_a_shape_error_inside_vllm_is_the_mutant_s(monkeypatch):
+    """``lch.mutants`` names the mutant its child runs: the unmutated class passed the same
+    calls on the same release, so no call can be shaped for another one."""
+    unpack = in_vllm("def f(table):\n    entry = table.get(1)\n    return [*entry]\n", "f")
+    assert classify(raised(lambda: unpack({}))).kind == "unavailable"
+    monkeypatch.setenv("LCH_MUTANT", "m110")
+    verdict = classify(raised(lambda: unpack({})))
+    assert verdict.kind == "divergence" and "mutant m110" in verdict.why
+    adapter = raised(lambda: tiered_lookup_compat.store_output(object()))
+    assert classify(adapter).kind == "unavailable"      # the adapter's own error still is

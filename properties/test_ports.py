@@ -12,17 +12,11 @@ import pytest
 from properties.run import unavailable
 from sim import targets
 from sim.errors import TargetUnavailable
+from sim.manifests import all_manifests
 from sim.ports import PORTS
 
-SMALL_CONFIGS = {
-    "encoder_cache": dict(cache_size=4),
-    "encoder_decoder_cache": dict(cache_size=4),
-    "scheduler_pass": dict(cache_size=4, token_budget=4, encoder_compute_budget=4),
-    "tiered_lookup": dict(num_chunks=2, secondary="memory"),
-    "offload_engine": dict(block_size=2, num_slots=1, num_layers=1, num_cpu_blocks=2),
-    "secondary_tier": dict(num_chunks=2, tier="fs"),
-    "prefix_cache": dict(num_blocks=4, block_size=2, max_model_len=8),
-}
+# Each subsystem's small world comes from its manifest (``small_world``).
+SMALL_CONFIGS = {m.name: m.small_world for m in all_manifests()}
 BASES = ["model", "native", "vllm"]
 
 

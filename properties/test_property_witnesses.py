@@ -26,6 +26,7 @@ from properties.machines import MACHINES
 from properties.witnesses import MUTANTS, SCENARIOS, TESTS
 from properties.witnesses.coverage import declared, declaring_machines, unwitnessed, witnesses
 from properties.witnesses.scenario import run_scenario
+from sim.manifests import vllm_suites as manifest_vllm_suites
 from sim.outcomes import ROOT, classify, property_of
 
 MUTANT_TESTS = "lch/test_mutant_witnesses.py"
@@ -110,12 +111,15 @@ def test_catalogue_witnesses_run_in_the_catalogue_test():
 
 
 def vllm_suites() -> list[str]:
-    """``VLLM_SUITES`` of the noxfile, read without importing nox."""
+    """``VLLM_SUITES`` of the noxfile, derived without importing nox: the manifests' suites
+    and the noxfile's cross-cutting ones (``lch/test_manifests.py`` checks the noxfile
+    derives it so)."""
     tree = ast.parse((ROOT / "noxfile.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "VLLM_SUITES":
-            return ast.literal_eval(node.value)
-    raise AssertionError("noxfile.py defines no VLLM_SUITES")
+        if (isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", "") == "CROSS_CUTTING_VLLM_SUITES"):
+            return manifest_vllm_suites(ast.literal_eval(node.value))
+    raise AssertionError("noxfile.py defines no CROSS_CUTTING_VLLM_SUITES")
 
 
 def test_mutant_and_test_witnesses_are_collected_where_they_run():
@@ -124,7 +128,8 @@ def test_mutant_and_test_witnesses_are_collected_where_they_run():
         assert (ROOT / path).exists(), path
     suites = [s.split("::")[0] for s in vllm_suites()]
     for path in [MUTANT_TESTS, *(t.nodeid.split("::")[0] for t in TESTS if t.vllm)]:
-        assert path in suites, f"{path} witnesses a property under vLLM: add it to VLLM_SUITES"
+        assert path in suites, (f"{path} witnesses a property under vLLM: add it to its "
+                                "subsystem manifest's vllm_suites (sim/manifests/)")
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                            "-p", "no:cacheprovider", "--target", "vllm", *files],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -2,9 +2,9 @@
 native target and vLLM's real Scheduler (``models/scheduler_pass_mamba.py`` states the rules).
 
 Every world here caches Mamba states per block of 4 tokens (vLLM's align mode). A release
-whose split follows other rules skips (``compat.mamba_align_split``). On vllm the worlds are
-outside what vLLM builds (a hand-built Mamba group beside OPT; vLLM computes a hybrid
-model's block from its pages: ``sim/vllm/hybrid_world.py``): these traces check that the
+whose split follows other rules skips (``scheduler_pass_compat.mamba_align_split``). On vllm
+the worlds are outside what vLLM builds (a hand-built Mamba group beside OPT; vLLM computes a
+hybrid model's block from its pages: ``sim/vllm/hybrid_world.py``): these traces check that the
 model and vLLM's two split functions agree, not what a deployment does.
 """
 

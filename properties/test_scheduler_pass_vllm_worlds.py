@@ -110,11 +110,11 @@ def test_an_encoder_decoder_build_that_fails_is_unavailable_not_absent(monkeypat
 
 def test_a_release_without_the_encoder_decoder_manager_is_absent(monkeypatch):
     vllm_pass()
-    from sim.vllm import compat
+    from sim.vllm import encoder_decoder_cache_compat
 
     def missing(module):
         raise CapabilityMissing("encoder-decoder cache: no EncoderDecoderCacheManager")
-    monkeypatch.setattr(compat, "encoder_decoder_manager_cls", missing)
+    monkeypatch.setattr(encoder_decoder_cache_compat, "encoder_decoder_manager_cls", missing)
     sched = targets.make("vllm", "scheduler_pass", cache_size=6, token_budget=6,
                          encoder_compute_budget=6, encoder_decoder=True)
     assert not sched.drives_encoder_decoder

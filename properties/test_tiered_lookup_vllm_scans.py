@@ -2,7 +2,8 @@
 ``_sliding_window_lookup``, called unbound on a stub ``self`` over scripted answer sequences
 (``docs/specs/tiered-lookup.md``): same result, same keys looked up, for any script.
 
-The script is written in the installed release's vocabulary (``compat.scripted_answer``):
+The script is written in the installed release's vocabulary
+(``tiered_lookup_compat.scripted_answer``):
 before 0.25.0 a lookup said True / False / None, so HIT_PENDING and RETRY were one answer
 (None, "retry later") and the model scans the script with HIT_PENDING read as RETRY. Before
 0.20.0 the connector had no scans of its own (it asked the manager for a prefix count,
@@ -24,19 +25,19 @@ from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_loo
 from models.tiered_lookup_values import LookupResult
 from properties.run import unavailable
 from sim.errors import CapabilityMissing, TargetUnavailable
-from sim.vllm import compat
+from sim.vllm import tiered_lookup_compat
 
 
 def vllm_scans():
     try:
-        base = compat.offload_base()
-        scans = compat.connector_scans()
+        base = tiered_lookup_compat.offload_base()
+        scans = tiered_lookup_compat.connector_scans()
     except CapabilityMissing as why:
         pytest.skip(f"absent: {why}")
     except TargetUnavailable as why:
         unavailable("vllm", why)
     if scans is None:
-        pytest.skip(f"absent: the connector has no scans before {compat.SCANS_FROM}")
+        pytest.skip(f"absent: the connector has no scans before {tiered_lookup_compat.SCANS_FROM}")
     return base, scans
 
 
@@ -45,8 +46,8 @@ scripts = st.lists(st.sampled_from(list(LookupResult)), max_size=8)
 
 def in_release_vocabulary(base, script: list[LookupResult]) -> list[LookupResult]:
     """The script as the installed release can say it (HIT_PENDING is RETRY before 0.25)."""
-    return [LookupResult[compat.lookup_answer(compat.scripted_answer(base, r.name))]
-            for r in script]
+    said = [tiered_lookup_compat.scripted_answer(base, r.name) for r in script]
+    return [LookupResult[tiered_lookup_compat.lookup_answer(answer)] for answer in said]
 
 
 def run_vllm(scan: str, script: list[LookupResult], window: int, initial: int | None):
@@ -55,19 +56,19 @@ def run_vllm(scan: str, script: list[LookupResult], window: int, initial: int | 
 
     def lookup(key, ctx):
         made.append(key)
-        return compat.scripted_answer(base, script[key].name)
+        return tiered_lookup_compat.scripted_answer(base, script[key].name)
 
     stub = SimpleNamespace(manager=SimpleNamespace(lookup=lookup),
                            _events_tracker=SimpleNamespace(record_lookup=lambda *a: None))
-    ctx = compat.request_context(base, "r0")
+    ctx = tiered_lookup_compat.request_context(base, "r0")
     keys = list(range(len(script)))
     if scan == "prefix":
-        result = compat.prefix_scan(scans, stub, keys, ctx)
+        result = tiered_lookup_compat.prefix_scan(scans, stub, keys, ctx)
     else:
         try:
-            result = compat.window_scan(scans, stub, keys, window, ctx, initial)
+            result = tiered_lookup_compat.window_scan(scans, stub, keys, window, ctx, initial)
         except CapabilityMissing:
-            result = compat.window_scan(scans, stub, keys, window, ctx, None)
+            result = tiered_lookup_compat.window_scan(scans, stub, keys, window, ctx, None)
             initial = None
     return result, tuple(made), initial
 

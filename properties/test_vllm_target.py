@@ -21,7 +21,7 @@ from properties.run import unavailable
 from properties.scenarios import agrees, holds
 from sim import targets
 from sim.errors import HarnessError, TargetUnavailable
-from sim.vllm import compat, release
+from sim.vllm import encoder_cache_compat, release
 from sim.vllm.encoder_cache import request_type
 
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
@@ -82,7 +82,7 @@ def test_reset_without_a_reset_method_makes_a_fresh_manager():
             self.cache_size, self.cached = cache_size, {"img0": {"r0"}}
 
     old = OldManager(cache_size=6)
-    fresh = compat.reset(old)
+    fresh = encoder_cache_compat.reset(old)
     assert fresh is not old and fresh.cache_size == 6
 
 

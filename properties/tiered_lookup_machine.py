@@ -76,9 +76,10 @@ def end_step(mgr):
         if not meant:
             return subject + ")"
         # The model side takes the meanings of the release the program ran on (an older
-        # release's options, ``compat.lookup_semantics``); the target is that release.
-        return ("# What the release meant (sim/vllm/compat.py lookup_semantics), for the "
-                f"model:\n    meant = {meant!r} if target == \"model\" else {{}}\n    "
+        # release's options, ``tiered_lookup_compat.model_semantics``); the target is that
+        # release.
+        return ("# What the release meant (sim/vllm/tiered_lookup_compat.py model_semantics), "
+                f"for the model:\n    meant = {meant!r} if target == \"model\" else {{}}\n    "
                 + subject + ", **meant)")
 
     @initialize(world=tiered_worlds())

@@ -11,8 +11,8 @@ A state machine's run ends in one of three outcomes, never confused:
 - ``unavailable``: the target could not be driven. The adapter (``sim/vllm/``) raised, or
   vLLM's code raised ``TypeError`` / ``AttributeError`` / ``NameError`` / ``ImportError``
   (the signs of a call shaped for another release: a missing keyword, a renamed field) on a
-  line the release ships, or the harness itself failed outside a property check. The report
-  names the call and error.
+  line the release ships, unless no caller could have caused it (``_own_fault``), or the
+  harness itself failed outside a property check. The report names the call and error.
 
 ``classify`` reads the traceback: the innermost frame of vLLM or of this repository is where
 the error arose. A frame belongs to what its *module* is, not to where its file resolves:
@@ -31,6 +31,7 @@ its type (``changed_lines``), so a pull request that makes vLLM raise is a findi
 from __future__ import annotations
 
 import difflib
+import dis
 import functools
 import os
 import re
@@ -44,6 +45,10 @@ HARNESS_PACKAGES = ("sim", "lch", "properties", "fixtures", "models")
 # Raised inside vLLM's own code, these mean "called with the wrong shape for this release"
 # (but see ``_own_fault``: some of them no caller can cause).
 SHAPE_ERRORS = (TypeError, AttributeError, NameError, ImportError)
+# Set by ``lch.mutants`` in the child that runs one mutant (its id). A campaign's unmutated
+# run passed with the same calls on the same release, so no call of the harness is shaped for
+# another release there: a shape error inside vLLM is the mutant's, like any other raise.
+MUTANT_ENV = "LCH_MUTANT"
 # The property a target breaks when it raises on a call the model accepts.
 NO_RAISE = "no-raise"
 VENV_PARTS = ("site-packages", "dist-packages")
@@ -201,6 +206,11 @@ def classify(error: BaseException) -> Verdict:
         own = _own_fault(error)
         if own:
             return Verdict("divergence", where, detail, own)
+        mutant = os.environ.get(MUTANT_ENV)
+        if mutant and isinstance(error, SHAPE_ERRORS) and not isinstance(error, ImportError):
+            return Verdict("divergence", where, detail,
+                           f"mutant {mutant} changed only method bodies, and the unmutated "
+                           "class ran these calls in this campaign: the shape is the mutant's")
         kind = "unavailable" if isinstance(error, SHAPE_ERRORS) else "divergence"
         return Verdict(kind, where, detail)
     if area in ("properties", "harness") and not isinstance(error, AssertionError):
@@ -215,9 +225,9 @@ def _own_fault(error: BaseException) -> str | None:
     raised (``self``: the class did not keep what its own methods read). None otherwise: a
     TypeError or an AttributeError on an argument may be a call shaped for another release."""
     tb = error.__traceback__
-    innermost = None
+    innermost, lasti = None, -1
     while tb is not None:
-        innermost, tb = tb.tb_frame, tb.tb_next
+        innermost, lasti, tb = tb.tb_frame, tb.tb_lasti, tb.tb_next
     if innermost is None or _place(innermost.f_globals.get("__name__") or "",
                                    Path(innermost.f_code.co_filename))[0] != "vllm":
         return None
@@ -226,6 +236,30 @@ def _own_fault(error: BaseException) -> str | None:
     if isinstance(error, AttributeError) and "self" in innermost.f_locals \
             and getattr(error, "obj", None) is innermost.f_locals["self"]:
         return "an attribute its own object lacks"
+    if isinstance(error, AttributeError) and getattr(error, "obj", 0) is None:
+        source = _none_source(innermost.f_code, lasti)
+        if source:
+            return f"an attribute read on None that vLLM's own code produced ({source})"
+    return None
+
+
+def _none_source(code, lasti: int) -> str | None:
+    """Where the None whose attribute vLLM read came from, when no caller could have put it
+    there: a local the function bound itself (not a parameter), or a field of its own
+    ``self``. None otherwise (a parameter, or a field of one, is the caller's to shape).
+    Read from the bytecode at the failing instruction: the traceback says which object was
+    None only as a type, and this is the one place that says which expression produced it."""
+    ops = list(dis.get_instructions(code))
+    at = next((i for i, op in enumerate(ops) if op.offset == lasti), None)
+    if at is None or at < 1 or ops[at].opname not in ("LOAD_ATTR", "LOAD_METHOD"):
+        return None
+    before = ops[at - 1]
+    parameters = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    if before.opname.startswith("LOAD_FAST") and before.argval not in parameters:
+        return f"the local {before.argval!r}"
+    if before.opname in ("LOAD_ATTR", "LOAD_METHOD") and at >= 2 \
+            and ops[at - 2].opname.startswith("LOAD_FAST") and ops[at - 2].argval == "self":
+        return f"its own field {before.argval!r}"
     return None
 
 

@@ -13,7 +13,7 @@ from models.encoder_cache_values import ReqView
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 from models.secondary_tier_values import JobDone
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
-from sim.prefix_cache_port import PrefixCachePort
+from sim.manifests import Subsystem, all_manifests, resolve
 
 
 class EncoderDecoderCachePort(Protocol):
@@ -147,12 +147,10 @@ class SecondaryTierPort(Protocol):
     def temp_files(self) -> int: ...
 
 
-PORTS: dict[str, type] = {
-    "encoder_cache": EncoderCachePort,
-    "encoder_decoder_cache": EncoderDecoderCachePort,
-    "scheduler_pass": SchedulerPassPort,
-    "tiered_lookup": TieredLookupPort,
-    "offload_engine": OffloadEnginePort,
-    "secondary_tier": SecondaryTierPort,
-    "prefix_cache": PrefixCachePort,
-}
+def ports(manifests: tuple[Subsystem, ...]) -> dict[str, type]:
+    """Subsystem -> its port, as its manifest names it (a port defined here is read from this
+    module, which is importing: every class above is already defined)."""
+    return {m.name: resolve(m, "port", m.port) for m in manifests}
+
+
+PORTS: dict[str, type] = ports(all_manifests())

@@ -5,7 +5,7 @@ the wall clock and are not under test here)."""
 
 from __future__ import annotations
 
-from sim.vllm import release
+from sim.vllm import release, secondary_tier_compat, tiered_lookup_compat
 
 
 class VllmDropPolicy:
@@ -28,7 +28,7 @@ class VllmDropPolicy:
                      num_blocks: int) -> bool:
         d = self.detector
         d.pressure = under_pressure
-        d.store_latency_ema, d._high = float(ema), float(high)   # vLLM 0.33.0: high water
+        secondary_tier_compat.set_store_latency(d, ema, high)
         # The detector's own entry point: its policy decides and it counts a refusal.
         return bool(d.should_store(num_blocks))
 
@@ -63,8 +63,7 @@ class VllmCascade:
             _spec(), self.primary.get_kv_memoryview(), "fs", root_dir=self.root,
             n_read_threads=0, n_write_threads=0,
             backpressure_detector=self.policies.detector)
-        self.tier._pool.shutdown()                 # vLLM 0.33.0: the I/O pool (no threads)
-        self.pool = self.tier._pool = ManualPool()
+        self.pool = secondary_tier_compat.replace_io_pool(self.tier, ManualPool())
         self.manager = tiering.TieringOffloadingManager(self.primary, [self.tier])
         self._ctx = self._base.ReqContext(req_id="r0")
         with self.manager.lock:
@@ -77,7 +76,8 @@ class VllmCascade:
         """Store ``keys`` in the primary; the keys of the cascade job it submitted to the tier
         (empty: dropped)."""
         d = self.policies.detector
-        d.pressure, d.store_latency_ema, d._high = under_pressure, float(ema), float(high)
+        d.pressure = under_pressure
+        secondary_tier_compat.set_store_latency(d, ema, high)
         before = set(self.pool.pending)
         vkeys = [self._key(k) for k in keys]
         with self.manager.lock:
@@ -87,7 +87,7 @@ class VllmCascade:
         return tuple(keys) if new else ()
 
     def ref_cnt(self, key: int) -> int | None:
-        chunk = self.primary._policy.get(self._key(key))   # vLLM 0.33.0: chunks in the policy
+        chunk = tiered_lookup_compat.chunk_status(self.primary, self._key(key))
         return None if chunk is None else int(chunk.ref_cnt)
 
     def pop_stores_dropped(self) -> tuple[int, int]:

@@ -2,7 +2,8 @@
 
 The adapter implements ``sim.ports.EncoderCachePort``: it takes our ``ReqView`` values,
 translates each into a duck-typed request exposing exactly what the manager reads
-(``request_id``, the items' hashes, their sizes; see ``compat.py`` for the spellings) and
+(``request_id``, the items' hashes, their sizes; see ``encoder_cache_compat.py`` for the
+spellings) and
 forwards the call. The translation is cached per ``ReqView``, so a step costs one dictionary
 lookup on top of vLLM's own work. Nothing else is wrapped: the counters the machine reads
 (``cache_size``, ``num_free_slots``, ``num_freeable_slots``) are the manager's own.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from models.encoder_cache_values import ReqView
-from sim.vllm import compat, release
+from sim.vllm import encoder_cache_compat, release
 
 
 class _Feature:
@@ -57,8 +58,8 @@ class VllmCacheManager:
         request_cls = release.import_module("vllm.v1.request").Request
         self.release = release.release()
         self.manager = manager_cls(cache_size=cache_size)
-        self._request_cls = request_type(compat.items_attribute(manager_cls),
-                                         compat.embeds_method(request_cls))
+        self._request_cls = request_type(encoder_cache_compat.items_attribute(manager_cls),
+                                         encoder_cache_compat.embeds_method(request_cls))
         self._requests: dict[ReqView, Any] = {}
 
     # The counters the machine reads are the manager's own attributes.
@@ -84,7 +85,7 @@ class VllmCacheManager:
 
     def can_allocate(self, request: ReqView, input_id: int, encoder_compute_budget: int,
                      num_embeds_to_schedule: int) -> bool:
-        return compat.can_allocate(self.manager, self.request(request), input_id,
+        return encoder_cache_compat.can_allocate(self.manager, self.request(request), input_id,
                                    encoder_compute_budget, num_embeds_to_schedule)
 
     def allocate(self, request: ReqView, input_id: int) -> None:
@@ -104,7 +105,7 @@ class VllmCacheManager:
         return set(self.manager.get_cached_input_ids(self.request(request)))
 
     def reset(self) -> None:
-        self.manager = compat.reset(self.manager)
+        self.manager = encoder_cache_compat.reset(self.manager)
 
 
 class VllmEncoderCache(VllmCacheManager):
@@ -119,12 +120,12 @@ class VllmEncoderCache(VllmCacheManager):
         return self.manager.num_freeable_slots
 
     def get_cached_num_encoder_embeds(self, request: ReqView, input_id: int) -> int | None:
-        return compat.cached_num_embeds(self.manager, self.request(request),
+        return encoder_cache_compat.cached_num_embeds(self.manager, self.request(request),
                                         request.mm_hash(input_id), input_id,
                                         request.num_embeds(input_id))
 
     def tracked_request_ids(self) -> set[str]:
-        return compat.tracked_request_ids(self.manager)
+        return encoder_cache_compat.tracked_request_ids(self.manager)
 
     def freeable_order(self) -> list[str]:
         """The unreferenced resident hashes, next to evict first (the manager's ``freeable``

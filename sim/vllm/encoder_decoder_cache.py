@@ -9,7 +9,7 @@ queries (``get_cached_num_encoder_embeds``) do not exist on it and are not part 
 
 from __future__ import annotations
 
-from sim.vllm import compat, release
+from sim.vllm import encoder_decoder_cache_compat, release
 from sim.vllm.encoder_cache import VllmCacheManager
 
 
@@ -19,7 +19,8 @@ class VllmEncoderDecoderCache(VllmCacheManager):
 
     def __init__(self, cache_size: int):
         module = release.import_module("vllm.v1.core.encoder_cache_manager")
-        super().__init__(cache_size, compat.encoder_decoder_manager_cls(module))
+        super().__init__(cache_size,
+                         encoder_decoder_cache_compat.encoder_decoder_manager_cls(module))
 
     def __repr__(self) -> str:
         return f"VllmEncoderDecoderCache(vllm=={self.release}, cache_size={self.cache_size})"

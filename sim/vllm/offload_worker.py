@@ -21,7 +21,8 @@ Where it runs:
   ``TargetUnavailable`` quoting the assertion vLLM raised, so the test is a skip with that
   exact reason (never a pass).
 
-Private fields touched are tagged ``# vLLM 0.33.0:``. Nothing of vLLM's code is copied here.
+The private fields it touches go through ``offload_engine_compat``. Nothing of vLLM's code is
+copied here.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import traceback
 from collections.abc import Sequence
 
 from sim.errors import TargetUnavailable
-from sim.vllm import release
+from sim.vllm import offload_engine_compat, release
 
 WORKER_MODULE = "vllm.v1.kv_offload.cpu.gpu_worker"
 
@@ -96,20 +97,13 @@ class VllmOffloadWorker:
         self.copy_op = _compiled_op_state()
         if self.copy_op != "torch.ops._C.swap_blocks_batch":
             self.copy_op = "torch-only stand-in for swap_blocks_batch (vllm._C did not load)"
-            for handler in self._handlers():
-                # vLLM 0.33.0: the handler keeps its chosen copy function in _swap_blocks_batch.
-                if getattr(handler._swap_blocks_batch, "__module__", "").startswith(
-                        "vllm._custom_ops"):
-                    handler._swap_blocks_batch = self._stand_in
-
-    def _handlers(self):
-        # vLLM 0.33.0: the worker's three handlers (store, load, expedited load).
-        w = self.worker
-        return (w._store_handler, w._load_handler, w._expedited_load_handler)
+            for handler in offload_engine_compat.transfer_handlers(self.worker):
+                copy = offload_engine_compat.copy_function(handler)
+                if getattr(copy, "__module__", "").startswith("vllm._custom_ops"):
+                    offload_engine_compat.set_copy_function(handler, self._stand_in)
 
     def _cpu(self):
-        # vLLM 0.33.0: the CPU tensor the store handler writes (one per GPU tensor).
-        return self.worker._store_handler.dst_tensors[0]
+        return offload_engine_compat.cpu_tensor(self.worker)
 
     def _stand_in(self, src, dst, sizes, is_src_access_order_any: bool = False) -> None:
         """Same contract as ``swap_blocks_batch``: copy ``sizes[i]`` bytes from address

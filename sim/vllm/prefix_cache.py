@@ -30,7 +30,7 @@ from models.prefix_cache_values import (
     Hit,
     PrefixRequest,
 )
-from sim.vllm import compat, prefix_cache_compat, release
+from sim.vllm import prefix_cache_compat, release, scheduler_pass_compat
 
 
 def _sha256(value: Any) -> bytes:
@@ -85,7 +85,7 @@ class VllmPrefixCache:
         cls = self._request_mod.Request
         req = cls(request_id=request.request_id, prompt_token_ids=list(request.prompt),
                   sampling_params=params, pooling_params=None, block_hasher=self._hasher,
-                  **compat.request_kwargs(cls))
+                  **scheduler_pass_compat.request_kwargs(cls))
         self.requests[request.request_id] = req
         self._learn(req)
 
@@ -217,8 +217,10 @@ class VllmPrefixCache:
 
 
 def _full_attention(kv: Any, block_size: int, dtype: Any) -> Any:
-    """A one-layer full-attention spec (``compat.attention_spec``'s) of ``block_size``."""
-    return dataclasses.replace(compat.attention_spec(kv, dtype), block_size=block_size)
+    """A one-layer full-attention spec (``scheduler_pass_compat.attention_spec``'s) of
+    ``block_size``."""
+    return dataclasses.replace(scheduler_pass_compat.attention_spec(kv, dtype),
+                               block_size=block_size)
 
 
 def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,

@@ -8,6 +8,12 @@ and caches the outcome, so the ~10 s import and a failed import each happen once
   ``LCH_REQUIRE_TARGETS=1``, as in ``nox -s vllm``, turns the skip into a failure).
 - a release before 0.10.2: ``HarnessError`` (the encoder cache was per request then, a
   different API with nothing for these suites to compare).
+
+The bottom of ``sim.vllm``: every subsystem's compat module asks it the release
+(``release()``, ``at_least``, ``parse_release``: the one place releases are read and
+compared), and it imports none of them (``pyproject.toml``'s contract for ``sim.vllm``). The
+one release difference it holds is its own: how a release is made to resolve its CPU platform
+(``select_cpu_platform``).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -36,6 +43,12 @@ def parse_release(text: str) -> tuple[int, int, int]:
         raise HarnessError(f"cannot read vLLM release {text!r}; give one such as 0.33.0")
     major, minor, patch = match.groups()
     return int(major), int(minor), int(patch or 0)
+
+
+def at_least(since: str, found: str | None = None) -> bool:
+    """Whether release ``found`` (the installed one by default) is ``since`` or later: the one
+    comparison of releases the compat modules make, so each reads as its tag does."""
+    return parse_release(release() if found is None else found) >= parse_release(since)
 
 
 def check_supported(release: str) -> None:
@@ -96,9 +109,34 @@ def _import_vllm() -> ModuleType:
         raise _import_failed("vllm", error) from None
     check_supported(release())
     if os.environ["VLLM_TARGET_DEVICE"] == "cpu":
-        from sim.vllm import compat
-        compat.select_cpu_platform(importlib.import_module("vllm.platforms"))
+        select_cpu_platform(importlib.import_module("vllm.platforms"))
     return vllm
+
+
+def select_cpu_platform(platforms: ModuleType) -> None:
+    """Make vLLM resolve its CPU platform (``vllm.platforms``), before or after ``import vllm``.
+
+    # vLLM >=0.28.0: ``VLLM_TARGET_DEVICE=cpu`` selects it (``cpu_platform_plugin`` reads it).
+    # vLLM 0.10.2-0.27.x: the CPU platform is detected only for a CPU build (a ``cpu`` version
+    #   suffix) or on macOS; the CUDA wheel on a machine without a GPU resolves
+    #   ``UnspecifiedPlatform`` and ``VllmConfig`` fails "Failed to infer device type". The
+    #   harness drives the CPU build's platform class instead, as that build would. Up to
+    #   0.2x the platform is resolved lazily (set it before anything asks); later releases
+    #   resolve it while ``import vllm`` runs, so modules that bound ``current_platform`` by
+    #   name are re-bound too (0.26.0).
+    """
+    if "VLLM_TARGET_DEVICE" in inspect.getsource(platforms.cpu_platform_plugin):
+        return
+    current = platforms._current_platform
+    if current is not None and type(current).__name__ != "UnspecifiedPlatform":
+        return
+    from vllm.platforms.cpu import CpuPlatform
+    cpu = platforms._current_platform = CpuPlatform()
+    if current is None:
+        return
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm") and getattr(module, "current_platform", None) is current:
+            module.current_platform = cpu
 
 
 def release() -> str:

@@ -32,7 +32,7 @@ builds). Through
 the worker, the drafter reads that many tokens past each chunk, up to the first embed of
 an item whose output the worker will not hold: vLLM's drafter falls back to token embeddings
 there. Releases that shift under other rules report the world missing
-(``compat.prefill_lookahead_attribute``).
+(``scheduler_pass_compat.prefill_lookahead_attribute``).
 An item's ``is_embed`` mask goes to ``PlaceholderRange.is_embed`` as a torch bool tensor; the
 worker maps scheduled positions to rows of the encoder output through the range's own
 ``get_embeds_indices_in_range``, as vLLM's GPU model runner does.
@@ -97,7 +97,13 @@ from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutput
 from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
 from sim.engine_turn import engine_turn
 from sim.errors import CapabilityMissing, HarnessError
-from sim.vllm import compat, release, scheduler_world
+from sim.vllm import (
+    encoder_cache_compat,
+    encoder_decoder_cache_compat,
+    release,
+    scheduler_pass_compat,
+    scheduler_world,
+)
 
 MAX_MODEL_LEN = 4096
 MAX_NUM_SEQS = 16
@@ -258,7 +264,7 @@ def _vllm_config(encoder_decoder: bool = False, token_budget: int = MAX_MODEL_LE
         max_num_seqs=max_num_seqs(token_budget), max_num_batched_tokens=token_budget,
         max_model_len=max_model_len, enable_chunked_prefill=True,
         is_encoder_decoder=model_config.is_encoder_decoder,
-        **compat.scheduler_config_kwargs(config_mod.SchedulerConfig,
+        **scheduler_pass_compat.scheduler_config_kwargs(config_mod.SchedulerConfig,
                                          disable_chunked_mm_input, scheduler_cls))
     cache_config = config_mod.CacheConfig(block_size=16, gpu_memory_utilization=0.9,
                                           cache_dtype="auto", enable_prefix_caching=False)
@@ -297,7 +303,7 @@ def _kv_cache_config(mamba_block_size: int = 0) -> Any:
     beside it, cached per block ("align"), both of that block size."""
     import torch
     kv = release.import_module("vllm.v1.kv_cache_interface")
-    spec = compat.attention_spec(kv, torch.float32)
+    spec = scheduler_pass_compat.attention_spec(kv, torch.float32)
     if not mamba_block_size:
         return kv.KVCacheConfig(num_blocks=1000, kv_cache_tensors=[],
                                 kv_cache_groups=[kv.KVCacheGroupSpec(["layer"], spec)])
@@ -332,7 +338,7 @@ class VllmSchedulerPass:
         # Where the release has no async scheduler of the spec's kind the machine reports
         # the world absent (it never runs the world on the synchronous one).
         self.async_scheduling = self.drives_async_scheduling = async_scheduling and \
-            compat.async_scheduler_cls(
+            scheduler_pass_compat.async_scheduler_cls(
                 release.import_module("vllm.v1.core.sched.scheduler")) is not None
         self.read_ahead, self.drives_read_ahead = 0, True
         # Why a result of this world is outside what vLLM builds (``scheduler_world``): the
@@ -345,7 +351,7 @@ class VllmSchedulerPass:
             # Absent only where the release lacks the class; a build that fails is
             # unavailable, with its error (``targets.make`` turns it into AdapterError).
             try:
-                compat.encoder_decoder_manager_cls(
+                encoder_decoder_cache_compat.encoder_decoder_manager_cls(
                     release.import_module("vllm.v1.core.encoder_cache_manager"))
             except CapabilityMissing as why:
                 self.drives_encoder_decoder, self.encoder_decoder = False, False
@@ -359,7 +365,7 @@ class VllmSchedulerPass:
         self.drives_mamba = True
         if mamba_block_size:
             try:
-                compat.mamba_align_split(
+                scheduler_pass_compat.mamba_align_split(
                     release.import_module("vllm.v1.core.sched.scheduler").Scheduler)
             except CapabilityMissing as why:
                 self.drives_mamba, self.why_no_mamba = False, str(why)
@@ -395,7 +401,7 @@ class VllmSchedulerPass:
         draft token is proposed or verified, no lookahead KV slot is reserved, the KV
         manager keeps no re-prefillable tail (prefix caching is off here anyway)."""
         try:
-            attribute = compat.prefill_lookahead_attribute(self.scheduler)
+            attribute = scheduler_pass_compat.prefill_lookahead_attribute(self.scheduler)
         except CapabilityMissing as why:
             self.drives_read_ahead, self.why_no_read_ahead = False, str(why)
             return
@@ -406,7 +412,8 @@ class VllmSchedulerPass:
                disable_chunked_mm_input: bool, ec_cached_mm_hashes: frozenset[str],
                encoder_decoder: bool, mamba_block_size: int = 0) -> None:
         sched_mod = release.import_module("vllm.v1.core.sched.scheduler")
-        async_cls = compat.async_scheduler_cls(sched_mod) if self.async_scheduling else None
+        async_cls = (scheduler_pass_compat.async_scheduler_cls(sched_mod)
+                     if self.async_scheduling else None)
         vllm_config = _vllm_config(
             encoder_decoder, token_budget, disable_chunked_mm_input and not encoder_decoder,
             None if async_cls is None else f"{async_cls.__module__}.{async_cls.__qualname__}")
@@ -427,18 +434,19 @@ class VllmSchedulerPass:
             inputs=release.import_module("vllm.multimodal.inputs"),
             sampling=release.import_module("vllm.sampling_params"),
             outputs=release.import_module("vllm.v1.outputs"))
-        self.drives_ec_connector = bool(ec_cached_mm_hashes) and compat.ec_connector_per_item()
+        self.drives_ec_connector = (bool(ec_cached_mm_hashes)
+                                    and scheduler_pass_compat.ec_connector_per_item())
         # The config is shared by every target of the process: the connector is named only
         # while this Scheduler is built (it reads ec_transfer_config in __init__ alone).
         if self.drives_ec_connector:
             vllm_config.ec_transfer_config = _ec_transfer_config()
-        scheduler_cls = compat.scheduler_cls(vllm_config.scheduler_config, sched_mod)
+        scheduler_cls = scheduler_pass_compat.scheduler_cls(vllm_config.scheduler_config, sched_mod)
         try:
             self.scheduler = scheduler_cls(
                 vllm_config=vllm_config, kv_cache_config=_kv_cache_config(mamba_block_size),
                 log_stats=False,
                 structured_output_manager=structured.StructuredOutputManager(vllm_config),
-                **compat.scheduler_kwargs(sched_mod.Scheduler, block_size),
+                **scheduler_pass_compat.scheduler_kwargs(sched_mod.Scheduler, block_size),
                 **({"mm_registry": _StubAudioRegistry()} if encoder_decoder else {}))
         finally:
             vllm_config.ec_transfer_config = None
@@ -451,8 +459,8 @@ class VllmSchedulerPass:
         # (``scheduler_world.encoder_budgets``).
         ecm = release.import_module("vllm.v1.core.encoder_cache_manager")
         self.scheduler.max_num_encoder_input_tokens = encoder_compute_budget
-        self.scheduler.encoder_cache_manager = compat.make_manager(
-            compat.encoder_decoder_manager_cls(ecm) if encoder_decoder
+        self.scheduler.encoder_cache_manager = encoder_cache_compat.make_manager(
+            encoder_decoder_cache_compat.encoder_decoder_manager_cls(ecm) if encoder_decoder
             else ecm.EncoderCacheManager, cache_size, vllm_config)
         self.release = release.release()
         self.worker = EncoderWorker()
@@ -485,22 +493,22 @@ class VllmSchedulerPass:
 
     @property
     def counts_embeds(self) -> bool:
-        return compat.counts_embeds(self._mods.request.Request,
+        return encoder_cache_compat.counts_embeds(self._mods.request.Request,
                                     self._mods.inputs.PlaceholderRange)
 
     @property
     def can_preempt(self) -> bool:
-        return compat.can_preempt(self.scheduler)
+        return scheduler_pass_compat.can_preempt(self.scheduler)
 
     @property
     def refuses_reused_identifier(self) -> bool:
-        return compat.refuses_reused_identifier(self.scheduler)
+        return scheduler_pass_compat.refuses_reused_identifier(self.scheduler)
 
     def preempt_request(self, request_id: str) -> None:
-        compat.preempt(self.scheduler, self.scheduler.requests[request_id])
+        scheduler_pass_compat.preempt(self.scheduler, self.scheduler.requests[request_id])
 
     def reset_encoder_cache(self) -> None:
-        compat.reset_encoder_cache(self.scheduler)
+        scheduler_pass_compat.reset_encoder_cache(self.scheduler, encoder_cache_compat.reset)
         self.worker.encoder_cache.clear()          # the model runner's part of the reset
 
     def schedule(self) -> SchedulerOutputView:
@@ -518,8 +526,8 @@ class VllmSchedulerPass:
             loaded_encoder_inputs=dict(meta.loads) if meta is not None else {})
         # What the runner samples is fixed now: a request left inside its prompt samples
         # nothing (under async scheduling a later pass moves it on before the update).
-        sampled = [[] if compat.mid_prefill(self.scheduler.requests[rid]) else [SAMPLED_TOKEN]
-                   for rid in view.num_scheduled_tokens]
+        sampled = [[] if scheduler_pass_compat.mid_prefill(self.scheduler.requests[rid])
+                   else [SAMPLED_TOKEN] for rid in view.num_scheduled_tokens]
         self._in_flight.append((out, view, before, sampled))
         return view
 
@@ -535,7 +543,7 @@ class VllmSchedulerPass:
                 span = feature.mm_position
                 at = position - span.offset
                 if 0 <= at < span.length and feature.identifier not in resident:
-                    lo, hi = compat.embeds_in_range(span, at, at + 1)
+                    lo, hi = encoder_cache_compat.embeds_in_range(span, at, at + 1)
                     if hi > lo:
                         return position - start
         return self.read_ahead
@@ -566,7 +574,7 @@ class VllmSchedulerPass:
             for item, feature in zip(self._requests[rid].items, features, strict=True):
                 if item.end <= start or item.offset >= stop:
                     continue
-                lo, hi = compat.embeds_in_range(
+                lo, hi = encoder_cache_compat.embeds_in_range(
                     feature.mm_position, max(start, item.offset) - item.offset,
                     min(stop, item.end) - item.offset)
                 if lo == hi:
@@ -585,7 +593,7 @@ class VllmSchedulerPass:
             raise HarnessError("update_from_output applies the oldest output in flight first")
         out, _, _, sampled = self._in_flight.popleft()
         ids = list(output.num_scheduled_tokens)
-        runner_output = compat.runner_output(self._mods.outputs, ids, sampled)
+        runner_output = scheduler_pass_compat.runner_output(self._mods.outputs, ids, sampled)
         open_before = set(self.scheduler.requests)
         self.scheduler.update_from_output(out, runner_output)
         gone = open_before - set(self.scheduler.requests)
@@ -655,7 +663,7 @@ class VllmSchedulerPass:
         return request_cls(
             request_id=request.request_id, prompt_token_ids=[0] * request.prompt_len,
             sampling_params=params, pooling_params=None, mm_features=features or None,
-            **compat.request_kwargs(request_cls))
+            **scheduler_pass_compat.request_kwargs(request_cls))
 
     def __repr__(self) -> str:
         return f"VllmSchedulerPass(vllm=={self.release})"

@@ -16,7 +16,7 @@ Made deterministic without changing vLLM's code paths:
 The harness plays the GPU worker (it writes a key's bytes into a primary chunk) and the rest
 of the world (it deletes or truncates files behind the tier's back). Keys are our small
 integers; vLLM sees ``make_offload_key(i.to_bytes(8, "big"), 0)``, so a file's name says its
-key. Private fields used here are tagged ``# vLLM 0.33.0:``.
+key. The private fields it reaches go through ``secondary_tier_compat``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from models.secondary_tier_values import (
 from models.tiered_lookup_values import LookupResult
 from sim.errors import HarnessError
 from sim.faults import FaultyOS
-from sim.vllm import release
+from sim.vllm import release, secondary_tier_compat
 
 PRESENT = "present"
 
@@ -92,11 +92,7 @@ class _InlineQueue:
         feed = queue.SimpleQueue()
         feed.put(batch)
         feed.put(None)
-        self.lookups._lookup_queue = feed          # vLLM 0.33.0: the worker's input queue
-        try:
-            self.lookups._worker()
-        finally:
-            self.lookups._lookup_queue = self
+        secondary_tier_compat.run_lookup_worker(self.lookups, feed, restore=self)
 
     put_nowait = put
 
@@ -147,12 +143,9 @@ class VllmSecondaryTier:
             io.os = self.os                        # the tier's I/O sees the faults
             self.mgr = fs.FileSystemTierManager(_spec(), view, "fs", root_dir=self.root,
                                                 n_read_threads=0, n_write_threads=0)
-            self.mgr._pool.shutdown()              # vLLM 0.33.0: the I/O pool (no threads)
-            self.pool = self.mgr._pool = ManualPool()
-            lookups = self.mgr._lookup_manager     # vLLM 0.33.0: the async lookup manager
-            lookups._lookup_queue.put(None)
-            lookups._thread.join()
-            lookups._lookup_queue = _InlineQueue(lookups)
+            self.pool = secondary_tier_compat.replace_io_pool(self.mgr, ManualPool())
+            lookups = secondary_tier_compat.lookup_manager(self.mgr)
+            secondary_tier_compat.stop_lookup_thread(lookups, _InlineQueue(lookups))
         elif tier == "example":
             example = release.import_module("vllm.v1.kv_offload.tiering.example.manager")
             self.mgr = example.ExampleSecondaryTierManager(_spec(), view, "example")
@@ -273,4 +266,4 @@ def forget_temp_name() -> None:
     thread-local ``_{random 63-bit}.tmp`` drawn once per thread), as a freshly started
     process has none: a forked child otherwise inherits its parent's suffix."""
     io = release.import_module("vllm.v1.kv_offload.tiering.fs.io")
-    io._thread_local.__dict__.pop("tmp_suffix", None)
+    secondary_tier_compat.forget_temp_suffix(io)

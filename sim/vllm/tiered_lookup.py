@@ -4,7 +4,8 @@ stub ``self`` (``docs/specs/tiered-lookup.md``, "How the vllm target drives vLLM
 
 - ``secondary="none"``: ``CPUOffloadingManager`` (LRU, or ARC: ``eviction_policy``) alone,
   with one request per slot of ``requests`` running at once, each with its own ``ReqContext``
-  carrying its keys' positions as the connector records them (``compat.set_key_positions``);
+  carrying its keys' positions as the connector records them
+  (``tiered_lookup_compat.set_key_positions``);
   ``use_request`` picks the request that makes the next calls; ``finish_request`` ends it
   (``on_request_finished``) and starts the next one in its slot with a fresh context.
 - ``secondary="memory"`` / ``"probe"``: ``TieringOffloadingManager`` over a
@@ -19,8 +20,9 @@ The harness plays the GPU worker: a successful ``complete_store`` writes the key
 the chunk vLLM chose in ``prepare_store``; ``read_chunk`` reads the chunk the manager reports
 for the key. Keys are our small integers; vLLM sees ``make_offload_key(i.to_bytes(8, "big"),
 0)`` (the hash bytes alone before 0.20.0). Every call whose shape differs between releases
-goes through one function of ``compat.py`` (the CPU manager from 0.11.0, the tiering manager
-from 0.22.0, the connector's scans from 0.20.0; before, the manager's own prefix count).
+goes through one function of ``tiered_lookup_compat.py`` (the CPU manager from 0.11.0, the
+tiering manager from 0.22.0, the connector's scans from 0.20.0; before, the manager's own
+prefix count).
 """
 
 from __future__ import annotations
@@ -28,14 +30,14 @@ from __future__ import annotations
 import contextlib
 import mmap
 from collections.abc import Sequence
-from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
 from models.tiered_lookup_stats import CacheStats
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 from sim.errors import HarnessError
-from sim.vllm import compat, release
+from sim.vllm import release, tiered_lookup_compat
 
 CHUNK_WORDS = 4
 CHUNK_BYTES = mmap.PAGESIZE
@@ -57,20 +59,20 @@ class _Region:
 
 def lookup_api():
     """The offload value types' module (``base``, or ``abstract`` before 0.21.0)."""
-    return compat.offload_base()
+    return tiered_lookup_compat.offload_base()
 
 
 def _manual_tier_class():
     """A ``SecondaryTierManager`` whose jobs the test completes (defined on first use: the
     base class is vLLM's, and its abstract methods changed names across releases)."""
-    base = compat.offload_base()
-    tiering = compat.tiering_base()
+    base = tiered_lookup_compat.offload_base()
+    tiering = tiered_lookup_compat.tiering_base()
 
     class ManualTier(tiering.SecondaryTierManager):
         medium = getattr(base, "Medium", None) and base.Medium.CPU
         tolerates_off_thread_polling = False
         # Not the primary's HOST: a hit this tier supplied must be told from a primary hit.
-        cache_hit_source = compat.tier_hit_source()
+        cache_hit_source = tiered_lookup_compat.tier_hit_source()
 
         def __init__(self, view: memoryview, probe: bool, released: list[str]):
             super().__init__(None, view, "manual")
@@ -84,12 +86,12 @@ def _manual_tier_class():
 
         def lookup(self, key, req_context):
             if not self.probe:
-                return compat.tier_answer(base, key in self.copies)
+                return tiered_lookup_compat.tier_answer(base, key in self.copies)
             if key in self.probe_answer:
-                return compat.tier_answer(base, self.probe_answer.pop(key))
+                return tiered_lookup_compat.tier_answer(base, self.probe_answer.pop(key))
             if key not in self.probe_queue:
                 self.probe_queue.append(key)
-            return compat.tier_answer(base, None)
+            return tiered_lookup_compat.tier_answer(base, None)
 
         def submit_store(self, job_metadata) -> None:
             self.queued[job_metadata.job_id] = job_metadata
@@ -101,7 +103,8 @@ def _manual_tier_class():
             """Copy the job's keys, except those in ``failed`` (an I/O error on them)."""
             job = self.queued.pop(job_id)
             copied = []
-            for key, chunk_id in zip(job.keys, compat.job_chunk_ids(job), strict=True):
+            chunk_ids = tiered_lookup_compat.job_chunk_ids(job)
+            for key, chunk_id in zip(job.keys, chunk_ids, strict=True):
                 if key in failed:
                     continue
                 copied.append(key)
@@ -109,7 +112,8 @@ def _manual_tier_class():
                     self.rows[int(chunk_id)] = self.copies[key]
                 else:
                     self.copies[key] = self.rows[int(chunk_id)].copy()
-            self.finished.append(compat.job_result(tiering, job_id, copied, len(job.keys)))
+            self.finished.append(
+                tiered_lookup_compat.job_result(tiering, job_id, copied, len(job.keys)))
 
         def get_finished_jobs(self):
             done, self.finished = self.finished, []
@@ -157,7 +161,7 @@ class VllmTieredLookup:
                  preloaded: Sequence[int] = (), polled: bool = False,
                  requests: Sequence[Sequence[int]] = (), enable_events: bool = True,
                  unpositioned: Sequence[int] = ()):
-        self._base = compat.offload_base()
+        self._base = tiered_lookup_compat.offload_base()
         self.release = release.release()
         self.num_chunks = num_chunks
         self.secondary = secondary
@@ -166,16 +170,17 @@ class VllmTieredLookup:
             raise HarnessError("the harness drives ARC and the store threshold on the CPU "
                                "manager alone (secondary=\"none\")")
         if secondary == "none":
-            self.manager = compat.primary_manager(
+            self.manager = tiered_lookup_compat.primary_manager(
                 num_chunks, eviction_policy, enable_events, store_threshold=store_threshold,
                 max_tracker_size=max_tracker_size)
-            self.primary = compat.backing(self.manager)     # behind 0.18-0.21's store filter
+            # Behind 0.18-0.21's store filter.
+            self.primary = tiered_lookup_compat.backing(self.manager)
             self._chunks = np.zeros((num_chunks, CHUNK_BYTES), dtype=np.uint8)
         elif secondary in ("memory", "probe"):
-            manager = compat.tiering_manager_module()
+            manager = tiered_lookup_compat.tiering_manager_module()
             cls = manager.CPUPrimaryTierOffloadingManager
             self._released: list[str] = []
-            self.primary = cls(**{compat.count_kwarg(cls): num_chunks},
+            self.primary = cls(**{tiered_lookup_compat.count_kwarg(cls): num_chunks},
                                mmap_region=_Region(num_chunks, self._released),
                                enable_events=True)
             view = self.primary.get_kv_memoryview()
@@ -184,14 +189,14 @@ class VllmTieredLookup:
             # A tier that serves peers asks to be polled between steps too: the manager then
             # runs its tier-poll thread (vLLM 0.33.0), which takes the manager's lock.
             self.tier.tolerates_off_thread_polling = polled
-            self.manager = compat.tiering_manager(manager, self.primary, [self.tier])
+            self.manager = tiered_lookup_compat.tiering_manager(manager, self.primary, [self.tier])
         else:
             raise HarnessError(f"unknown secondary tier {secondary!r}")
         if preloaded and self.tier is None:
             raise HarnessError("preloaded keys need a secondary tier to hold them")
-        self._scans = compat.connector_scans()
-        self.missing_calls = compat.missing_offload_calls(self.manager, self._scans)
-        self.model_options = compat.lookup_semantics(self.release)
+        self._scans = tiered_lookup_compat.connector_scans()
+        self.missing_calls = tiered_lookup_compat.missing_offload_calls(self.manager, self._scans)
+        self.model_options = tiered_lookup_compat.model_semantics(self.release)
         self._keys: dict[int, object] = {}
         self._ints: dict[object, int] = {}
         self._requests = 0
@@ -209,13 +214,13 @@ class VllmTieredLookup:
             self.tier.copies[self._key(i)] = row
 
     def _start_request(self, slot: int):
-        ctx = compat.request_context(self._base, f"r{self._requests}")
+        ctx = tiered_lookup_compat.request_context(self._base, f"r{self._requests}")
         self._requests += 1
         if slot not in self._unpositioned:          # a peer's read carries no positions
-            compat.set_key_positions(ctx, {self._key(k): 16 * (i + 1)
+            tiered_lookup_compat.set_key_positions(ctx, {self._key(k): 16 * (i + 1)
                                            for i, k in enumerate(self._chains[slot])})
         with self._locked():
-            self._policies[slot] = compat.start_request(self.manager, ctx)
+            self._policies[slot] = tiered_lookup_compat.start_request(self.manager, ctx)
         return ctx
 
     def use_request(self, slot: int) -> None:
@@ -243,7 +248,7 @@ class VllmTieredLookup:
 
     def _key(self, i: int):
         if i not in self._keys:
-            key = compat.offload_key(self._base, i)
+            key = tiered_lookup_compat.offload_key(self._base, i)
             self._keys[i], self._ints[key] = key, i
         return self._keys[i]
 
@@ -251,20 +256,20 @@ class VllmTieredLookup:
         return [self._key(i) for i in keys]
 
     def _chunk(self, i: int):
-        return compat.chunk_status(self.primary, self._key(i))
+        return tiered_lookup_compat.chunk_status(self.primary, self._key(i))
 
     # -- observables ------------------------------------------------------------------------
 
     @property
     def num_free_chunks(self) -> int:
-        return compat.num_free_chunks(self.primary)
+        return tiered_lookup_compat.num_free_chunks(self.primary)
 
     def ref_cnt(self, key: int) -> int | None:
         chunk = self._chunk(key)
         return None if chunk is None else int(chunk.ref_cnt)
 
     def arc_memory(self) -> tuple[tuple[int, ...], tuple[int, ...], float] | None:
-        memory = compat.arc_memory(self.primary)
+        memory = tiered_lookup_compat.arc_memory(self.primary)
         if memory is None:
             return None
         b1, b2, target = memory
@@ -279,7 +284,7 @@ class VllmTieredLookup:
         what it answers, or raises, as the check's text."""
         count = sum(self.ref_cnt(k) == 0 for k in self._keys)
         try:
-            order = compat.eviction_order(self.primary, count)
+            order = tiered_lookup_compat.eviction_order(self.primary, count)
         except Exception as error:  # noqa: BLE001 - the policy's own failure, reported
             return f"evict({count}) raised {type(error).__name__}: {error}"
         if order is None:
@@ -291,7 +296,7 @@ class VllmTieredLookup:
         written chunk; what it answers, or raises, as the check's text."""
         count = sum(self.ref_cnt(k) not in (None, -1) for k in self._keys)
         try:
-            order = compat.recency_order(self.primary, self._keys.values())
+            order = tiered_lookup_compat.recency_order(self.primary, self._keys.values())
         except Exception as error:  # noqa: BLE001 - the policy's own failure, reported
             return f"evict({count}) with no reader raised {type(error).__name__}: {error}"
         if order is None:
@@ -302,7 +307,7 @@ class VllmTieredLookup:
         chunk = self._chunk(key)
         if chunk is None or chunk.ref_cnt < 0:
             return None
-        row = _words(self._chunks[compat.chunk_index(chunk)])
+        row = _words(self._chunks[tiered_lookup_compat.chunk_index(chunk)])
         owner = (row[0] - 1) // CHUNK_WORDS
         return owner if owner >= 0 and row == _payload(owner) else -1
 
@@ -320,10 +325,11 @@ class VllmTieredLookup:
 
     def prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
         with self._locked():
-            out = compat.keyed_call(self.manager, "prepare_store", self._vkeys(keys), self._ctx)
+            out = tiered_lookup_compat.keyed_call(self.manager, "prepare_store",
+                                                  self._vkeys(keys), self._ctx)
         if out is None:
             return None
-        to_store, evicted, chunk_ids = compat.store_output(out)
+        to_store, evicted, chunk_ids = tiered_lookup_compat.store_output(out)
         stored = tuple(self._ints[k] for k in to_store)
         for i, chunk_id in zip(stored, chunk_ids, strict=True):
             self._store_chunk[i] = chunk_id
@@ -338,8 +344,8 @@ class VllmTieredLookup:
         # The connector passes ``success`` only for a failed store (the default is success).
         outcome = {} if success else {"success": False}
         with self._locked():
-            compat.keyed_call(self.manager, "complete_store", self._vkeys(keys), self._ctx,
-                              **outcome)
+            tiered_lookup_compat.keyed_call(self.manager, "complete_store", self._vkeys(keys),
+                                            self._ctx, **outcome)
 
     def get_stats(self) -> CacheStats:
         """The manager's metrics payload and static facts, as counts of chunks."""
@@ -347,7 +353,7 @@ class VllmTieredLookup:
             stats = self.manager.get_stats()
             info = self.manager.config_info()
         types, values = stats.metric_sections()
-        names = compat.cpu_metric_names()
+        names = tiered_lookup_compat.cpu_metric_names()
 
         def gauge(name: str) -> int:
             return round(values[names[name]][()] * self.num_chunks)
@@ -360,30 +366,33 @@ class VllmTieredLookup:
     def take_events(self) -> list[OffloadEvent]:
         with self._locked():
             events = list(self.manager.take_events())
-        return [OffloadEvent(tuple(self._ints[k] for k in compat.event_keys(e)),
+        return [OffloadEvent(tuple(self._ints[k] for k in tiered_lookup_compat.event_keys(e)),
                              bool(e.removed)) for e in events]
 
     def prepare_load(self, keys: Sequence[int]) -> None:
         with self._locked():
-            compat.keyed_call(self.manager, "prepare_load", self._vkeys(keys), self._ctx)
+            tiered_lookup_compat.keyed_call(self.manager, "prepare_load", self._vkeys(keys),
+                                            self._ctx)
 
     def complete_load(self, keys: Sequence[int]) -> None:
         with self._locked():
-            compat.keyed_call(self.manager, "complete_load", self._vkeys(keys), self._ctx)
+            tiered_lookup_compat.keyed_call(self.manager, "complete_load", self._vkeys(keys),
+                                            self._ctx)
 
     def touch(self, keys: Sequence[int]) -> None:
         with self._locked():
-            compat.keyed_call(self.manager, "touch", self._vkeys(keys), self._ctx)
+            tiered_lookup_compat.keyed_call(self.manager, "touch", self._vkeys(keys), self._ctx)
 
     def lookup(self, key: int) -> LookupResult:
         with self._locked():
-            return LookupResult[compat.lookup_one(self.manager, self._key(key), self._ctx)]
+            answer = tiered_lookup_compat.lookup_one(self.manager, self._key(key), self._ctx)
+            return LookupResult[answer]
 
     def on_schedule_end(self) -> None:
         if self.tier is not None and not hasattr(self.manager, "on_schedule_end"):
             self.tier.on_schedule_end()     # vLLM 0.22.x: the tier's step end is ours to play
         with self._locked():
-            compat.end_step(self.manager, self._base)
+            tiered_lookup_compat.end_step(self.manager, self._base)
 
     def complete_job(self, job_id: int, failed: Sequence[int] = ()) -> None:
         if self.tier is None:
@@ -423,7 +432,9 @@ class VllmTieredLookup:
             return "secondary"
         # The connector wraps the answer in ``CacheHitSource``: anything but HOST here is not
         # a source the CPU manager can have supplied.
-        return "primary" if source == compat.host_hit_source() else f"unknown {source!r}"
+        if source == tiered_lookup_compat.host_hit_source():
+            return "primary"
+        return f"unknown {source!r}"
 
     def on_reset_flushed(self) -> None:
         if not hasattr(self.manager, "on_reset_flushed"):
@@ -433,32 +444,32 @@ class VllmTieredLookup:
 
     # -- the connector's lookups, vLLM's own code on a stub self ----------------------------
 
-    def _stub(self, made: list[tuple[int, LookupResult]]) -> SimpleNamespace:
+    def _stub(self, made: list[tuple[int, LookupResult]]) -> Any:
         def lookup(key, ctx):
             answer = self.manager.lookup(key, ctx)
-            made.append((self._ints[key], LookupResult[compat.lookup_answer(answer)]))
+            made.append((self._ints[key], LookupResult[tiered_lookup_compat.lookup_answer(answer)]))
             return answer
-        return SimpleNamespace(
-            manager=SimpleNamespace(lookup=lookup),
-            _events_tracker=SimpleNamespace(record_lookup=lambda req, g, idx, key: None))
+        return tiered_lookup_compat.scan_self(lookup)
 
     def maximal_prefix_lookup(self, keys: Sequence[int]) -> Scan:
         made: list[tuple[int, LookupResult]] = []
         with self._locked():
             if self._scans is None:         # vLLM 0.11.0-0.19.x: the manager's prefix count
-                result, answers = compat.manager_prefix_scan(self.manager, self._vkeys(keys))
+                result, answers = tiered_lookup_compat.manager_prefix_scan(self.manager,
+                                                                           self._vkeys(keys))
                 made = [(k, LookupResult[a]) for k, a in zip(keys, answers, strict=False)]
             else:
-                result = compat.prefix_scan(self._scans, self._stub(made), self._vkeys(keys),
-                                            self._ctx)
+                result = tiered_lookup_compat.prefix_scan(self._scans, self._stub(made),
+                                                          self._vkeys(keys), self._ctx)
         return _scan(result, made)
 
     def sliding_window_lookup(self, keys: Sequence[int], window: int,
                               initial_window: int | None = None) -> Scan:
         made: list[tuple[int, LookupResult]] = []
         with self._locked():
-            result = compat.window_scan(self._scans, self._stub(made), self._vkeys(keys),
-                                        window, self._ctx, initial_window)
+            result = tiered_lookup_compat.window_scan(self._scans, self._stub(made),
+                                                      self._vkeys(keys), window, self._ctx,
+                                                      initial_window)
         return _scan(result, made)
 
 

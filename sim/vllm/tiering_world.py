@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from models.tiered_lookup_values import LookupResult
 from models.tiering_manager import JobOutcome, TierJob
-from sim.vllm import release
+from sim.vllm import release, tiered_lookup_compat
 from sim.vllm.tiered_lookup import _Region
 
 CHUNK_BYTES = mmap.PAGESIZE
@@ -368,7 +368,7 @@ class VllmTieringWorld:
     def ref_counts(self) -> dict[int, int]:
         out = {}
         for i, key in sorted(self._keys.items()):
-            chunk = self.primary._policy.get(key)     # vLLM 0.33.0: chunks in the policy
+            chunk = tiered_lookup_compat.chunk_status(self.primary, key)
             if chunk is not None:
                 out[i] = int(chunk.ref_cnt)
         return out

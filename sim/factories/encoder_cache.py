@@ -1,0 +1,23 @@
+"""The encoder cache's target factories (``sim/manifests/encoder_cache.py`` names them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sim.targets import Target
+
+
+def make_model(target: Target, cache_size: int) -> Any:
+    from models.encoder_cache import EncoderCacheModel
+    return EncoderCacheModel(cache_size)
+
+
+def make_native(target: Target, cache_size: int) -> Any:
+    from sim.native.encoder_cache import NativeEncoderCache
+    return NativeEncoderCache(cache_size, bugs=target.bugs)
+
+
+def make_vllm(target: Target, cache_size: int) -> Any:
+    from sim.vllm.encoder_cache import make_encoder_cache
+    return make_encoder_cache(cache_size)

@@ -1,0 +1,28 @@
+"""The prefix cache's target factories (``sim/manifests/prefix_cache.py`` names them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sim.targets import Target
+
+
+def make_model(target: Target, **config: Any) -> Any:
+    from models.prefix_cache import PrefixCacheModel
+    from sim.prefix_cache_config import prefix_cache_config
+    return PrefixCacheModel(**prefix_cache_config(**config))
+
+
+def make_native(target: Target, **config: Any) -> Any:
+    from sim.native.prefix_cache import NativePrefixCache
+    from sim.prefix_cache_config import prefix_cache_config
+    return NativePrefixCache(**prefix_cache_config(**config), bugs=target.bugs)
+
+
+def make_vllm(target: Target, **config: Any) -> Any:
+    from sim.prefix_cache_config import prefix_cache_config
+    from sim.vllm.prefix_cache import make_prefix_cache
+    config = prefix_cache_config(**config)
+    del config["uncached_first"]          # the release's own order (the target reports it)
+    return make_prefix_cache(**config)

@@ -1,0 +1,29 @@
+"""The prefix cache: vLLM's KV block cache, ``KVCacheManager`` over ``BlockPool``
+(docs/specs/prefix-cache.md)."""
+
+from sim.manifests.subsystem import Column, Subsystem
+
+SUBSYSTEM = Subsystem(
+    name="prefix_cache",
+    rank=70,
+    factories={"model": "sim.factories.prefix_cache:make_model",
+               "native": "sim.factories.prefix_cache:make_native",
+               "vllm": "sim.factories.prefix_cache:make_vllm"},
+    small_world=dict(num_blocks=4, block_size=2, max_model_len=8),
+    port="sim.prefix_cache_port:PrefixCachePort",
+    machine="properties.prefix_cache_machine:PrefixCacheMachine",
+    worlds="properties.prefix_cache_worlds",
+    shrink="properties.prefix_cache_shrink",
+    # sim/native/prefix_cache.py reads them; fixtures/catalogue/prefix_cache.py says where
+    # each comes from and what must catch it.
+    bugs=("pc-evict-keeps-hash", "pc-hit-last-token", "pc-free-head-first",
+          "pc-touch-keeps-queued", "pc-revived-uncounted", "pc-removed-not-reported",
+          "pc-reset-counts-null", "pc-eagle-keeps-last"),
+    catalogue="fixtures.catalogue.prefix_cache",
+    vllm_suites=("properties/test_prefix_cache.py", "properties/test_prefix_cache_scenarios.py",
+                 "properties/test_prefix_cache_free_blocks.py"),
+    # Not hunted by history (it never was; hunted=True would add a hunt per release).
+    history=(Column("prefix_cache", ("properties/test_prefix_cache.py",
+                                     "properties/test_prefix_cache_scenarios.py")),),
+    mutation_subjects="lch.prefix_cache_suites:subjects",
+)

@@ -1,0 +1,31 @@
+"""The scheduler pass: one engine step on the encoder path, vLLM's ``Scheduler`` with the
+worker's encoder cache (docs/specs/scheduler-pass.md)."""
+
+from sim.manifests.subsystem import Column, Subsystem
+
+SUBSYSTEM = Subsystem(
+    name="scheduler_pass",
+    rank=30,
+    factories={"model": "sim.factories.scheduler_pass:make_model",
+               "native": "sim.factories.scheduler_pass:make_native",
+               "vllm": "sim.factories.scheduler_pass:make_vllm"},
+    small_world=dict(cache_size=4, token_budget=4, encoder_compute_budget=4),
+    port="sim.ports:SchedulerPassPort",
+    machine="properties.scheduler_pass_machine:SchedulerPassMachine",
+    worlds="properties.scheduler_pass_worlds",
+    shrink="properties.scheduler_pass_shrink",
+    bugs=("sched-read-ahead-ungated", "sched-budget-in-tokens", "sched-encode-embedless",
+          "sched-preempt-keeps-inputs", "sched-reset-worker-kept", "sched-text-charged",
+          "sched-mismatch-scheduled", "sched-mismatch-kept", "sched-ec-charged",
+          "sched-ec-free-silent", "sched-encdec-reencode", "sched-encdec-held",
+          "sched-async-free-early", "sched-mamba-mtp-stall"),
+    catalogue="fixtures.catalogue.scheduler_pass",
+    vllm_suites=("properties/test_scheduler_pass.py", "properties/test_scheduler_pass_model.py",
+                 "properties/test_scheduler_pass_drafter.py",
+                 "properties/test_scheduler_pass_mamba.py",
+                 "properties/test_scheduler_pass_vllm_worlds.py",
+                 "properties/test_hybrid_world.py",
+                 "properties/test_scheduler_pass_promises.py"),
+    history=(Column("scheduler_pass", ("properties/test_scheduler_pass.py",), hunted=True),),
+    mutation_subjects="lch.scheduler_pass_suites:subjects",
+)
