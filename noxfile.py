@@ -1,4 +1,5 @@
-"""Sessions: ``nox -s hunt`` (the main job) and ``nox -s tests`` (what CI runs); ``nox -l``.
+"""Sessions: ``nox -s hunt`` (the main job) and ``nox -s tests`` (the fast tiers; CI runs every
+tier with ``LCH_TIERS=all``); ``nox -l``.
 
 torch: every session that needs it installs ``LCH_TORCH`` first (default ``torch==2.13.0``,
 the CPU wheel, which these machines serve from local disk). With a GPU, bring your own:
@@ -36,12 +37,42 @@ def install_harness(session: nox.Session, *groups: str) -> None:
         session.install(*nox.project.dependency_groups(PYPROJECT, group))
 
 
+# The test tiers (fixtures/tiers.py; nox imports no harness module, so a copy that
+# properties/test_tiers.py keeps equal) and those ``nox -s tests`` runs unless told otherwise.
+TIERS = ("fast", "machines", "catalogue", "slow")
+DEFAULT_TIERS = ("fast", "machines")
+# pytest options whose value is the next argument (``-k lch`` names no folder)
+VALUED_OPTIONS = ("-k", "-n", "-p", "--target", "--dist", "--reproducer-dir", "--outcomes",
+                  "--maxfail", "--durations", "--rootdir", "-c")
+
+
 @nox.session(venv_params=VENV_PARAMS)
 def tests(session: nox.Session) -> None:
-    """Models, native target, known-bug catalogue, determinism (the README's test command)."""
+    """The fast and machines tiers (LCH_TIERS=all: every tier, as CI runs; -- -m EXPR: yours)."""
     install_harness(session, "test")
     session.env["HYPOTHESIS_PROFILE"] = "ci"
-    session.run("pytest", "-n", "auto", "--dist", "loadgroup", *session.posargs)
+    session.run("pytest", "-n", "auto", "--dist", "loadgroup",
+                *tier_selection(session, os.environ.get("LCH_TIERS", "")), *session.posargs)
+
+
+def tier_selection(session: nox.Session, chosen: str) -> list[str]:
+    """``-m`` for the tiers ``LCH_TIERS`` names (``fast,catalogue``; ``all``: every tier;
+    unset: ``DEFAULT_TIERS``), or nothing where the arguments select for themselves: a ``-m``
+    of their own, or a test file or folder named (run whatever its tier)."""
+    args = session.posargs
+    values = {b for a, b in zip(args, args[1:], strict=False) if a in VALUED_OPTIONS}
+    if any(a.startswith("-m") for a in args) or any(
+            a not in values and not a.startswith("-") and Path(a.split("::")[0]).exists()
+            for a in args):
+        return []
+    if chosen == "all":
+        return []
+    names = [t.strip() for t in chosen.split(",") if t.strip()] or list(DEFAULT_TIERS)
+    unknown = [t for t in names if t not in TIERS]
+    if unknown:
+        session.error(f"LCH_TIERS={chosen}: {', '.join(unknown)} is no tier; name some of "
+                      f"{', '.join(TIERS)}, or all")
+    return ["-m", " or ".join(names)]
 
 
 @nox.session
@@ -125,7 +156,7 @@ VLLM_SUITES = vllm_suites(CROSS_CUTTING_VLLM_SUITES)
 
 # What ``nox -s bench -- --suites`` times: the arguments each session gives pytest.
 SUITE_ARGS = {"vllm": ["--ignore=fixtures/reproducers/found", "--target", "vllm", *VLLM_SUITES],
-              "tests": []}
+              "tests": ["-m", " or ".join(DEFAULT_TIERS)]}
 
 
 def take_option(args: list[str], name: str, default: str) -> tuple[str, list[str]]:

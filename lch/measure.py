@@ -2,10 +2,12 @@
 
 - ``sizes --base REV FILE...``: each file's lines at ``REV`` and in the working tree (a glob
   pattern is expanded on both sides), kind ``sizes``;
-- ``hazards MODULE:MACHINE... --seeds 0-2 --examples 150``: the share of examples (per 100)
-  reaching each named hazard, as ``properties/test_hazards.py`` counts them, and the runs
-  that failed (``--target``, default ``native``; ``--profile``, default ``ci``, its step
-  count kept and its derandomization off so each seed differs), kind ``hazards``;
+- ``hazards [MODULE:MACHINE...] --seeds 0-2 --examples 150``: the share of examples (per
+  100) reaching each named hazard (an example counted once per hazard), the examples run up
+  to the first that reached it, and the runs that failed; no machine named: every machine
+  ``properties/test_hazards.py`` searches (``--target``, default ``native``; ``--profile``,
+  default ``ci``, its step count kept and its derandomization off so each seed differs),
+  kind ``hazards``;
 - ``pytest --name NAME -- ARGS...``: a pytest run's outcome per test, kind ``suites``.
 
 Each writes ``--record-dir`` (default ``results``) and prints the record's path. Why not
@@ -53,20 +55,36 @@ def hazards(machines: list[str], seeds: range, examples: int, target: str = "nat
     from properties.run import run_machine
 
     items = []
-    for spec in machines:
+    for spec in machines or every_searched_machine():
         module, _, name = spec.partition(":")
         machine = getattr(importlib.import_module(module), name)
-        recorder = Recorder()
+        recorder, first = Recorder(), {}
+
+        def note(recorder: Recorder = recorder, first: dict = first) -> bool:
+            # Asked before each example (never stopping): the examples run, over the seeds
+            # in order, up to the first that reached each hazard, as the test's search counts.
+            for hazard in recorder.events:
+                first.setdefault(hazard, recorder.examples)
+            return False
+
+        recorder.stop = note
         profile = settings(settings.get_profile(profile_name), derandomize=False,
                            max_examples=examples, database=None)
         failures = [run_machine(machine, target, profile, seed=seed, recorder=recorder)
                     .failure for seed in seeds]
+        note()
         items += [{"machine": name, "hazard": h, "per_100": round(
             100 * recorder.events[h] / max(recorder.examples, 1), 1),
-            "examples": recorder.examples, "failures": [f.message for f in failures if f]}
-            for h in machine.HAZARDS]
+            "first_example": first.get(h), "examples": recorder.examples,
+            "failures": [f.message for f in failures if f]} for h in machine.HAZARDS]
     return {"seeds": f"{seeds.start}-{seeds.stop - 1}", "examples_per_seed": examples,
             "target": target, "profile": profile_name}, items
+
+
+def every_searched_machine() -> list[str]:
+    """The machines whose hazards ``properties/test_hazards.py`` must reach, each once."""
+    from properties.hazards import REACHES
+    return list(dict.fromkeys(reach.machine for reach in REACHES))
 
 
 def run_pytest(args: list[str]) -> tuple[dict, list[dict]]:

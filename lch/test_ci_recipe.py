@@ -28,6 +28,7 @@ SCRIPT = "docs/ci/vllm-pr.sh"
 pytestmark = pytest.mark.xdist_group("ci-recipe")
 
 
+@pytest.mark.fast      # reads a file; the recipe's runs below are this file's slow tier
 def test_the_workflow_runs_the_script_on_the_pr_checkout():
     text = (ROOT / "docs/ci/github-actions.yml").read_text()
     runs = re.findall(r"^\s+run: (.+)$", text, flags=re.M)

@@ -9,8 +9,9 @@ this checkout's HEAD, budgets cut (``--budget``, ``--examples``, ``-k`` on the v
 ``--no-venv --no-install`` in an interpreter that has what the session would install (the
 test's own, or for vLLM a venv ``nox --install-only -s vllm`` builds); history runs through
 real nox (its own small venv and the release venvs of ``LCH_VENV_DIR``). A session CI runs
-whole (``.ci/run``) named bare is checked to be run there. A command marked ``# needs a GPU``
-is checked for form only: the mark, the session, the options.
+whole (``.ci/run``) named bare, or with only what ``.ci/run`` exports, is checked to be run
+there. A command marked ``# needs a GPU`` is checked for form only: the mark, the session,
+the options.
 """
 
 from __future__ import annotations
@@ -203,6 +204,13 @@ def ci_sessions() -> tuple[str, ...]:
 
 
 @cache
+def ci_env() -> dict[str, str]:
+    """What ``.ci/run`` exports for its nox call."""
+    text = (ROOT / ".ci" / "run").read_text()
+    return dict(re.findall(r"^export ([A-Z_]+)=(\S+)$", text, flags=re.M))
+
+
+@cache
 def nox_sessions() -> tuple[str, ...]:
     return tuple(re.findall(r"^@nox\.session.*\ndef (\w+)\(", (ROOT / "noxfile.py").read_text(),
                             flags=re.M))
@@ -222,14 +230,16 @@ class Plan:
 
 def plan(c: Command) -> Plan:
     """How the test runs ``c``; an unknown command is an error naming what to do."""
-    argv = shlex.split(c.text)
+    argv, env = shlex.split(c.text), {}
     while argv and re.match(r"^[A-Z_]+=", argv[0]):
-        argv = argv[1:]
+        name, _, value = argv.pop(0).partition("=")
+        env[name] = value
     words = " ".join(argv)
     if GPU_MARK in c.comment:
         return Plan("gpu")
-    if re.fullmatch(r"nox -s (\w+)", c.text) and argv[2] in ci_sessions():
-        return Plan("ci")
+    if re.fullmatch(r"nox -s (\w+)", words) and argv[2] in ci_sessions() \
+            and env.items() <= ci_env().items():
+        return Plan("ci")      # as CI runs it, with what CI exports
     if words in ("nox -l", "pip install nox", "python -m lch.records render",
                  "python -m lch.cli hunt --help"):
         return Plan("fast")
@@ -258,6 +268,9 @@ def plan(c: Command) -> Plan:
         return Plan("slow", vllm=True, extra=("--list",))
     if words.startswith(("python -m lch.mamba_mtp", "pytest fixtures/reproducers/")):
         return Plan("slow", vllm=True)
+    if words == "python -m lch.measure hazards":
+        # every searched machine, one seed of 5 examples; the record goes to the clone's results/
+        return Plan("slow", extra=("--seeds", "0", "--examples", "5"))
     if words.startswith("python -m properties.witnesses.find"):
         return Plan("form")        # a template: its module and its --help run
     raise AssertionError(f"{c.doc}: no plan for `{c.text}`: add one to lch/test_docs.py plan(),"
@@ -419,7 +432,7 @@ def test_an_output_check_can_fail():
     assert output_problems(p, "at /c; hunt exited 2", Path("/c")) == ["present 'hunt exited'"]
 
 
-@pytest.mark.readme
+@pytest.mark.slow      # each a subprocess, most a short hunt: the slow tier (fixtures/tiers.py)
 @pytest.mark.parametrize("command", by_plan("fast"))
 def test_a_documented_command_runs_as_written(command, clone, tmp_path):
     if command.text == "pip install nox" and importlib.util.find_spec("nox") is None:
@@ -436,7 +449,10 @@ def test_a_documented_heavy_command_runs_as_written(command, clone, tmp_path, re
 
 @pytest.mark.parametrize("command", by_plan("ci"))
 def test_a_session_named_bare_is_one_ci_runs(command):
-    assert command.text.split()[2] in ci_sessions(), (command, ci_sessions())
+    argv = shlex.split(command.text)
+    env = dict(a.split("=", 1) for a in argv if re.match(r"^[A-Z_]+=", a))
+    assert argv[len(env) + 2] in ci_sessions(), (command, ci_sessions())
+    assert env.items() <= ci_env().items(), (command, ci_env())
 
 
 @pytest.mark.parametrize("command", by_plan("gpu", "form"))
@@ -455,6 +471,12 @@ def test_a_marked_command_is_well_formed(command):
         done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_a_session_is_ci_s_only_with_what_ci_exports():
+    assert plan(Command("x", "LCH_TIERS=all nox -s tests")).how == "ci"     # .ci/run exports it
+    with pytest.raises(AssertionError, match="no plan"):
+        plan(Command("x", "LCH_TIERS=fast nox -s tests"))
 
 
 def test_a_gpu_command_without_its_mark_is_not_excused():

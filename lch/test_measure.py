@@ -29,3 +29,17 @@ def test_pytest_outcomes_per_test(tmp_path):
     assert code == 1 and record["summary"]["passed"] == 1 and record["summary"]["failed"] == 1
     assert {i["test"].split("::")[-1]: i["outcome"] for i in record["items"]} == {
         "test_ok": "passed", "test_bad": "failed"}
+
+
+def test_hazard_rates_per_machine_and_hazard(tmp_path):
+    spec = "properties.encoder_cache_machine:EncoderCacheMachine"
+    assert measure.main(["hazards", "--seeds", "0", "--examples", "3", "--name", "h",
+                         "--record-dir", str(tmp_path), spec]) == 0
+    record = _record(tmp_path, "hazards", "h")
+    from properties.encoder_cache_machine import EncoderCacheMachine
+    assert [i["hazard"] for i in record["items"]] == list(EncoderCacheMachine.HAZARDS)
+    assert all(0 <= i["per_100"] <= 100 and i["failures"] == [] for i in record["items"])
+    reached = [i for i in record["items"] if i["per_100"] > 0]
+    assert reached and all(1 <= i["first_example"] <= i["examples"] for i in reached)
+    assert all(i["first_example"] is None for i in record["items"] if i["per_100"] == 0)
+    assert spec in measure.every_searched_machine()    # named none: every searched machine

@@ -56,14 +56,6 @@ HAZARDS = (
     "uncached block released to the front",
 )
 
-# Pins for properties/test_hazards.py: per 100 examples, about half of what was measured
-# (native, seeds 0-2 x 150 examples, hypothesis 6.155.2): hit 9.5, capped 9.5, EAGLE 5.2,
-# revived 6.9, shared 5.4, refused 20.1, evicted 7.0, lookahead cut 12.0, preempted with a
-# hit 5.8, reset refused 23.8, reset dropped 16.2, cached twice 6.9, removal 8.7, decode
-# filled 4.4, released to the front 8.7.
-MIN_RATE_PER_100 = dict(zip(HAZARDS, (4.5, 4.5, 2.5, 3.4, 2.7, 10, 3.5, 6, 2.9, 12, 8, 3.4,
-                                      4.3, 2.2, 4.3), strict=True))
-
 PROPERTIES = {
     "hit-agrees": "get_computed_blocks returns the model's longest cached prefix (capped)",
     "fit-agrees": "allocate_slots refuses exactly when the request cannot fit, else hands "

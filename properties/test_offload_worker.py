@@ -50,6 +50,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("wait"), st.integers(0, 7))), max_size=25)
 
 
+@pytest.mark.gpu
 @pytest.mark.xdist_group("gpu")
 def test_offload_worker_round_trips_bytes_and_finishes_jobs_once(target):
     worker = worker_or_skip(target)

@@ -16,9 +16,9 @@ import pytest
 
 from models.encoder_cache_values import MmItem, ReqView
 from properties.harness import PropertyFailed
+from properties.hazards import SEEDS
 from properties.run import unavailable
 from properties.scenarios import agrees, holds
-from properties.test_hazards import SEEDS
 from sim import targets
 from sim.errors import HarnessError, TargetUnavailable
 from sim.vllm import encoder_cache_compat, release
@@ -133,6 +133,7 @@ def test_vllm_target_runs_the_installed_release():
     assert type(cache.manager).__module__ == "vllm.v1.core.encoder_cache_manager"
 
 
+@pytest.mark.machines  # two machine runs of 450 examples: not this file's fast tier
 def test_vllm_reaches_the_same_hazards_as_native():
     """Same seeds, same machine: against vLLM the encoder-cache machine reaches every hazard
     exactly as often as against native (they agree at every step, so the choices match)."""
@@ -143,8 +144,9 @@ def test_vllm_reaches_the_same_hazards_as_native():
     from properties.run import run_machine
 
     vllm_cache(1)                                   # skip (or fail) early without vLLM
-    # test_hazards' seeds and examples: its rarest hazards fire in about 1 example of 100,
-    # too few for a smaller run to reach every one whatever modules the process loaded
+    # The hazard rates' seeds and examples (properties/hazards.py): its rarest hazards fire in
+    # about 1 example of 100, too few for a smaller run to reach every one whatever modules
+    # the process loaded
     profile = settings(settings.get_profile("ci"), derandomize=False, max_examples=150)
     counts = {}
     for target in ("native", "vllm"):
