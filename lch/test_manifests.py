@@ -150,6 +150,7 @@ SUBSYSTEM = Subsystem(
     shrink="properties.encoder_cache_shrink",
     vllm_suites=("properties/test_toy_cache.py",),
     history=(Column("toy_cache", ("properties/test_toy_cache.py",), hunted=True),),
+    tests={"machines": ("properties/test_toy_cache.py",)},
 )
 '''
 
@@ -162,7 +163,9 @@ from properties.machines import MACHINES
 from sim import targets
 from sim.manifests import vllm_suites
 from sim.ports import PORTS
+from fixtures.tiers import tiers_of_file
 print(json.dumps(dict(
+    tiers=tiers_of_file("properties/test_toy_cache.py"),
     subsystems=targets.SUBSYSTEMS, machines=MACHINES, ports=list(PORTS),
     pairs=targets.implemented_pairs(), built=type(targets.make("model", "toy_cache",
                                                                cache_size=2)).__name__,
@@ -189,6 +192,7 @@ def test_a_new_subsystem_shows_everywhere_from_its_manifest_alone(tmp_path):
     assert got["hunted"] == [*history.HUNTED, "toy_cache"]
     assert got["suites"]["properties/test_toy_cache.py"] == "toy_cache"
     assert "properties/test_toy_cache.py" in got["nox"]
+    assert got["tiers"] == ["machines"]
     assert sorted(p.name for p in (ROOT / "sim" / "manifests").iterdir()) == before
 
 

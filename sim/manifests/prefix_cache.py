@@ -26,4 +26,8 @@ SUBSYSTEM = Subsystem(
     history=(Column("prefix_cache", ("properties/test_prefix_cache.py",
                                      "properties/test_prefix_cache_scenarios.py")),),
     mutation_subjects="lch.prefix_cache_suites:subjects",
+    tests={"fast": ("properties/test_prefix_cache_scenarios.py",
+                    "properties/test_prefix_cache_free_blocks.py"),
+           "machines": ("properties/test_prefix_cache.py",),
+           "catalogue": ("properties/test_prefix_cache_checks_fail.py",)},
 )

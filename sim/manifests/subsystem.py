@@ -54,6 +54,8 @@ class Subsystem:
     vllm_suites: tuple[str, ...] = ()           # pytest args of the nox vllm session
     history: tuple[Column, ...] = ()
     mutation_subjects: str | None = None        # "module:function(Subject) -> {spec: Subject}"
+    # Its test files by cost tier (``fixtures/tiers.py``: fast, machines, catalogue, slow).
+    tests: dict[str, tuple[str, ...]] = field(default_factory=dict)
     source: str = field(default="", compare=False)   # the manifest's file, for errors
 
     def references(self) -> list[tuple[str, str]]:
