@@ -22,4 +22,5 @@ SUBSYSTEM = Subsystem(
     history=(Column("encoder_cache", ("properties/test_encoder_cache.py",
                                       "properties/test_vllm_target.py"), hunted=True),),
     mutation_subjects="lch.encoder_cache_suites:subjects",
+    spec_page="docs/specs/encoder-cache.md",
 )

@@ -23,4 +23,5 @@ SUBSYSTEM = Subsystem(
                  "test_encoder_decoder_cache_machine_frees_once",),
     history=(Column("encoder_decoder_cache", ("properties/test_encoder_decoder_cache.py",),
                     hunted=True),),
+    spec_page="docs/specs/encoder-cache.md",
 )

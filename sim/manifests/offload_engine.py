@@ -17,4 +17,5 @@ SUBSYSTEM = Subsystem(
           "offload-layer-alias", "offload-race-read-before-load", "offload-race-slot-reuse",
           "offload-race-dbuf-overwrite"),
     catalogue="fixtures.catalogue.offload_engine",
+    spec_page="docs/specs/offload-engine.md",
 )

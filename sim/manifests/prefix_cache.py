@@ -30,4 +30,5 @@ SUBSYSTEM = Subsystem(
                     "properties/test_prefix_cache_free_blocks.py"),
            "machines": ("properties/test_prefix_cache.py",),
            "catalogue": ("properties/test_prefix_cache_checks_fail.py",)},
+    spec_page="docs/prefix-cache.md",
 )

@@ -28,4 +28,5 @@ SUBSYSTEM = Subsystem(
                  "properties/test_scheduler_pass_promises.py"),
     history=(Column("scheduler_pass", ("properties/test_scheduler_pass.py",), hunted=True),),
     mutation_subjects="lch.scheduler_pass_suites:subjects",
+    spec_page="docs/specs/scheduler-pass.md",
 )

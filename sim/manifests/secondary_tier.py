@@ -19,4 +19,5 @@ SUBSYSTEM = Subsystem(
     catalogue="fixtures.catalogue.secondary_tier",
     vllm_suites=("properties/test_secondary_tier.py", "properties/test_secondary_tier_crash.py",
                  "properties/test_backpressure.py", "properties/test_linearizability.py"),
+    spec_page="docs/specs/tiered-lookup.md",
 )

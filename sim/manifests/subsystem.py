@@ -54,6 +54,10 @@ class Subsystem:
     vllm_suites: tuple[str, ...] = ()           # pytest args of the nox vllm session
     history: tuple[Column, ...] = ()
     mutation_subjects: str | None = None        # "module:function(Subject) -> {spec: Subject}"
+    # Its behaviour spec, which names every property of its machine (and of the modules in
+    # ``spec_properties``, each with a ``PROPERTIES``) and every catalogued bug of it.
+    spec_page: str = ""
+    spec_properties: tuple[str, ...] = ()
     # Its test files by cost tier (``fixtures/tiers.py``: fast, machines, catalogue, slow).
     tests: dict[str, tuple[str, ...]] = field(default_factory=dict)
     source: str = field(default="", compare=False)   # the manifest's file, for errors

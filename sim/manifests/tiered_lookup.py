@@ -31,4 +31,7 @@ SUBSYSTEM = Subsystem(
         Column("connector_scans", ("properties/test_tiered_lookup_vllm_scans.py",)),
     ),
     mutation_subjects="lch.tiered_lookup_suites:subjects",
+    spec_page="docs/specs/tiered-lookup.md",
+    # The tiering manager's machine (vLLM only) is checked against the same page.
+    spec_properties=("properties.tiering_manager_machine",),
 )
