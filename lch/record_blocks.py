@@ -6,9 +6,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from lch.records import load, renderer
+
+NONE_YET = "(none yet)"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A markdown table of ``rows`` under ``header``; with no rows, one that says so (a block
+    renders as a table before its first record is committed)."""
+    body = rows or [[NONE_YET] + [""] * (len(header) - 1)]
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(map(str, row)) + " |" for row in body])
 
 KINDS = ("mutants", "mutants/old-rule", "history", "bench", "hunt", "gpu", "witnesses",
          "findings")
@@ -19,18 +30,15 @@ def records_index(results: Path) -> str:
     """Every committed record: what it measured, where, when and how long."""
     # The harness commit is in each record, not in the table: documents carry no hashes
     # (lch/test_docs.py), a reader opens the record for it.
-    rows = ["| record | vLLM | machine | finished | wall |",
-            "|---|---|---|---|---|"]
+    rows = []
     for kind in KINDS:
         for r in load(kind, results):
-            vllm = (r.get("vllm") or {}).get("version", "-")
             m = r["machine"]
-            rows.append(f"| `results/{kind}/{r['name']}.json` | {vllm} | "
-                        f"{m['cores']} cores, Python {m['python']}, torch {m['torch']} | "
-                        f"{r['finished'][:10]} | {r['wall_s']} s |")
-    if len(rows) == 2:
-        rows.append("| (none yet) | | | | |")
-    return "\n".join(rows)
+            rows.append([f"`results/{kind}/{r['name']}.json`",
+                         (r.get("vllm") or {}).get("version", "-"),
+                         f"{m['cores']} cores, Python {m['python']}, torch {m['torch']}",
+                         r["finished"][:10], f"{r['wall_s']} s"])
+    return table(("record", "vLLM", "machine", "finished", "wall"), rows)
 
 
 def _history_records(results: Path) -> list[dict]:
@@ -64,9 +72,7 @@ def known_bug_recall(results: Path) -> str:
     every record is judged by the same table), how many its finding groups are, which were
     missed, and the time the release took."""
     from fixtures.upstream_bugs import recall
-    rows = ["| record | release | known bugs | found by the suites alone (history before "
-            "hunting) | found with the hunts | missed | suite | hunts | load |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for r in _history_records(results):
         load_avg = (r["machine"].get("load_avg") or ["?"])[0]
         for rel in r["summary"]["releases"]:
@@ -79,12 +85,12 @@ def known_bug_recall(results: Path) -> str:
                       for c, groups in cells.items()}
             before = sum(bool(k["found"]) for k in recall(rel["release"], suites))
             state = "" if rel["complete"] else " (incomplete)"
-            rows.append(f"| `{r['name']}` | {rel['release']}{state} | {len(known)} | "
-                        f"{before} | {len(known) - len(missed)} | {', '.join(missed) or '-'} | "
-                        f"{rel['suite_s']:.0f} s | {rel['hunt_s']:.0f} s | {load_avg} |")
-    if len(rows) == 2:
-        rows.append("| (none yet) | | | | | | | | |")
-    return "\n".join(rows)
+            rows.append([f"`{r['name']}`", f"{rel['release']}{state}", len(known), before,
+                         len(known) - len(missed), ", ".join(missed) or "-",
+                         f"{rel['suite_s']:.0f} s", f"{rel['hunt_s']:.0f} s", load_avg])
+    return table(("record", "release", "known bugs",
+                  "found by the suites alone (history before hunting)", "found with the hunts",
+                  "missed", "suite", "hunts", "load"), rows)
 
 
 @renderer("property-witnesses")
@@ -175,8 +181,7 @@ def mutation_scores(results: Path) -> str:
 def mutation_summary(results: Path) -> str:
     """The README's short form of ``mutation-scores``: per class, the kills by the rules of
     each suite (the outcomes beside them are in docs/mutation-testing.md)."""
-    rows = ["| class (vLLM release) | mutants run | killed by this harness | by vLLM's own tests |",
-            "|---|---|---|---|"]
+    rows = []
     for r in sorted(load("mutants", results), key=_class_order):
         summary, cells = r["summary"], []
         for suite in ("harness", "upstream"):
@@ -185,12 +190,10 @@ def mutation_summary(results: Path) -> str:
                 cells.append("could not run offline")
             else:
                 cells.append(f"{s['killed']} ({s['score_percent']}%)")
-        rows.append(f"| `{summary['class'].rpartition(':')[2]}` ({summary['release']}) | "
-                    f"{summary['ran']} | "
-                    f"{cells[0]} | {cells[1]} |")
-    if len(rows) == 2:
-        rows.append("| (none yet) | | | |")
-    return "\n".join(rows)
+        rows.append([f"`{summary['class'].rpartition(':')[2]}` ({summary['release']})",
+                     summary["ran"], *cells])
+    return table(("class (vLLM release)", "mutants run", "killed by this harness",
+                  "by vLLM's own tests"), rows)
 
 
 @renderer("mamba-mtp")

@@ -13,6 +13,8 @@ queue, per-request reference counts) is computed from those facts on demand.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from attrs import define, field
 
 from models.encoder_cache_values import ReqView
@@ -83,25 +85,30 @@ class EncoderCacheModel:
     # -- the API -----------------------------------------------------------------------------
 
     def check_and_update_cache(self, request: ReqView, input_id: int) -> bool:
-        mm_hash = request.mm_hash(input_id)
-        if mm_hash not in self.entries:
-            return False
-        self._record(request, input_id)
-        return True
+        # A hit is exactly residency; recording the input is the hit's side effect.
+        hit = self.is_resident(request.mm_hash(input_id))
+        if hit:
+            self._record(request, input_id)
+        return hit
 
     def can_allocate(self, request: ReqView, input_id: int, encoder_compute_budget: int,
                      num_embeds_to_schedule: int) -> bool:
         needed = request.num_embeds(input_id)
-        if needed > encoder_compute_budget:
+        # Refused: the input alone is over the pass's compute budget, or it and what the pass
+        # already scheduled need more than freeing every freeable entry would leave.
+        if max(needed - encoder_compute_budget,
+               needed + num_embeds_to_schedule - self.num_freeable_slots) > 0:
             return False
-        needed += num_embeds_to_schedule
-        if needed > self.num_freeable_slots:
-            return False
-        for mm_hash in self.freeable_order():
-            if needed <= self.num_free_slots:
-                break
+        # Accepted: the oldest freeable entries go, as few as leave free slots for the input
+        # and for what the pass already scheduled.
+        shortfall = needed + num_embeds_to_schedule - self.num_free_slots
+        order = self.freeable_order()
+        freed = accumulate(self.entries[h].num_embeds for h in order)
+        covered = (n for n, total in enumerate(freed, 1) if total >= shortfall)
+        victims = order[:next(covered, 0)] if shortfall > 0 else []
+        for mm_hash in victims:
             del self.entries[mm_hash]
-            self.evicted_this_pass.append(mm_hash)
+        self.evicted_this_pass.extend(victims)
         return True
 
     def allocate(self, request: ReqView, input_id: int) -> None:

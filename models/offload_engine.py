@@ -95,17 +95,20 @@ class OffloadEngineModel:
         if uid not in self.live:
             self.live[uid] = Live(target=seq.num_tokens)
             seq.writes += 1
-        s, reads = self.live[uid], []
-        for _ in range(num_chunks):
-            end = min(s.kv_len + self.block_size, s.target)
-            self._write(uid, range(s.kv_len, end))
-            s.kv_len = s.cpu_len = end
-            reads.append([self.expected_read(uid, layer, end - 1)
-                          for layer in range(self.num_layers)])
-            if end == s.target:
-                seq.num_tokens += 1                # the prefill samples a token
-                break
-        return reads
+        s, B = self.live[uid], self.block_size
+        # The chunk ends this call reaches, computed at once: each block boundary past what is
+        # written, the prompt's end last (an already written prompt reaches only its end).
+        ends = [min(e, s.target) for e in range(s.kv_len + B, s.target + B, B)] or [s.target]
+        ends = ends[:num_chunks]
+        if not ends:
+            return []
+        self._write(uid, range(s.kv_len, ends[-1]))
+        s.kv_len = s.cpu_len = ends[-1]
+        if ends[-1] == s.target:
+            seq.num_tokens += 1                    # the prefill samples a token
+        # Later chunks write only later positions: each chunk's read is as it was at its end.
+        return [[self.expected_read(uid, layer, end - 1) for layer in range(self.num_layers)]
+                for end in ends]
 
     def decode(self, uid: int) -> list[list[int]]:
         seq, s = self.seqs[uid], self.live[uid]
