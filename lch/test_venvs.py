@@ -9,7 +9,10 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from lch import venvs
+from sim.vllm.release import REQUIREMENTS_DIR
 
 
 def test_two_callers_at_once_build_a_release_venv_once(tmp_path, monkeypatch):
@@ -33,3 +36,30 @@ def test_two_callers_at_once_build_a_release_venv_once(tmp_path, monkeypatch):
         caller.join()
     assert len(builds) == 1, builds
     assert sorted(v.cached for v in got) == [False, True]
+
+
+def _pins(path, seen=()):
+    """``(package, pin, file)`` for every line of a requirements file, following its ``-r``
+    includes (pip's own parser is not a public API; the files use only names, ``==`` pins and
+    ``-r``)."""
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("-r "):
+            included = path.parent / line[3:].strip()
+            assert included not in seen, f"{path.name} includes {included.name} twice"
+            yield from _pins(included, (*seen, path))
+        elif line:
+            name, _, pin = line.partition("==")
+            yield name.strip().lower().replace("_", "-"), pin.strip(), path.name
+
+
+@pytest.mark.parametrize("family", sorted(p.name for p in REQUIREMENTS_DIR.glob("vllm-*.txt")))
+def test_a_release_family_pins_each_package_once(family):
+    # pip refuses a list that pins one package at two versions: the release's venv is then
+    # never built and its history cells are all unavailable (0.10.2's were, when 0.33's lock
+    # gained a compressed-tensors pin that 0.10's list, including it, pinned otherwise).
+    pins: dict[str, tuple[str, str]] = {}
+    for name, pin, where in _pins(REQUIREMENTS_DIR / family):
+        assert pins.setdefault(name, (pin, where)) == (pin, where), (
+            f"{family}: {name} pinned =={pins[name][0]} in {pins[name][1]} and =={pin} in "
+            f"{where}; keep a pin that differs by family out of the files families share")
