@@ -63,3 +63,19 @@ def test_a_release_family_pins_each_package_once(family):
         assert pins.setdefault(name, (pin, where)) == (pin, where), (
             f"{family}: {name} pinned =={pins[name][0]} in {pins[name][1]} and =={pin} in "
             f"{where}; keep a pin that differs by family out of the files families share")
+
+
+def test_a_failed_pip_install_is_told_by_its_errors_not_its_warnings(monkeypatch):
+    said = ("WARNING: Location 'file:///x/' is ignored: it is neither a file nor a directory.\n"
+            "ERROR: Cannot install a==1 and a==2 because these package versions conflict.\n"
+            "ERROR: ResolutionImpossible\n"
+            "WARNING: Location 'file:///y/' is ignored: it is neither a file nor a directory.")
+
+    class Failed:
+        returncode, stderr, stdout = 1, said, ""
+
+    monkeypatch.setattr(venvs.subprocess, "run", lambda *args, **kwargs: Failed())
+    with pytest.raises(venvs.HarnessError) as failed:
+        venvs._pip("python", "a==1")
+    assert "Cannot install a==1 and a==2" in str(failed.value)
+    assert "WARNING" not in str(failed.value)

@@ -82,7 +82,9 @@ def _pip(python: Path, *args: str) -> None:
     run = subprocess.run([str(python), "-m", "pip", "install", "-q", *args],
                          capture_output=True, text=True, check=False)
     if run.returncode != 0:
-        tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
+        # pip's errors, not its warnings (an index location it ignores is warned on every run).
+        said = (run.stderr or run.stdout).strip().splitlines()
+        tail = [line for line in said if not line.startswith("WARNING:")][-3:] or said[-3:]
         raise HarnessError(f"pip install {' '.join(args)} failed: {' | '.join(tail)}")
 
 
