@@ -305,21 +305,41 @@ def findings(results: Path) -> str:
                     f"[test_scheduler_pass_vllm_mamba_mtp_stall.py](fixtures/reproducers/"
                     f"test_scheduler_pass_vllm_mamba_mtp_stall.py) |")
     history = [f"`results/history/{r['name']}.json`" for r in _history_records(results)]
-    passed, sources = [], []
+    outcomes, sources = _prefix_cache_outcomes(results)
+    lines = ["\n".join(rows), "", f"History records: {', '.join(history) or '(none)'}."]
+    if sources:
+        def releases(outcome: str) -> str:
+            return ", ".join(sorted((rel for rel, seen in outcomes.items() if outcome in seen),
+                                    key=_release_key)) or "none"
+        # A release that could not run in one record and ran in another is listed under both:
+        # the records say what each run saw.
+        lines.append(f"Prefix cache (`KVCacheManager`): diverged on {releases('divergence')}; "
+                     f"passed on {releases('pass')}; could not run on "
+                     f"{releases('unavailable')} ({', '.join(sources)}); vLLM issue #42571 (a "
+                     f"block listed twice in one `free_blocks` call) is not reached through the "
+                     f"manager's own callers ([prefix-cache.md](docs/prefix-cache.md)).")
+    return "\n".join(lines)
+
+
+def _prefix_cache_outcomes(results: Path) -> tuple[dict[str, set[str]], list[str]]:
+    """Release -> the outcomes its prefix-cache cells had, over the prefix cache's history
+    reports and every history record with that column; and the files read."""
+    outcomes: dict[str, set[str]] = {}
+    sources = []
     for name in PREFIX_CACHE_REPORTS:
         path = results / name / "history-report.json"
         if path.is_file():
             sources.append(f"`results/{name}/history-report.json`")
-            passed += [rel["release"] for rel in json.loads(path.read_text())["releases"]
-                       if rel["cells"]["prefix_cache"]["outcome"] == "pass"]
-    lines = ["\n".join(rows), "", f"History records: {', '.join(history) or '(none)'}."]
-    if sources:
-        lines.append(f"Prefix cache (`KVCacheManager`): no divergence; passed on "
-                     f"{', '.join(sorted(set(passed), key=_release_key))} "
-                     f"({', '.join(sources)}); vLLM issue #42571 (a block listed twice in one "
-                     f"`free_blocks` call) is not reached through the manager's own callers "
-                     f"([prefix-cache.md](docs/prefix-cache.md)).")
-    return "\n".join(lines)
+            for rel in json.loads(path.read_text())["releases"]:
+                outcomes.setdefault(rel["release"], set()).add(
+                    rel["cells"]["prefix_cache"]["outcome"])
+    for r in _history_records(results):
+        cells = [i for i in r["items"] if i["column"] == "prefix_cache"]
+        if cells:
+            sources.append(f"`results/history/{r['name']}.json`")
+        for cell in cells:
+            outcomes.setdefault(cell["release"], set()).add(cell["outcome"])
+    return outcomes, sources
 
 
 def _release_key(release: str) -> tuple[int, ...]:

@@ -52,3 +52,20 @@ def test_a_record_of_another_schema_is_refused(tmp_path):
     (tmp_path / "bench" / "old.json").write_text('{"name": "old"}')
     with pytest.raises(ValueError, match="not lch-result/1"):
         records.load("bench", tmp_path)
+
+
+def test_the_prefix_cache_line_is_what_its_history_cells_say(tmp_path):
+    from lch.record_blocks import findings
+
+    def cell(release, outcome):
+        return {"release": release, "column": "prefix_cache", "outcome": outcome, "groups": []}
+
+    record = records.envelope(
+        "history", "demo-prefix_cache", "python -m lch.cli history", vllm=None, wall_s=1.0,
+        summary={"releases": [{"release": "0.11.0"}], "hunt_budget": "60s"},
+        items=[cell("0.11.0", "divergence"), cell("0.12.0", "pass"), cell("0.10.2", "unavailable")])
+    records.write(record, tmp_path)
+    line = findings(tmp_path).splitlines()[-1]
+    assert line.startswith("Prefix cache")
+    assert "diverged on 0.11.0;" in line and "passed on 0.12.0;" in line
+    assert "could not run on 0.10.2 " in line
