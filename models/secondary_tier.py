@@ -59,7 +59,6 @@ class SecondaryTierModel:
     misses: dict = field(factory=dict)           # failed load job -> keys not loaded
     probes: dict = field(factory=dict)           # key -> Probe
     answers: dict = field(factory=dict)          # probe answers sent, not yet applied
-    need_drain: bool = False
     armed: list = field(factory=list)            # faults, consumed in order by their call
 
     def __attrs_post_init__(self):
@@ -148,9 +147,7 @@ class SecondaryTierModel:
     def lookup(self, key: int) -> LookupResult:
         if self.tier == "example":
             return LookupResult.HIT if key in self.files else LookupResult.MISS
-        if self.need_drain:
-            self._drain()
-            self.need_drain = False
+        self._drain()          # the answers the last step end sent land at the first lookup
         probe = self.probes.setdefault(key, Probe("pending"))
         probe.held = True
         if probe.found is None:
@@ -161,7 +158,6 @@ class SecondaryTierModel:
         if self.tier == "example":
             return
         self._drain()
-        self.need_drain = True
         for key, probe in self.probes.items():
             if probe.phase == "pending":
                 probe.phase = "in_flight"
