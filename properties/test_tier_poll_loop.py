@@ -262,7 +262,7 @@ class StuckRound:
 
     def _shutdown(self, tier):
         # (tier, was a round still in the tier, was the manager's lock held)
-        self.shutdowns.append((tier.spec.name, self.entered.is_set() and not self.done,
+        self.shutdowns.append((tier.name, self.entered.is_set() and not self.done,
                                self.world.manager.lock.locked()))
 
     def let_go(self):

@@ -37,7 +37,7 @@ import numpy as np
 from models.tiered_lookup_stats import CacheStats
 from models.tiered_lookup_values import Job, LookupResult, OffloadEvent, Scan, StoreOutput
 from sim.errors import HarnessError
-from sim.vllm import release, tiered_lookup_compat
+from sim.vllm import harness_tier, release, tiered_lookup_compat
 
 CHUNK_WORDS = 4
 CHUNK_BYTES = mmap.PAGESIZE
@@ -60,96 +60,6 @@ class _Region:
 def lookup_api():
     """The offload value types' module (``base``, or ``abstract`` before 0.21.0)."""
     return tiered_lookup_compat.offload_base()
-
-
-def _manual_tier_class():
-    """A ``SecondaryTierManager`` whose jobs the test completes (defined on first use: the
-    base class is vLLM's, and its abstract methods changed names across releases)."""
-    base = tiered_lookup_compat.offload_base()
-    tiering = tiered_lookup_compat.tiering_base()
-
-    class ManualTier(tiering.SecondaryTierManager):
-        medium = getattr(base, "Medium", None) and base.Medium.CPU
-        tolerates_off_thread_polling = False
-        # Not the primary's HOST: a hit this tier supplied must be told from a primary hit.
-        cache_hit_source = tiered_lookup_compat.tier_hit_source()
-
-        def __init__(self, view: memoryview, probe: bool, released: list[str]):
-            super().__init__(None, view, "manual")
-            self.released, self.touches = released, []
-            self.rows, self.probe = np.asarray(view), probe    # (num_chunks, bytes) uint8
-            self.copies: dict[object, np.ndarray] = {}
-            self.queued: dict[int, object] = {}           # job id -> TransferJob
-            self.finished: list[object] = []
-            self.probe_queue: list[object] = []
-            self.probe_answer: dict[object, bool] = {}
-
-        def lookup(self, key, req_context):
-            if not self.probe:
-                return tiered_lookup_compat.tier_answer(base, key in self.copies)
-            if key in self.probe_answer:
-                return tiered_lookup_compat.tier_answer(base, self.probe_answer.pop(key))
-            if key not in self.probe_queue:
-                self.probe_queue.append(key)
-            return tiered_lookup_compat.tier_answer(base, None)
-
-        def submit_store(self, job_metadata) -> None:
-            self.queued[job_metadata.job_id] = job_metadata
-
-        def submit_load(self, job_metadata) -> None:
-            self.queued[job_metadata.job_id] = job_metadata
-
-        def complete(self, job_id: int, failed=()) -> None:
-            """Copy the job's keys, except those in ``failed`` (an I/O error on them)."""
-            job = self.queued.pop(job_id)
-            copied = []
-            chunk_ids = tiered_lookup_compat.job_chunk_ids(job)
-            for key, chunk_id in zip(job.keys, chunk_ids, strict=True):
-                if key in failed:
-                    continue
-                copied.append(key)
-                if job.is_promotion:
-                    self.rows[int(chunk_id)] = self.copies[key]
-                else:
-                    self.copies[key] = self.rows[int(chunk_id)].copy()
-            self.finished.append(
-                tiered_lookup_compat.job_result(tiering, job_id, copied, len(job.keys)))
-
-        def get_finished_jobs(self):
-            done, self.finished = self.finished, []
-            return done
-
-        get_finished = get_finished_jobs      # vLLM 0.22.x: the poll's name
-
-        def touch(self, keys, req_context) -> None:
-            self.touches.append(list(keys))
-
-        def on_new_request(self, req_context):
-            context = getattr(base, "RequestOffloadingContext", None)
-            return context() if context is not None else None
-
-        def on_request_finished(self, req_context) -> None:
-            pass
-
-        def drain_jobs(self) -> None:
-            for job_id in sorted(self.queued):
-                self.complete(job_id)
-
-        def has_pending_work(self) -> bool:
-            return bool(self.queued)
-
-        def take_events(self):
-            return ()
-
-        def on_schedule_end(self, context=None) -> None:
-            for key in self.probe_queue:
-                self.probe_answer[key] = key in self.copies
-            self.probe_queue = []
-
-        def shutdown(self) -> None:
-            self.released.append("secondary")
-
-    return ManualTier
 
 
 class VllmTieredLookup:
@@ -185,10 +95,13 @@ class VllmTieredLookup:
                                enable_events=True)
             view = self.primary.get_kv_memoryview()
             self._chunks = np.asarray(view)               # writable (num_chunks, bytes) uint8
-            self.tier = _manual_tier_class()(view, secondary == "probe", self._released)
-            # A tier that serves peers asks to be polled between steps too: the manager then
-            # runs its tier-poll thread (vLLM 0.33.0), which takes the manager's lock.
-            self.tier.tolerates_off_thread_polling = polled
+            # Not the primary's HOST: a hit this tier supplied must be told from a primary
+            # hit. A tier that serves peers asks to be polled between steps too (``polled``):
+            # the manager then runs its tier-poll thread (vLLM 0.33.0), taking its lock.
+            self.tier = harness_tier.tier_class()(
+                view, "manual", released=self._released, released_as="secondary",
+                probe=secondary == "probe", source=tiered_lookup_compat.tier_hit_source(),
+                medium=tiered_lookup_compat.tier_medium(), polled=polled)
             self.manager = tiered_lookup_compat.tiering_manager(manager, self.primary, [self.tier])
         else:
             raise HarnessError(f"unknown secondary tier {secondary!r}")

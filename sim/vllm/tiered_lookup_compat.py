@@ -538,15 +538,72 @@ def host_hit_source() -> Any:
     return release.import_module("vllm.v1.metrics.cache_hit_source").CacheHitSource.HOST
 
 
-def tier_hit_source() -> Any:
-    """The cache-hit source the harness's secondary tier reports: DISK.
+def tier_hit_source(kind: str = "DISK") -> Any:
+    """The cache-hit source a harness-played secondary tier reports (DISK unless told: the
+    tiering world's two tiers report DISK and P2P, so a hit's source names its tier).
 
     # vLLM >=0.32.0: ``vllm.v1.metrics.cache_hit_source`` (``get_load_source``).
     # vLLM <0.32.0: none (``missing_offload_calls`` says "load_source").
     """
     if not release.has_module("vllm.v1.metrics.cache_hit_source"):
         return None
-    return release.import_module("vllm.v1.metrics.cache_hit_source").CacheHitSource.DISK
+    return getattr(release.import_module("vllm.v1.metrics.cache_hit_source").CacheHitSource,
+                   kind)
+
+
+def tier_medium(kind: str = "CPU") -> Any:
+    """A harness-played tier's ``medium`` (CPU unless told).
+
+    # vLLM >=0.25.0: ``Medium`` (load tier filters match on it). Before: none (None).
+    """
+    medium = getattr(offload_base(), "Medium", None)
+    return medium and getattr(medium, kind)
+
+
+def told_job_result(tiering: Any, job_id: int, success: bool, copied: list,
+                    transfer_bytes: int | None) -> Any:
+    """A tier's ``JobResult`` as the test tells it: ``copied`` named only when it failed.
+
+    # vLLM >=0.33.0 (the tiering world's release): ``successful_keys``, ``transfer_bytes``.
+    """
+    return tiering.JobResult(job_id=job_id, success=success,
+                             successful_keys=None if success else copied,
+                             transfer_bytes=transfer_bytes)
+
+
+def tier_event(keys: list, medium: Any, tier: str) -> Any:
+    """The event a tier yields for keys it stored, owned by ``tier``.
+
+    # vLLM >=0.33.0 (the tiering world's release): ``OffloadingEvent(ownership=...)``.
+    """
+    return offload_base().OffloadingEvent(keys=keys, medium=medium, removed=False,
+                                          ownership=tier)
+
+
+def request_offloading_context(request_level: bool) -> Any:
+    """A tier's ``on_new_request`` answer: its offload policy for the request.
+
+    # vLLM >=0.33.0: ``RequestOffloadingContext(policy=...)``, chunk-level by default.
+    # vLLM 0.22.0-0.32.x: no answer (None); a request-level tier needs 0.33.0.
+    """
+    base = offload_base()
+    context = getattr(base, "RequestOffloadingContext", None)
+    if context is None:
+        return None
+    return context(policy=base.OffloadPolicy.REQUEST_LEVEL) if request_level else context()
+
+
+def connector_stats() -> Any:
+    """An empty ``OffloadingConnectorStats``, for a tier's ``get_stats`` (0.33.0 on)."""
+    return release.import_module(
+        "vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics"
+    ).OffloadingConnectorStats()
+
+
+def backpressure_module() -> Any:
+    """``vllm.v1.kv_offload.tiering.backpressure`` (``BackpressureDetector``,
+    ``DropStorePolicy``), 0.33.0 on."""
+    return release.import_module("vllm.v1.kv_offload.tiering.backpressure")
 
 
 REQUEST_ACCESS_FROM = "0.33.0"    # request-scoped accesses, LRU ranks and metrics, as driven

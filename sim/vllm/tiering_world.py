@@ -1,7 +1,7 @@
 """vLLM 0.33.0's real ``TieringOffloadingManager`` over a real ``CPUPrimaryTierOffloadingManager``
-and two secondary tiers the harness plays (``RecordingTier``), for the tiering machine.
+and two secondary tiers the harness plays (``harness_tier``, recording), for the tiering machine.
 
-A recording tier holds byte-less copies (a set of keys), runs a job only when the test says
+A recording tier (``host=``) holds byte-less copies (bare keys), runs a job only when the test says
 (``run_job``), records every call the manager makes on it, serves the peer requests the test
 queues through the ``ParentManager`` it is handed, answers ``on_new_request`` with its
 policy, reports its own stats (lookups asked) and config facts, and may carry a back-pressure
@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 from models.tiered_lookup_values import LookupResult
 from models.tiering_manager import JobOutcome, TierJob
-from sim.vllm import release, tiered_lookup_compat
+from sim.vllm import harness_tier, release, tiered_lookup_compat
+from sim.vllm.harness_tier import TIER_LOOKUPS
 from sim.vllm.tiered_lookup import _Region
 
 CHUNK_BYTES = mmap.PAGESIZE
@@ -42,183 +43,9 @@ _TIERING_NAMES = {
     "PROMOTION_LATENCY": "promotion_latency"}
 _CPU_NAMES = {"CPU_CACHE_USAGE_PERC": "usage", "CPU_CACHE_WRITE_USAGE_PERC": "write",
               "CPU_CACHE_READ_USAGE_PERC": "read", "CPU_ALLOCATION_SIZE": "allocation"}
-TIER_LOOKUPS = "lch:tier_lookups"
 # Histograms whose samples are durations: compared by count, each sample checked to be one.
 DURATIONS = ("lookup_sync_delay", "promotion_latency")
 DURATION_MAX_S = 60.0
-
-
-def _classes(world):
-    base = release.import_module("vllm.v1.kv_offload.base")
-    tiering = release.import_module("vllm.v1.kv_offload.tiering.base")
-    bp = release.import_module("vllm.v1.kv_offload.tiering.backpressure")
-    metrics = release.import_module(
-        "vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics")
-    sources = release.import_module("vllm.v1.metrics.cache_hit_source").CacheHitSource
-
-    class FollowingDetector(bp.BackpressureDetector):
-        """Under pressure from a failed store until a store completes; its 'EMA' is the bytes
-        fed to it, so the manager's feeding shows in the stats."""
-
-        def __init__(self):
-            super().__init__(bp.DropStorePolicy())
-            self.pressure, self.fed = False, 0
-
-        def on_store_completed(self, elapsed_s, num_bytes):
-            self.pressure, self.fed = False, self.fed + num_bytes
-
-        def on_store_failed(self):
-            self.pressure = True
-
-        def is_under_pressure(self):
-            return self.pressure
-
-        def reset(self):
-            self.pressure, self.fed = False, 0
-
-        @property
-        def stats(self):
-            return {"store_latency_ema": float(self.fed)}
-
-    class RecordingTier(tiering.SecondaryTierManager):
-        def __init__(self, view, i, spec):
-            super().__init__(None, view, spec.name,
-                             FollowingDetector() if spec.detector else None)
-            self.i, self.spec, self.world = i, spec, world
-            # distinct sources: a hit's source tells which tier supplied it
-            self.source = (sources.DISK, sources.P2P)[i]
-            self.medium = (base.Medium.CPU, base.Medium.STORAGE)[i]
-            self.tolerates_off_thread_polling = spec.polled
-            self.copies: set = {world.key(k) for k in spec.copies}
-            self.queued: dict[int, object] = {}
-            self.finished: list = []
-            self.calls: list[tuple] = []
-            self.peers: list[tuple[int, ...]] = []
-            self.answers: list[tuple] = []
-            self.lookups = 0
-            self.events: list = []
-            self.poll_error: Exception | None = None
-            self.on_poll = None         # called at each poll (the loop tests hook it)
-            self.polls = 0
-            self.serving = False        # inside serve_external_requests
-            self.shutdown_error: Exception | None = None
-            self.on_shutdown = None
-
-        @property
-        def cache_hit_source(self):
-            return self.source
-
-        def lookup(self, key, req_context):
-            self.calls.append(("lookup", req_context.req_id, world.int(key)))
-            self.lookups += 1
-            return base.LookupResult.HIT if key in self.copies else base.LookupResult.MISS
-
-        def submit_store(self, job):
-            self.calls.append(("submit_store", job.req_context.req_id, world.ints(job.keys)))
-            self.queued[job.job_id] = job
-
-        def submit_load(self, job):
-            self.calls.append(("submit_load", job.req_context.req_id, world.ints(job.keys)))
-            self.queued[job.job_id] = job
-
-        def run(self, job_id, outcome: JobOutcome):
-            job = self.queued.pop(job_id)
-            ok = {world.key(k) for k in outcome.ok_keys}
-            if not job.is_promotion:
-                self.copies |= ok
-                stored = [k for k in job.keys if k in ok]
-                if stored:
-                    self.events.append(base.OffloadingEvent(
-                        keys=stored, medium=self.medium, removed=False,
-                        ownership=self.spec.name))
-            successful = None if outcome.success else [k for k in job.keys if k in ok]
-            self.finished.append(tiering.JobResult(
-                job_id=job_id, success=outcome.success, successful_keys=successful,
-                transfer_bytes=outcome.transfer_bytes))
-
-        def get_finished_jobs(self):
-            self.polls += 1
-            if self.serving:
-                world.poll_faults.append(f"{self.spec.name} polled from inside its own "
-                                         "serve_external_requests")
-            if world.in_round and not self.tolerates_off_thread_polling:
-                world.poll_faults.append(f"{self.spec.name} polled by a tier-poll round, "
-                                         "off the scheduler thread, without opting in")
-            if self.on_poll is not None:
-                self.on_poll(self)
-            if self.poll_error is not None:
-                raise self.poll_error
-            done, self.finished = self.finished, []
-            return done
-
-        def touch(self, keys, req_context):
-            self.calls.append(("touch", req_context.req_id, world.ints(keys)))
-
-        def on_new_request(self, req_context):
-            self.calls.append(("on_new_request", req_context.req_id))
-            policy = (base.OffloadPolicy.REQUEST_LEVEL if self.spec.request_level
-                      else base.OffloadPolicy.CHUNK_LEVEL)
-            return base.RequestOffloadingContext(policy=policy)
-
-        def on_request_finished(self, req_context):
-            self.calls.append(("on_request_finished", req_context.req_id))
-
-        def serve_external_requests(self, parent):
-            self.serving = True
-            try:
-                self._serve(parent)
-            finally:
-                self.serving = False
-
-        def _serve(self, parent):
-            peers, self.peers = self.peers, []
-            for keys in peers:
-                ctx = base.ReqContext(req_id=world.peer_id())
-                parent.on_new_request(ctx)
-                vkeys = [world.key(k) for k in keys]
-                answers = [parent.lookup(k, ctx) for k in vkeys]
-                hits = [k for k, a in zip(vkeys, answers, strict=True)
-                        if a is base.LookupResult.HIT]
-                if hits:
-                    job = parent.create_store_job(hits, ctx)
-                    self.queued[job.job_id] = job
-                self.answers.append((ctx.req_id, tuple(LookupResult[a.name] for a in answers)))
-                parent.on_request_finished(ctx)
-
-        def on_schedule_end(self, context):
-            self.calls.append(("on_schedule_end",))
-
-        def drain_jobs(self):
-            for job_id in sorted(self.queued):
-                job = self.queued[job_id]
-                self.run(job_id, JobOutcome(world.ints(job.keys), True))
-
-        def has_pending_work(self):
-            return bool(self.queued)
-
-        def take_events(self):
-            done, self.events = self.events, []
-            return done
-
-        def get_stats(self):
-            stats = metrics.OffloadingConnectorStats()
-            if self.lookups:
-                stats.increase_counter(TIER_LOOKUPS, self.lookups, (self.spec.name,))
-            self.lookups = 0
-            # An empty payload from one tier, None from the other: both mean nothing to add.
-            return stats if self.i == 1 or not stats.is_empty() else None
-
-        def config_info(self):
-            return {"lch_tier": self.spec.name}
-
-        def shutdown(self):
-            if self.on_shutdown is not None:
-                self.on_shutdown(self)
-            world.released.append(self.spec.name)
-            if self.shutdown_error is not None:
-                raise self.shutdown_error
-
-    return RecordingTier
 
 
 class VllmTieringWorld:
@@ -239,8 +66,17 @@ class VllmTieringWorld:
             num_chunks=num_chunks, mmap_region=_Region(num_chunks, self.released),
             enable_events=False)
         view = self.primary.get_kv_memoryview()
-        cls = _classes(self)
-        self.tiers = [cls(view, i, spec) for i, spec in enumerate(tiers)]
+        cls = harness_tier.tier_class()
+        # Distinct sources: a hit's source tells which tier supplied it.
+        self.tiers = [cls(view, spec.name, released=self.released, keep_bytes=False,
+                          host=self, source=tiered_lookup_compat.tier_hit_source(source),
+                          medium=tiered_lookup_compat.tier_medium(medium),
+                          copies=[self.key(k) for k in spec.copies], polled=spec.polled,
+                          request_level=spec.request_level, detector=spec.detector,
+                          stats_when_empty=i == 1)
+                      for i, (spec, source, medium)
+                      in enumerate(zip(tiers, ("DISK", "P2P"), ("CPU", "STORAGE"),
+                                       strict=False))]
         self.manager = manager.TieringOffloadingManager(
             self.primary, self.tiers, tier_poll_interval_s=tier_poll_interval_s)
         self._contexts: dict[str, object] = {}
@@ -298,9 +134,9 @@ class VllmTieringWorld:
     def load_source(self, key: int, req: str) -> int | None:
         with self.manager.lock:
             source = self.manager.get_load_source(self.key(key), self._contexts[req])
-        for tier in self.tiers:
+        for i, tier in enumerate(self.tiers):
             if source == tier.source:
-                return tier.i
+                return i
         return None
 
     def touch(self, keys, req: str) -> None:
@@ -354,7 +190,8 @@ class VllmTieringWorld:
         for job_id, real in sorted(tier.queued.items()):
             if self._job(real) == job:
                 with self.manager.lock:
-                    tier.run(job_id, outcome)
+                    tier.finish(job_id, {self.key(k) for k in outcome.ok_keys},
+                                outcome.success, outcome.transfer_bytes)
                 return
         raise AssertionError(f"tier {i} holds no job {job}")
 
