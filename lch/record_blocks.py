@@ -263,21 +263,32 @@ def _vllm_references(source: str) -> str:
 
 
 def _found_in_records(bug, results: Path) -> str:
-    """The releases whose history record credits this bug to a finding group, and those it
-    affects where the column ran and nothing was credited."""
-    found, missed = [], []
+    """The releases whose history records credit this bug to a finding group, and those it
+    affects where the column ran and no record credited it (each release once; a miss only by
+    runs without hunts, whose cells stop at their first divergence, says so)."""
+    found, covered, hunted = set(), set(), set()
     for r in _history_records(results):
         for item in r["items"]:
             if item["column"] != bug.column or not bug.affects(item["release"]):
                 continue
             if bug.id in item.get("known_found", []):
-                found.append(item["release"])
+                found.add(item["release"])
             elif item["outcome"] in ("pass", "divergence"):
-                missed.append(item["release"])
+                covered.add(item["release"])
+                # --no-hunt records its budget as "0 examples"
+                if not str(r["summary"].get("hunt_budget", "0")).startswith("0"):
+                    hunted.add(item["release"])
+    missed = covered - found
     if not found and not missed:
         return "no record covers these releases"
-    text = ", ".join(found) or "-"
-    return text + (f" (missed on {', '.join(missed)})" if missed else "")
+
+    def listed(releases) -> str:
+        return ", ".join(sorted(releases, key=_release_key))
+    text = listed(found) or "-"
+    if missed:
+        text += f" (missed on {listed(missed)}" + ("" if missed & hunted else
+                                                   ", by the suites alone: no hunt ran") + ")"
+    return text
 
 
 @renderer("findings")

@@ -69,3 +69,28 @@ def test_the_prefix_cache_line_is_what_its_history_cells_say(tmp_path):
     assert line.startswith("Prefix cache")
     assert "diverged on 0.11.0;" in line and "passed on 0.12.0;" in line
     assert "could not run on 0.10.2 " in line
+
+
+def test_a_known_bug_is_listed_once_per_release_and_a_miss_without_hunts_says_so(tmp_path):
+    from fixtures.upstream_bugs import UPSTREAM_BUGS
+    from lch.record_blocks import _found_in_records
+
+    bug = UPSTREAM_BUGS[0]
+    release = bug.since
+
+    def run(name, budget, found):
+        item = {"release": release, "column": bug.column, "outcome": "divergence",
+                "groups": [], "known_found": [bug.id] if found else []}
+        records.write(records.envelope(
+            "history", name, "python -m lch.cli history", vllm=None, wall_s=1.0,
+            summary={"releases": [{"release": release}], "hunt_budget": budget},
+            items=[item]), tmp_path)
+
+    run("a", "0 examples", found=False)
+    assert _found_in_records(bug, tmp_path) == (f"- (missed on {release}, by the suites "
+                                                "alone: no hunt ran)")
+    run("b", "2m", found=False)
+    assert _found_in_records(bug, tmp_path) == f"- (missed on {release})"
+    run("c", "2m", found=True)
+    run("d", "2m", found=True)
+    assert _found_in_records(bug, tmp_path) == release
