@@ -49,7 +49,9 @@ VALUED_OPTIONS = ("-k", "-n", "-p", "--target", "--dist", "--reproducer-dir", "-
 @nox.session(venv_params=VENV_PARAMS)
 def tests(session: nox.Session) -> None:
     """The fast and machines tiers (LCH_TIERS=all: every tier, as CI runs; -- -m EXPR: yours)."""
-    install_harness(session, "test")
+    # The sdist group too: the slow tier's install tests download vLLM's sdist (for its tests),
+    # and pip prepares its metadata with vLLM's build tools (a clean machine has no sdist cached).
+    install_harness(session, "test", "sdist")
     session.env["HYPOTHESIS_PROFILE"] = "ci"
     session.run("pytest", "-n", "auto", "--dist", "loadgroup",
                 *tier_selection(session, os.environ.get("LCH_TIERS", "")), *session.posargs)

@@ -53,3 +53,20 @@ def test_a_setting_vllm_rejects_builds_no_world():
     world(512)          # vLLM and the hybrid layers importable, or skip
     with pytest.raises(AdapterError, match="could not build the hybrid world.*max_num_seqs"):
         world(4, max_num_seqs=8)
+
+
+def test_the_world_is_built_for_the_declared_cpu_whatever_the_host():
+    # vLLM's CPU platform reads the host's instruction set while it finalizes the configs: a
+    # host without AVX-512 BF16 kept the SSM state in bfloat16 and built 640-token blocks where
+    # the reproducers describe 1152. Inside the build, the probes answer the declared host.
+    torch = pytest.importorskip("torch")
+    from unittest import mock
+
+    from sim.vllm import hybrid_world
+    host = {probe: not answer for probe, answer in hybrid_world.CPU_ISA.items()}
+    with mock.patch.multiple(torch.cpu, **{p: (lambda a=a: a) for p, a in host.items()}):
+        with hybrid_world.declared_cpu():
+            seen = {probe: getattr(torch.cpu, probe)() for probe in hybrid_world.CPU_ISA}
+        after = {probe: getattr(torch.cpu, probe)() for probe in hybrid_world.CPU_ISA}
+    assert seen == hybrid_world.CPU_ISA
+    assert after == host                                  # the host's answers come back after

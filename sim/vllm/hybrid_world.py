@@ -25,9 +25,10 @@ the configs vLLM validated:
 
 The platform is the CPU one (``VLLM_TARGET_DEVICE=cpu``): its attention backend's kernel
 block sizes enter step 3 and its GDN backend exports no mid-prefill checkpoint, so the
-world is what vLLM builds *on CPU*. A CUDA deployment picks other backends (FlashInfer's GDN
-prefill exports checkpoints on Hopper), and with them another block size and another
-``MambaSpec``: not shown by this world.
+world is what vLLM builds *on CPU*: on one declared CPU (``CPU_ISA``: x86 with AVX-512 BF16),
+whatever host runs the harness, since the platform reads the instruction set. A CUDA
+deployment picks other backends (FlashInfer's GDN prefill exports checkpoints on Hopper), and
+with them another block size and another ``MambaSpec``: not shown by this world.
 
 The driver plays the model runner only as the harness always does: after each
 ``schedule()`` a ``ModelRunnerOutput`` samples one token for every request that is not in
@@ -36,12 +37,14 @@ the middle of its prefill, and proposes no draft tokens.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 from attrs import frozen
 
@@ -109,6 +112,27 @@ def variant(model_dir: str, **fields: Any) -> str:
     return str(folder)
 
 
+# The CPU every world is built for. vLLM's CPU platform reads the host's instruction set while
+# it finalizes the configs (on an AVX-512 BF16 host it keeps the SSM state in float32, hence a
+# larger Mamba page and block: 1152 tokens for the catalogue's Qwen3-Next against 640 without
+# it), so the same configs built on another host are another world, and a reproducer written
+# on one host would not build its world on the next. The probes are answered for one declared
+# host, whatever runs the test: x86 with AVX-512 and BF16, without AMX tiles.
+CPU_ISA = {"_is_avx512_supported": True, "_is_avx512_bf16_supported": True,
+           "_is_amx_tile_supported": False}
+
+
+@contextlib.contextmanager
+def declared_cpu():
+    """vLLM sees the host of ``CPU_ISA`` (torch's ISA probes answered) inside this block."""
+    import torch
+    with contextlib.ExitStack() as stack:
+        for probe, answer in CPU_ISA.items():
+            stack.enter_context(mock.patch.object(torch.cpu, probe,
+                                                  functools.partial(bool, answer)))
+        yield
+
+
 def _platform() -> Any:
     return release.import_module("vllm.platforms").current_platform
 
@@ -129,8 +153,9 @@ def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_
     there is no world to find anything in."""
     _check_imports()
     try:
-        return _build(model_dir, token_budget, max_num_seqs, num_speculative_tokens,
-                      max_model_len)
+        with declared_cpu():
+            return _build(model_dir, token_budget, max_num_seqs, num_speculative_tokens,
+                          max_model_len)
     except HarnessError:
         raise
     except Exception as error:  # noqa: BLE001 - whatever stopped vLLM building the world
