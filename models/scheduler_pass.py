@@ -6,7 +6,9 @@ ones: arrival order, a preempted one at the head), each the longest chunk its mo
 statement admits after those before it (``models/scheduler_pass_grant.py``, ``_mamba.py``).
 Also: the EC connector, preemption, encoder-cache resets, async scheduling (a pass starts
 where steps in flight end, counting their samples; ``step()`` applies the oldest once two
-are in flight). Not modelled: KV blocks, priorities."""
+are in flight). KV blocks (``kv_blocks``: a pool that runs out, ``models/scheduler_pass_kv.py``)
+in synchronous decoder-only worlds without prefix caching; else the pool never runs out.
+Not modelled: priorities."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import itertools
 
 from attrs import define, evolve, field
 
+from models import scheduler_pass_kv as kv
 from models.encoder_cache import EncoderCacheModel
 from models.encoder_decoder_cache import EncoderDecoderCacheModel
 from models.scheduler_pass_grant import DecoderOnly, EncoderDecoder, Grant
@@ -56,8 +59,11 @@ class SchedulerPassModel:
     encoder_decoder: bool = False
     async_scheduling: bool = False
     mamba_block_size: int = 0
+    kv_blocks: int = 0                 # the KV pool's blocks (0: it never runs out)
+    kv_block_size: int = 16
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     grants: tuple[Grant, ...] = ()                # the last pass's, in serving order
+    preempted: tuple[str, ...] = ()               # the last pass's, for KV blocks, in order
     rejected: set[str] = field(factory=set)       # refused since the last update
     released_together: set[str] = field(factory=set)
     heard: list[tuple[str, str, int]] = field(factory=list)   # the EC connector's notices
@@ -71,6 +77,10 @@ class SchedulerPassModel:
                 self.async_scheduling or self.encoder_decoder or self.disable_chunked_mm_input):
             raise ValueError("drop async_scheduling or mamba_block_size: each is modelled for "
                              "decoder-only worlds (mamba: synchronous, chunked input)")
+        if self.kv_blocks and (self.async_scheduling or self.encoder_decoder
+                               or self.mamba_block_size):
+            raise ValueError("drop kv_blocks: a KV pool that runs out is modelled for "
+                             "synchronous decoder-only worlds")
         self.variant = EncoderDecoder() if self.encoder_decoder else \
             Mamba(self.mamba_block_size) if self.mamba_block_size else DecoderOnly()
         self.cache = (EncoderDecoderCacheModel if self.encoder_decoder
@@ -97,14 +107,26 @@ class SchedulerPassModel:
 
     def schedule(self) -> SchedulerOutputView:
         grants: list[Grant] = []
+        preempted: list[str] = []
         for state in sorted(self.requests.values(),
                             key=lambda s: (s.started_at is None, s.started_at or s.queued_at)):
+            if state.request.request_id in preempted:
+                continue                       # gave its place up to one served before it
+            if preempted and state.started_at is None:
+                break                          # a pass that preempted admits no waiting one
             taken = [g for g in grants if g.tokens]
             grant = self.variant.grant(self, state, self.token_budget - sum(
                 g.tokens for g in taken), self.encoder_compute_budget - sum(
                 g.request.num_embeds(i) for g in taken for i in g.encoded))
             if grant.limit == "stopped":
                 break
+            if grant.tokens and self.kv_blocks:
+                grant, victims = kv.admit(self, state, grant)
+                preempted += victims
+                if not grant.tokens:           # held back, or preempted itself: no one after
+                    grants.append(grant)
+                    self.cache = self.cache if grant.cache is None else grant.cache
+                    break
             grants.append(grant := evolve(grant, samples=grant.tokens == state.num_tokens_left))
             self.cache = self.cache if grant.cache is None else grant.cache
             rid = state.request.request_id
@@ -114,6 +136,7 @@ class SchedulerPassModel:
                 state.started_at = state.started_at or next(self.ranks[0])
                 self.heard += [("alloc", rid, i) for i in (*grant.encoded, *grant.loaded)]
         self.grants, given = tuple(grants), {g.request.request_id: g for g in grants if g.tokens}
+        self.preempted = tuple(preempted)
         output = SchedulerOutputView(
             {rid: g.tokens for rid, g in given.items()},
             {rid: g.encoded for rid, g in given.items() if g.encoded},
@@ -199,6 +222,11 @@ class SchedulerPassModel:
 
     def freeable_order(self) -> list[str]:
         return self.cache.freeable_order()
+
+    def kv_blocks_held(self) -> dict[str, int]:
+        """The KV blocks each request holds, where it holds any (``scheduler_pass_kv``)."""
+        return {rid: n for rid, s in self.requests.items()
+                if (n := kv.held(s, self.kv_block_size))}
 
 
 def broken_promises(model, output, resident: set[str]) -> list[tuple[str, str]]:

@@ -60,7 +60,7 @@ class DecoderOnly:
         chunk = max(0, top - s - c) if stop and end == top else min(w, end - c)
         tokens = 0 if limit == "refused" else self.runway(model, state, chunk)
         if not tokens:
-            return Grant(request, c, w, limit=limit, cache=_unallocated(fit))
+            return Grant(request, c, w, limit=limit, cache=unallocated(fit))
         held = fit.cache.get_cached_input_ids(request)
         stops = [p - c - tokens for i, x in enumerate(request.items) if i not in held
                  for p in x.embed_positions if p >= c + tokens]
@@ -98,7 +98,7 @@ def _fit(model, request: SchedRequest, c: int, end: int, compute_left: int) -> G
                  **{kind: tuple(inputs) for kind, inputs in made.items()})
 
 
-def _unallocated(fit: Grant):
+def unallocated(fit: Grant):
     """``fit``'s cache without what it allocated, keeping its holds and evictions."""
     cache, rid, made = fit.cache, fit.request.request_id, {
         fit.request.mm_hash(i) for i in (*fit.encoded, *fit.loaded)}

@@ -79,6 +79,10 @@ REACHES = [
         "held a step longer, so few entries are freeable when a pass evicts; the "
         "synchronous machine reaches it"}),
     Reach(f"{SCHEDULER_PASS}:MambaSchedulerPassMachine"),
+    # The KV pool's own hazards; the synchronous machine reaches the rest.
+    Reach(f"{SCHEDULER_PASS}:KvPressureSchedulerPassMachine", 150,
+          ("preempted for KV blocks", "preempted itself for KV blocks",
+           "waiting request held back for KV blocks")),
 ]
 
 

@@ -24,6 +24,10 @@ step, which the worker runs at once (the worker runs steps in order), and applie
 step's output once two are in flight, the order vLLM's engine drives ``AsyncScheduler`` in.
 Aborts and resets fall between turns, with a step in flight, as the engine's input queue
 delivers them.
+
+In KV-pressure worlds (``KvPressureSchedulerPassMachine``) the KV pool runs out: the pass
+itself preempts, or holds a waiting request back (``models/scheduler_pass_kv.py``), and after
+every step each request's blocks are the model's (``kv-blocks-agree``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from properties.scheduler_pass_worlds import (
     SchedWorld,
     async_scheduler_worlds,
     encoder_decoder_worlds,
+    kv_pressure_worlds,
     mamba_mtp_worlds,
     mamba_worlds,
     scheduler_worlds,
@@ -76,6 +81,12 @@ HAZARDS = (
 ASYNC_HAZARDS = (*HAZARDS, "input held for a pending sample")
 
 MAMBA_HAZARDS = (*HAZARDS, "running request left no aligned chunk")
+
+# Not among them: a victim holding an encoder input. Items span at most 6 tokens of prompts
+# that span blocks of 16, so a victim's chunk rarely ends inside one (1 example in ~1,200):
+# the harness's preemption rule drives the same ``_preempt_request`` with inputs held.
+KV_HAZARDS = (*HAZARDS, "preempted for KV blocks", "preempted itself for KV blocks",
+              "waiting request held back for KV blocks")
 
 ENCODER_DECODER_HAZARDS = (
     "encoder-decoder input encoded whole at the start",
@@ -109,6 +120,8 @@ PROPERTIES = {
     "liveness": "with the cache fitting the largest item, every request finishes",
     "slots-agree": "the manager's free and freeable embeds equal the model's after each call",
     "ec-connector-agrees": "the EC connector hears of each allocated and each freed input once",
+    "kv-blocks-agree": "each request holds the KV blocks the model's passes gave it, and no "
+                       "more than the pool's blocks are held (KV-pressure worlds)",
 }
 
 
@@ -230,6 +243,10 @@ class SchedulerPassMachine(HarnessMachine):
         # request's last sample in flight), and the last step in flight is applied after.
         bound = sum(s.request.prompt_len - s.num_computed_tokens + s.request.max_tokens
                     for s in self.model.requests.values()) + 1 + 2 * self.world.async_scheduling
+        if self.world.kv_blocks:
+            # A request preempted for blocks computes its tokens again, while one started
+            # before it runs: at most once per request ahead of it.
+            bound *= len(self.model.requests) + 1
         for _ in range(bound):
             if not self.open and not self.model.pending:
                 break
@@ -400,6 +417,11 @@ class SchedulerPassMachine(HarnessMachine):
                    f"{sorted(self.model.resident_mm_hashes())}")
         self._check_worker()
         self._check_slots()
+        if self.world.kv_blocks:
+            held, want = self.sched.kv_blocks_held(), self.model.kv_blocks_held()
+            self.check("kv-blocks-agree", held == want and sum(held.values())
+                       <= self.world.kv_blocks,
+                       lambda: f"KV blocks held {held} != {want} (pool {self.world.kv_blocks})")
         self.check_valid(self.sched)
 
     def _accept_release_order(self) -> None:
@@ -488,7 +510,9 @@ class SchedulerPassMachine(HarnessMachine):
                 f"assert sched.worker_mm_hashes() == {shown}",
                 *([] if self.world.encoder_decoder else          # see _check_slots
                   [f"assert sched.manager_slots() == {self.model.manager_slots()}"]),
-                f"assert sched.get_num_unfinished_requests() == {len(self.model.requests)}"] \
+                f"assert sched.get_num_unfinished_requests() == {len(self.model.requests)}",
+                *([f"assert sched.kv_blocks_held() == {self.model.kv_blocks_held()}"]
+                  if self.world.kv_blocks else [])] \
             + ([f"assert sched.ec_notifications() == "            # all since the start
                 f"{sorted(self.ec_heard + self.model.heard)}"] if self.world.ec_cached else [])
 
@@ -540,6 +564,15 @@ class SchedulerPassMachine(HarnessMachine):
         scheduled = [self.history[rid] for rid in out.num_scheduled_tokens]
         if any(not r.items for r in scheduled) and any(r.items for r in scheduled):
             self.hazard("text-only request scheduled beside a multimodal one")
+        victims = set(self.model.preempted)
+        for flag, name in ((victims, "preempted for KV blocks"),
+                           (any(g.limit == "preempted" for g in grants),
+                            "preempted itself for KV blocks"),
+                           (any(g.limit == "kv" for g in grants),
+                            "waiting request held back for KV blocks")):
+            if flag:
+                self.hazard(name)
+        self.preempted |= victims
         if self.preempted & set(out.num_scheduled_tokens):
             self.hazard("preempted request rescheduled")
         self.preempted -= set(out.num_scheduled_tokens)
@@ -618,6 +651,18 @@ class MambaSchedulerPassMachine(SchedulerPassMachine):
     HAZARDS = MAMBA_HAZARDS
 
     @initialize(world=mamba_worlds())
+    def setup(self, world: SchedWorld):
+        SchedulerPassMachine.setup(self, world)
+
+
+class KvPressureSchedulerPassMachine(SchedulerPassMachine):
+    """The same rules and checks where the KV pool runs out (``kv_pressure_worlds``): the
+    pass preempts and holds waiting requests back on its own (``models/scheduler_pass_kv.py``).
+    A machine of its own, so the other worlds keep the draws their finds were pinned at."""
+
+    HAZARDS = KV_HAZARDS
+
+    @initialize(world=kv_pressure_worlds())
     def setup(self, world: SchedWorld):
         SchedulerPassMachine.setup(self, world)
 

@@ -50,8 +50,11 @@ def _simpler_worlds(world: SchedWorld, actions: list[tuple]):
         for mm_hash in world.ec_cached if len(world.ec_cached) > 1 else ():
             yield evolve(world, ec_cached=tuple(h for h in world.ec_cached
                                                 if h != mm_hash)), actions
-    # A larger token budget is a smaller program: prefills take fewer passes.
+    # A larger token budget is a smaller program: prefills take fewer passes, so each run
+    # of steps may halve with it (a long prefill before another request arrives).
     yield evolve(world, token_budget=2 * world.token_budget), actions
+    if (halved := _halved_step_runs(actions)) != actions:
+        yield evolve(world, token_budget=2 * world.token_budget), halved
     for mm_hash in sorted({it.mm_hash for t in world.templates for it in t.items}):
         unmasked = tuple(evolve(t, items=tuple(evolve(it, is_embed=None)
                                                if it.mm_hash == mm_hash else it
@@ -92,6 +95,21 @@ def _simpler_templates(t: SchedRequest, encoder_decoder: bool = False):
         shifted = tuple(evolve(it, offset=it.offset - 1) for it in t.items)
         if t.items[0].offset > 0:
             yield evolve(t, items=shifted, prompt_len=t.prompt_len - 1)
+
+
+def _halved_step_runs(actions: list[tuple]) -> list[tuple]:
+    """``actions`` with every run of consecutive steps half as long (rounded up)."""
+    out: list[tuple] = []
+    run = 0
+    for action in [*actions, None]:
+        if action == ("step",):
+            run += 1
+            continue
+        out += [("step",)] * -(-run // 2)
+        run = 0
+        if action is not None:
+            out.append(action)
+    return out
 
 
 def _fewer_requests(actions):

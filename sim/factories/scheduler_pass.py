@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget: int,
                       read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                       ec_cached_mm_hashes: Any = (), encoder_decoder: bool = False,
-                      async_scheduling: bool = False, mamba_block_size: int = 0) -> dict:
+                      async_scheduling: bool = False, mamba_block_size: int = 0,
+                      kv_blocks: int = 0) -> dict:
     config = dict(cache_size=check_size("cache_size", cache_size),
                   token_budget=check_size("token_budget", token_budget),
                   encoder_compute_budget=check_size("encoder_compute_budget",
@@ -28,6 +29,8 @@ def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget
         config["async_scheduling"] = True
     if mamba_block_size:           # likewise
         config["mamba_block_size"] = check_size("mamba_block_size", mamba_block_size)
+    if kv_blocks:                  # likewise
+        config["kv_blocks"] = check_size("kv_blocks", kv_blocks)
     return config
 
 

@@ -48,6 +48,15 @@ token, and the worker's decoder reads each new output whole. Bug switches:
 again, as for a decoder-only model) and ``sched-encdec-held`` (the inputs stay reserved
 until the request finishes: requests behind it wait for the cache).
 
+A KV pool (``kv_blocks`` blocks of ``KV_BLOCK_SIZE`` tokens; 0: it never runs out), in
+synchronous decoder-only worlds: a scheduled chunk takes the blocks its tokens reach; a running
+request the pool cannot serve preempts the last of the running list (itself last: then the
+pass ends); a waiting request is admitted only if its whole sequence fits, and not at all in
+a pass that preempted. Bug switches: ``sched-kv-preempts-self`` (a running request short of
+blocks gives its own place up instead of the last one's) and ``sched-kv-admits-chunk`` (a
+waiting request is admitted when its first chunk fits: the pool fills with half-done
+prefills that preempt one another).
+
 Async scheduling (``async_scheduling``), as an engine with a two-step batch queue runs it:
 ``schedule()`` advances each request's computed tokens at once and counts a sample it
 leaves pending (``pending_samples``), the next pass starts where that left off (a request
@@ -83,15 +92,18 @@ from sim.engine_turn import engine_turn
 from sim.native.encoder_cache import NativeEncoderCache
 from sim.native.encoder_decoder_cache import NativeEncoderDecoderCache
 
+KV_BLOCK_SIZE = 16                         # tokens per KV block, as vLLM's default
+
 __all__ = ["EncoderCacheMiss", "NativeSchedulerPass"]
 
 
 class _Running:
-    __slots__ = ("req", "computed", "generated", "pending_samples", "embeds_upto")
+    __slots__ = ("req", "computed", "generated", "pending_samples", "embeds_upto", "kv")
 
     def __init__(self, req: SchedRequest):
         self.req = req
         self.computed = 0
+        self.kv = 0                            # KV blocks allocated to it
         self.generated = 0
         self.pending_samples = 0               # async: scheduled steps' samples not yet in
         # Per input: embeds_upto[i][t] = embeds among the item's first t positions (the
@@ -119,9 +131,10 @@ class NativeSchedulerPass:
                  read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
                  encoder_decoder: bool = False, async_scheduling: bool = False,
-                 mamba_block_size: int = 0,
+                 mamba_block_size: int = 0, kv_blocks: int = 0,
                  bugs: frozenset[str] = frozenset(), device: torch.device | None = None):
         self.cache_size = cache_size
+        self.kv_blocks = kv_blocks
         self.mamba_block_size = mamba_block_size
         self.max_num_batched_tokens = token_budget
         self.max_num_encoder_input_tokens = encoder_compute_budget
@@ -165,7 +178,7 @@ class NativeSchedulerPass:
         self.running.remove(entry)
         if "sched-preempt-keeps-inputs" not in self.bugs:
             self.encoder_cache_manager.free(entry.req)
-        entry.computed = 0
+        entry.computed = entry.kv = 0
         self.waiting.insert(0, entry)
 
     def reset_encoder_cache(self) -> None:
@@ -185,8 +198,11 @@ class NativeSchedulerPass:
         started: list[_Running] = []
         starts: dict[str, int] = {}
         samples: set[str] = set()
+        preempted: list[_Running] = []
         for entry in self.running + self.waiting:
-            if token_budget <= 0:
+            if entry in preempted:
+                continue
+            if token_budget <= 0 or preempted and entry in self.waiting:
                 break
             if entry.pending_samples and \
                     entry.generated + entry.pending_samples >= entry.req.max_tokens:
@@ -204,6 +220,8 @@ class NativeSchedulerPass:
             new_tokens, reads, inputs, duplicates, budget_after, loads = plan
             if new_tokens <= 0:
                 continue                       # approvals lapse: nothing allocated
+            if self.kv_blocks and not self._take_blocks(entry, new_tokens, preempted):
+                break
             if entry in self.waiting:
                 started.append(entry)
             for input_id in (*inputs, *loads):
@@ -239,6 +257,30 @@ class NativeSchedulerPass:
                                      loaded_encoder_inputs=loaded)
         self._in_flight.append((output, starts, samples))
         return output
+
+    def _take_blocks(self, entry: _Running, new_tokens: int, preempted: list) -> bool:
+        """Allocate the KV blocks ``new_tokens`` reach, preempting for a running request;
+        False: not scheduled (the pass ends here)."""
+        def short() -> int:
+            free = self.kv_blocks - sum(e.kv for e in self.running + self.waiting)
+            reach = entry.computed + new_tokens
+            if entry in self.waiting and "sched-kv-admits-chunk" not in self.bugs:
+                reach = max(reach, entry.req.prompt_len + entry.generated)   # all of it
+            return -(-reach // KV_BLOCK_SIZE) - entry.kv - free
+        while short() > 0:
+            if entry in self.waiting:
+                self.encoder_cache_manager.free(entry.req)    # its holds are given up
+                return False
+            victim = entry if "sched-kv-preempts-self" in self.bugs else self.running[-1]
+            self.preempt_request(victim.req.request_id)
+            preempted.append(victim)
+            if victim is entry:
+                return False
+        entry.kv = -(-(entry.computed + new_tokens) // KV_BLOCK_SIZE)
+        return True
+
+    def kv_blocks_held(self) -> dict[str, int]:
+        return {e.req.request_id: e.kv for e in self.running + self.waiting if e.kv}
 
     def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
         if not self._in_flight or self._in_flight[0][0] != output:

@@ -61,17 +61,18 @@ class VllmPrefixCache:
                            enable_kv_cache_events=True,
                            **prefix_cache_compat.manager_kwargs(cls, block_size, max_model_len))
         self.pool = self.manager.block_pool
-        self.uncached_first = prefix_cache_compat.uncached_first(self._utils)
+        self.uncached_first = prefix_cache_compat.uncached_first(self._utils,
+                                                                 type(self.pool))
         self.requests: dict[str, Any] = {}
         self._keys: dict[Any, BlockKey] = {}
         self.free_calls: list[tuple[tuple[int, ...], dict[int, int]]] = []
         real_free = self.pool.free_blocks
 
-        def free_blocks(ordered_blocks: Any) -> None:
+        def free_blocks(ordered_blocks: Any, *args: Any, **kwargs: Any) -> None:
             listed = list(ordered_blocks)
             self.free_calls.append((tuple(b.block_id for b in listed if not b.is_null),
                                     {b.block_id: b.ref_cnt for b in listed}))
-            real_free(listed)
+            real_free(listed, *args, **kwargs)     # 0.23.x callers may pass prepend
         self.pool.free_blocks = free_blocks
 
     # -- the port -----------------------------------------------------------------------------

@@ -38,15 +38,21 @@ def computed_blocks(answer: tuple) -> tuple[Any, int]:
     return answer[0], answer[1]
 
 
-def uncached_first(utils: Any) -> bool:
+def uncached_first(utils: Any, pool_cls: Any) -> bool:
     """Whether a block released without a cached hash goes to the free queue's front.
 
-    # vLLM >=0.24.0: yes: ``free_blocks`` prepends blocks without a hash (reused next, LIFO)
-    #   and appends cached ones (LRU); the queue gained ``prepend_n`` for it, the probe here.
-    # vLLM 0.10.2-0.20.x: no: every released block is appended (read in 0.10.2, 0.14.0,
-    #   0.20.0; 0.21.x-0.23.x unread: the probe decides).
+    # vLLM >=0.24.0: yes: ``free_blocks(ordered_blocks)`` prepends blocks without a hash
+    #   (reused next, LIFO) and appends cached ones (LRU), with the queue's ``prepend_n``.
+    # vLLM 0.23.x: no: the queue has ``prepend_n``, but ``free_blocks(ordered_blocks,
+    #   prepend=False)`` prepends only where a caller asks (sliding-window and Mamba blocks
+    #   dropped mid-request); a full-attention release appends (read in 0.23.0; the probe
+    #   on ``prepend_n`` alone took 0.23.0 for the newer rule, and history reported the
+    #   difference as a divergence).
+    # vLLM 0.10.2-0.22.x: no: every released block is appended (read in 0.10.2, 0.14.0,
+    #   0.20.0, 0.22.1).
     """
-    return hasattr(utils.FreeKVCacheBlockQueue, "prepend_n")
+    caller_chooses = "prepend" in inspect.signature(pool_cls.free_blocks).parameters
+    return hasattr(utils.FreeKVCacheBlockQueue, "prepend_n") and not caller_chooses
 
 
 def block_hasher(utils: Any, block_size: int, hash_fn: Any) -> Any:

@@ -106,6 +106,7 @@ from sim.vllm import (
 )
 
 MAX_MODEL_LEN = 4096
+KV_BLOCK_SIZE = 16
 MAX_NUM_SEQS = 16
 SAMPLED_TOKEN = 7
 
@@ -247,8 +248,8 @@ def max_num_seqs(token_budget: int) -> int:
 
 @functools.cache
 def _vllm_config(encoder_decoder: bool = False, token_budget: int = MAX_MODEL_LEN,
-                 disable_chunked_mm_input: bool = False, scheduler_cls: str | None = None
-                 ) -> Any:
+                 disable_chunked_mm_input: bool = False, scheduler_cls: str | None = None,
+                 kv_blocks: int = 0) -> Any:
     """One ``VllmConfig`` per process and scheduler settings, every setting given to the
     constructors that validate it: the token budget with a ``max_num_seqs`` it allows, the
     chunked-input switch, and the scheduler class (``AsyncScheduler``: named, as the CPU
@@ -256,9 +257,12 @@ def _vllm_config(encoder_decoder: bool = False, token_budget: int = MAX_MODEL_LE
     chunked prefill, where vLLM requires the budget to cover ``max_model_len``: its
     ``max_model_len`` is the budget (the worlds' requests fit it, ``add_request`` checks).
     Called with no argument (``lch/suites.py`` warms a mutation worker so): the text model's
-    config at a budget of ``MAX_MODEL_LEN``."""
+    config at a budget of ``MAX_MODEL_LEN``. A KV pool of ``kv_blocks`` blocks (0: a pool that
+    never runs out) bounds ``max_model_len`` to what it holds, as the engine requires of the
+    KV cache it sizes (``check_enough_kv_cache_memory``)."""
     config_mod = release.import_module("vllm.config")
-    max_model_len = token_budget if encoder_decoder else MAX_MODEL_LEN
+    max_model_len = token_budget if encoder_decoder else \
+        kv_blocks * KV_BLOCK_SIZE if kv_blocks else MAX_MODEL_LEN
     model_config = _model_config(encoder_decoder, max_model_len)
     scheduler_config = config_mod.SchedulerConfig(
         max_num_seqs=max_num_seqs(token_budget), max_num_batched_tokens=token_budget,
@@ -266,12 +270,12 @@ def _vllm_config(encoder_decoder: bool = False, token_budget: int = MAX_MODEL_LE
         is_encoder_decoder=model_config.is_encoder_decoder,
         **scheduler_pass_compat.scheduler_config_kwargs(config_mod.SchedulerConfig,
                                          disable_chunked_mm_input, scheduler_cls))
-    cache_config = config_mod.CacheConfig(block_size=16, gpu_memory_utilization=0.9,
+    cache_config = config_mod.CacheConfig(block_size=KV_BLOCK_SIZE, gpu_memory_utilization=0.9,
                                           cache_dtype="auto", enable_prefix_caching=False)
     vllm_config = config_mod.VllmConfig(scheduler_config=scheduler_config,
                                         model_config=model_config, cache_config=cache_config)
     # What the engine sets once it has sized the KV cache (``_initialize_kv_caches``).
-    vllm_config.cache_config.num_gpu_blocks = 1000
+    vllm_config.cache_config.num_gpu_blocks = _num_blocks(kv_blocks)
     return vllm_config
 
 
@@ -298,14 +302,20 @@ def _ec_transfer_config() -> Any:
                                        ec_role="ec_consumer")
 
 
-def _kv_cache_config(mamba_block_size: int = 0) -> Any:
+def _num_blocks(kv_blocks: int) -> int:
+    """The pool's size: a large one, or ``kv_blocks`` usable beside the null block (vLLM's
+    ``BlockPool`` keeps block 0 as a placeholder no request is given)."""
+    return kv_blocks + 1 if kv_blocks else 1000
+
+
+def _kv_cache_config(mamba_block_size: int = 0, kv_blocks: int = 0) -> Any:
     """One full-attention group; a hybrid model (``mamba_block_size``) has a Mamba group
     beside it, cached per block ("align"), both of that block size."""
     import torch
     kv = release.import_module("vllm.v1.kv_cache_interface")
     spec = scheduler_pass_compat.attention_spec(kv, torch.float32)
     if not mamba_block_size:
-        return kv.KVCacheConfig(num_blocks=1000, kv_cache_tensors=[],
+        return kv.KVCacheConfig(num_blocks=_num_blocks(kv_blocks), kv_cache_tensors=[],
                                 kv_cache_groups=[kv.KVCacheGroupSpec(["layer"], spec)])
     attention = kv.FullAttentionSpec(block_size=mamba_block_size, num_kv_heads=1, head_size=1,
                                      dtype=torch.float32)
@@ -330,7 +340,8 @@ class VllmSchedulerPass:
                  read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
                  encoder_decoder: bool = False, async_scheduling: bool = False,
-                 mamba_block_size: int = 0):
+                 mamba_block_size: int = 0, kv_blocks: int = 0):
+        self.kv_blocks = kv_blocks
         # Steps scheduled and not yet applied, oldest first: (vLLM's output, our view of it,
         # where each request's tokens started, what the runner samples for each).
         self._in_flight: deque[tuple[Any, SchedulerOutputView, dict[str, int],
@@ -416,7 +427,8 @@ class VllmSchedulerPass:
                      if self.async_scheduling else None)
         vllm_config = _vllm_config(
             encoder_decoder, token_budget, disable_chunked_mm_input and not encoder_decoder,
-            None if async_cls is None else f"{async_cls.__module__}.{async_cls.__qualname__}")
+            None if async_cls is None else f"{async_cls.__module__}.{async_cls.__qualname__}",
+            self.kv_blocks)
         block_size = mamba_block_size or 16
         if mamba_block_size:
             # Its own cache config (the Scheduler reads the block size and the cache mode from
@@ -443,7 +455,8 @@ class VllmSchedulerPass:
         scheduler_cls = scheduler_pass_compat.scheduler_cls(vllm_config.scheduler_config, sched_mod)
         try:
             self.scheduler = scheduler_cls(
-                vllm_config=vllm_config, kv_cache_config=_kv_cache_config(mamba_block_size),
+                vllm_config=vllm_config,
+                kv_cache_config=_kv_cache_config(mamba_block_size, self.kv_blocks),
                 log_stats=False,
                 structured_output_manager=structured.StructuredOutputManager(vllm_config),
                 **scheduler_pass_compat.scheduler_kwargs(sched_mod.Scheduler, block_size),
@@ -629,6 +642,9 @@ class VllmSchedulerPass:
     def freeable_order(self) -> list[str]:
         """Resident entries no request holds, oldest first (the next evicted first)."""
         return list(self.scheduler.encoder_cache_manager.freeable)
+
+    def kv_blocks_held(self) -> dict[str, int]:
+        return scheduler_pass_compat.kv_blocks_held(self.scheduler)
 
     def worker_mm_hashes(self) -> set[str]:
         return self.worker.resident_hashes()

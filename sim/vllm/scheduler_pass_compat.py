@@ -67,6 +67,16 @@ def ec_connector_per_item() -> bool:
         and hasattr(base, "update_state_after_free")
 
 
+def kv_blocks_held(scheduler: Any) -> dict[str, int]:
+    """The KV blocks each open request holds, where it holds any (one full-attention group).
+
+    # vLLM 0.10.2-0.33.0: ``KVCacheManager.get_block_ids(request_id)``, a list per group.
+    """
+    manager = scheduler.kv_cache_manager
+    held = {rid: sum(map(len, manager.get_block_ids(rid))) for rid in scheduler.requests}
+    return {rid: n for rid, n in held.items() if n}
+
+
 def preempt(scheduler: Any, request: Any) -> None:
     """Preempt a running request between passes, as ``schedule()`` does to the last running
     request when it runs out of KV blocks, and ``reset_prefix_cache`` to every running one

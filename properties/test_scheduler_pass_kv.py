@@ -1,0 +1,78 @@
+"""The scheduler pass under KV pressure: the model, the native target and vLLM's real
+Scheduler over a KV pool of a few 16-token blocks (``models/scheduler_pass_kv.py`` states the
+rules), on written-out traces and on the KV-pressure machine.
+
+On vllm these worlds are ones vLLM builds: its default block size, ``max_model_len`` no
+longer than the pool holds (the engine refuses a KV cache that cannot hold one request of
+that length), full attention, no prefix caching (the prompts are all alike).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from models.scheduler_pass_values import SchedRequest
+from properties.run import check_machine
+from properties.scenarios import agrees, make_or_skip
+from properties.scheduler_pass_machine import KvPressureSchedulerPassMachine
+
+TARGETS = ["model", "native", "vllm"]
+OUTPUT = "scheduler-output-agrees"
+BLOCKS = "kv-blocks-agree"
+
+
+def build(target: str, **config):
+    return make_or_skip(target, "scheduler_pass", cache_size=1, encoder_compute_budget=1,
+                        **config)
+
+
+def passes(sched, n: int) -> list[dict]:
+    return [dict(sched.step().output.num_scheduled_tokens) for _ in range(n)]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_waiting_request_is_admitted_only_when_its_whole_sequence_fits(target):
+    """Scenario (pool 4 blocks, budget 32): r0 (40 prompt tokens) takes 32 tokens, 2 blocks.
+    r1 (40 tokens, 3 blocks) waits though the budget has room in the second pass (its first
+    chunk would fit the 1 block left, its whole prompt does not), and while r0 decodes; it
+    starts once r0 has finished and given its blocks back."""
+    sched = build(target, token_budget=32, kv_blocks=4)
+    sched.add_request(SchedRequest("r0", 40, 2))
+    sched.add_request(SchedRequest("r1", 40, 2))
+    agrees(OUTPUT, passes(sched, 1), [{"r0": 32}])
+    agrees(BLOCKS, sched.kv_blocks_held(), {"r0": 2})
+    agrees(OUTPUT, passes(sched, 3), [{"r0": 8}, {"r0": 1}, {"r1": 32}])
+    agrees(BLOCKS, sched.kv_blocks_held(), {"r1": 2})
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_running_request_short_of_a_block_preempts_the_one_started_last(target):
+    """Scenario (pool 4 blocks, budget 64): r0 and r1 (32 prompt tokens each) prefill
+    together, 2 blocks each. Their first decode crosses into a third block: r0, first,
+    preempts r1 (started last), which loses its blocks and its computed tokens; the pass
+    admits no waiting request. r1 waits while r0 holds 3 blocks, then recomputes its 33
+    tokens (prompt and its sample) in one pass."""
+    sched = build(target, token_budget=64, kv_blocks=4)
+    sched.add_request(SchedRequest("r0", 32, 3))
+    sched.add_request(SchedRequest("r1", 32, 3))
+    agrees(OUTPUT, passes(sched, 2), [{"r0": 32, "r1": 32}, {"r0": 1}])
+    agrees(BLOCKS, sched.kv_blocks_held(), {"r0": 3})
+    agrees(OUTPUT, passes(sched, 2), [{"r0": 1}, {"r1": 33}])
+    agrees(BLOCKS, sched.kv_blocks_held(), {"r1": 3})
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_last_running_request_short_of_a_block_preempts_itself(target):
+    """Scenario (pool 4 blocks, budget 64): r0 (30 tokens) and r1 (32) prefill together.
+    r0's decode stays in its 2 blocks; r1's crosses into a third, none is free and r1 is the
+    running request started last: it preempts itself. It recomputes once r0 has finished."""
+    sched = build(target, token_budget=64, kv_blocks=4)
+    sched.add_request(SchedRequest("r0", 30, 2))
+    sched.add_request(SchedRequest("r1", 32, 2))
+    agrees(OUTPUT, passes(sched, 2), [{"r0": 30, "r1": 32}, {"r0": 1}])
+    agrees(BLOCKS, sched.kv_blocks_held(), {})
+    agrees(OUTPUT, passes(sched, 1), [{"r1": 33}])
+
+
+def test_kv_pressure_machine(target, reproducer_dir):
+    check_machine(KvPressureSchedulerPassMachine, target, reproducer_dir)
