@@ -319,23 +319,34 @@ def findings(results: Path) -> str:
     outcomes, sources = _prefix_cache_outcomes(results)
     lines = ["\n".join(rows), "", f"History records: {', '.join(history) or '(none)'}."]
     if sources:
+        # Each release is judged by its latest run; an earlier run whose outcome differs was
+        # made by a harness commit a later one corrected, and is named as such, not hidden.
+        latest = {rel: max(seen)[1] for rel, seen in outcomes.items()}
+
         def releases(outcome: str) -> str:
-            return ", ".join(sorted((rel for rel, seen in outcomes.items() if outcome in seen),
+            return ", ".join(sorted((rel for rel, last in latest.items() if last == outcome),
                                     key=_release_key)) or "none"
-        # A release that could not run in one record and ran in another is listed under both:
-        # the records say what each run saw.
-        lines.append(f"Prefix cache (`KVCacheManager`): diverged on {releases('divergence')}; "
-                     f"passed on {releases('pass')}; could not run on "
-                     f"{releases('unavailable')} ({', '.join(sources)}); vLLM issue #42571 (a "
-                     f"block listed twice in one `free_blocks` call) is not reached through the "
-                     f"manager's own callers ([prefix-cache.md](docs/prefix-cache.md)).")
+        earlier = [f"{rel} {WORDS[outcome]}" for rel in sorted(outcomes, key=_release_key)
+                   for outcome in sorted({o for _, o in outcomes[rel]} - {latest[rel]})]
+        superseded = (f"; superseded by a later run: {', '.join(earlier)} (harness defects, "
+                      f"[prefix-cache.md](docs/prefix-cache.md))") if earlier else ""
+        lines.append(f"Prefix cache (`KVCacheManager`), each release's latest run: diverged on "
+                     f"{releases('divergence')}; passed on {releases('pass')}; could not run "
+                     f"on {releases('unavailable')} ({', '.join(sources)}){superseded}; vLLM "
+                     f"issue #42571 (a block listed twice in one `free_blocks` call) is not "
+                     f"reached through the manager's own callers "
+                     f"([prefix-cache.md](docs/prefix-cache.md)).")
     return "\n".join(lines)
 
 
-def _prefix_cache_outcomes(results: Path) -> tuple[dict[str, set[str]], list[str]]:
-    """Release -> the outcomes its prefix-cache cells had, over the prefix cache's history
-    reports and every history record with that column; and the files read."""
-    outcomes: dict[str, set[str]] = {}
+WORDS = {"divergence": "diverged", "pass": "passed", "unavailable": "could not run"}
+
+
+def _prefix_cache_outcomes(results: Path) -> tuple[dict[str, set[tuple[str, str]]], list[str]]:
+    """Release -> (when, outcome) of each of its prefix-cache cells, over the prefix cache's
+    history reports (the oldest runs: when "") and every history record with that column
+    (when: the record's start); and the files read."""
+    outcomes: dict[str, set[tuple[str, str]]] = {}
     sources = []
     for name in PREFIX_CACHE_REPORTS:
         path = results / name / "history-report.json"
@@ -343,13 +354,13 @@ def _prefix_cache_outcomes(results: Path) -> tuple[dict[str, set[str]], list[str
             sources.append(f"`results/{name}/history-report.json`")
             for rel in json.loads(path.read_text())["releases"]:
                 outcomes.setdefault(rel["release"], set()).add(
-                    rel["cells"]["prefix_cache"]["outcome"])
+                    ("", rel["cells"]["prefix_cache"]["outcome"]))
     for r in _history_records(results):
         cells = [i for i in r["items"] if i["column"] == "prefix_cache"]
         if cells:
             sources.append(f"`results/history/{r['name']}.json`")
         for cell in cells:
-            outcomes.setdefault(cell["release"], set()).add(cell["outcome"])
+            outcomes.setdefault(cell["release"], set()).add((r["started"], cell["outcome"]))
     return outcomes, sources
 
 

@@ -60,15 +60,21 @@ def test_the_prefix_cache_line_is_what_its_history_cells_say(tmp_path):
     def cell(release, outcome):
         return {"release": release, "column": "prefix_cache", "outcome": outcome, "groups": []}
 
-    record = records.envelope(
-        "history", "demo-prefix_cache", "python -m lch.cli history", vllm=None, wall_s=1.0,
-        summary={"releases": [{"release": "0.11.0"}], "hunt_budget": "60s"},
-        items=[cell("0.11.0", "divergence"), cell("0.12.0", "pass"), cell("0.10.2", "unavailable")])
-    records.write(record, tmp_path)
+    def history(name, started, *items):
+        record = records.envelope(
+            "history", name, "python -m lch.cli history", vllm=None, wall_s=1.0,
+            summary={"releases": [{"release": "0.11.0"}], "hunt_budget": "60s"}, items=items)
+        records.write({**record, "started": started}, tmp_path)
+
+    history("demo-prefix_cache", "2026-12-01T00:00:00+00:00", cell("0.11.0", "divergence"),
+            cell("0.12.0", "pass"), cell("0.10.2", "unavailable"), cell("0.13.0", "divergence"))
+    # A later run (a corrected harness) passes 0.13.0: the release is judged by it.
+    history("later-prefix_cache", "2026-12-02T00:00:00+00:00", cell("0.13.0", "pass"))
     line = findings(tmp_path).splitlines()[-1]
     assert line.startswith("Prefix cache")
-    assert "diverged on 0.11.0;" in line and "passed on 0.12.0;" in line
+    assert "diverged on 0.11.0;" in line and "passed on 0.12.0, 0.13.0;" in line
     assert "could not run on 0.10.2 " in line
+    assert "superseded by a later run: 0.13.0 diverged " in line
 
 
 def test_a_known_bug_is_listed_once_per_release_and_a_miss_without_hunts_says_so(tmp_path):
