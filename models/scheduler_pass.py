@@ -79,8 +79,7 @@ class SchedulerPassModel:
                              "decoder-only worlds (mamba: synchronous, chunked input)")
         if self.kv_blocks and (self.async_scheduling or self.encoder_decoder
                                or self.mamba_block_size):
-            raise ValueError("drop kv_blocks: a KV pool that runs out is modelled for "
-                             "synchronous decoder-only worlds")
+            raise ValueError("drop kv_blocks: modelled for synchronous decoder-only worlds")
         self.variant = EncoderDecoder() if self.encoder_decoder else \
             Mamba(self.mamba_block_size) if self.mamba_block_size else DecoderOnly()
         self.cache = (EncoderDecoderCacheModel if self.encoder_decoder

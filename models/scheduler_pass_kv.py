@@ -1,69 +1,44 @@
-"""KV blocks in the scheduler pass (vLLM 0.33.0, full attention, no prefix caching): what a
-grant must find free in a pool of ``kv_blocks`` blocks of ``B`` tokens.
-
-(1) A started request holds the blocks its scheduled tokens reach, ``ceil(upto / B)``; a
-waiting one holds none (blocks go back on finishing and on preemption, never otherwise).
-(2) A running request's grant needs the blocks its new tokens reach beyond those. While the
-pool cannot supply them, the running request started last gives its place up: preempted,
-its blocks, encoder holds and computed tokens lost, back at the head of the waiting queue.
-When that is the request itself it gets no token, and the pass serves no one after it.
-(3) A waiting request is admitted only if its whole sequence (prompt and outputs so far)
-fits in the free blocks; if not, it and every request after it wait, its encoder holds
-given up. A pass that preempted admits no waiting request.
-"""
+"""KV blocks in the scheduler pass (vLLM 0.33.0, full attention, no prefix caching), a pool of
+``kv_blocks`` blocks of ``B`` tokens: (1) a started request holds ``ceil(upto / B)`` blocks,
+``upto`` where its scheduled tokens reach, a waiting one none; (2) while the pool lacks what a
+running request's grant reaches, the running request started last is preempted, the request
+itself last (then it gets no token and no one after it is served); (3) a waiting request is
+admitted only if its whole sequence fits the free blocks, else it and all after it wait, its
+encoder holds given up, and a pass that preempted admits none."""
 
 from __future__ import annotations
-
-import copy
-
-from attrs import evolve
 
 from models.scheduler_pass_grant import Grant, unallocated
 
 
-def blocks(tokens: int, block_size: int) -> int:
-    return -(-tokens // block_size)
-
-
-def held(state, block_size: int) -> int:
-    """(1): what a request holds now, computed from where its scheduled tokens reach."""
-    return 0 if state.started_at is None else blocks(state.scheduled_upto, block_size)
-
-
-def free_blocks(model) -> int:
-    return model.kv_blocks - sum(held(s, model.kv_block_size) for s in model.requests.values())
+def held(state, size: int) -> int:
+    return 0 if state.started_at is None else -(-state.scheduled_upto // size)
 
 
 def admit(model, state, grant: Grant) -> tuple[Grant, list[str]]:
-    """``grant`` as the pool lets it stand, and the requests preempted for it, in order
-    (rules 2 and 3). A grant the pool refuses keeps no token: ``limit`` says "kv" (a waiting
-    request held back) or "preempted" (the request gave its own place up)."""
-    size, request = model.kv_block_size, state.request
-    if state.started_at is None:
-        if blocks(state.num_tokens, size) <= free_blocks(model):
-            return grant, []
-        return _refused(model, grant, "kv"), []
+    """``grant`` as the pool lets it stand (no token: ``limit`` "kv", held back, or
+    "preempted", it gave its own place up), and the requests preempted for it, in order. A
+    grant with tokens carries its cache: without what it allocated, no holds are left (vLLM
+    frees a refused request's encoder inputs), its evictions stay."""
+    size, running = model.kv_block_size, model.requests.values()
+
+    def short(tokens: int) -> bool:
+        free = model.kv_blocks - sum(held(s, size) for s in running)
+        return -(-tokens // size) - held(state, size) > free
     victims: list[str] = []
-    while blocks(state.scheduled_upto + grant.tokens, size) - held(state, size) \
-            > free_blocks(model):
-        victim = max((s for s in model.requests.values() if s.started_at is not None),
-                     key=lambda s: s.started_at)
-        victims.append(victim.request.request_id)
+    while short(state.num_tokens if state.started_at is None
+                else state.scheduled_upto + grant.tokens):
+        victim = state if state.started_at is None else max(
+            (s for s in running if s.started_at is not None), key=lambda s: s.started_at)
         if victim is state:
-            model.cache = _refused(model, grant, "preempted").cache
-            model.preempt_request(request.request_id)
-            return evolve(grant, tokens=0, read_ahead=0, encoded=(), loaded=(), cache=None,
-                          limit="preempted"), victims
+            waiting, cache = state.started_at is None, unallocated(grant)
+            cache.free(state.request)
+            if not waiting:
+                victims.append(state.request.request_id)
+                model.preempt_request(state.request.request_id)
+            return Grant(state.request, grant.start, grant.wanted, cache=cache,
+                         limit="kv" if waiting else "preempted"), victims
+        victims.append(victim.request.request_id)
         model.preempt_request(victim.request.request_id)
-        if grant.cache is not None:          # the grant's own cache loses the victim's holds
-            grant.cache.free(victim.request)
+        grant.cache.free(victim.request)     # the grant's own cache loses the victim's holds
     return grant, victims
-
-
-def _refused(model, grant: Grant, limit: str) -> Grant:
-    """No token: the grant's cache without what it allocated and without the request's
-    holds, older ones too (vLLM frees a refused request's encoder inputs); its evictions
-    stay."""
-    cache = copy.deepcopy(model.cache) if grant.cache is None else unallocated(grant)
-    cache.free(grant.request)
-    return Grant(grant.request, grant.start, grant.wanted, limit=limit, cache=cache)
