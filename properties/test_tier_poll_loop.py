@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from models.tiering_manager import Tier
+from models.tiered_lookup_values import TierSpec
 from properties.run import vllm_tiering_module
 from properties.scenarios import agrees, holds
 
@@ -39,7 +39,8 @@ def _module(target: str):
 
 def _world(interval_s: float = 0):
     from sim.vllm.tiering_world import VllmTieringWorld
-    return VllmTieringWorld(4, [Tier("t0", False, True, False), Tier("t1", False, False, False)],
+    return VllmTieringWorld(4, [TierSpec("t0", False, True, False),
+                                TierSpec("t1", False, False, False)],
                             tier_poll_interval_s=interval_s)
 
 

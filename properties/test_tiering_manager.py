@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from hypothesis import Phase, settings
 
-from models.tiered_lookup_values import LookupResult
-from models.tiering_manager import JobOutcome, Tier
+from models.tiered_lookup_values import JobOutcome, LookupResult, TierSpec
 from properties.run import vllm_tiering_module
 from properties.scenarios import agrees, holds
 from properties.tiering_manager_machine import TieringManagerMachine
@@ -45,7 +44,8 @@ def test_a_promotion_the_full_primary_cannot_take_is_a_counted_miss(target):
       (not RETRY, which would wait for room forever);
     - get_stats counts the promotion that found no room."""
     maker = _world_maker(target)
-    world = maker(2, [Tier("t0", False, False, False, {2}), Tier("t1", False, False, False)])
+    world = maker(2, [TierSpec("t0", False, False, False, {2}),
+                      TierSpec("t1", False, False, False)])
     try:
         world.on_new_request("r0")
         agrees("store-outputs-agree", world.prepare_store([0, 1], "r0"), (0, 1))  # pending
@@ -67,7 +67,7 @@ def test_a_finished_request_commits_its_blocks_as_most_recent(target):
     - r0 finishes: its block 0 becomes the most recent;
     - r1 stores 2: the primary must evict, and evicts 1, not 0."""
     maker = _world_maker(target)
-    world = maker(2, [Tier("t0", False, False, False), Tier("t1", False, False, False)])
+    world = maker(2, [TierSpec("t0", False, False, False), TierSpec("t1", False, False, False)])
     try:
         world.on_new_request("r0")
         world.on_new_request("r1")
@@ -96,7 +96,8 @@ def test_a_partly_failed_promotion_keeps_the_landed_keys_source(target):
       cache-hit metrics count it as a t0 hit), while 1's source is forgotten (it failed);
     - 1 looked up again starts a new promotion from t0."""
     maker = _world_maker(target)
-    world = maker(4, [Tier("t0", False, False, False, {0, 1}), Tier("t1", False, False, False)])
+    world = maker(4, [TierSpec("t0", False, False, False, {0, 1}),
+                      TierSpec("t1", False, False, False)])
     try:
         world.on_new_request("r0")
         agrees("lookup-results-agree", (world.lookup(0, "r0"), world.lookup(1, "r0")),

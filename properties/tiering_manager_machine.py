@@ -1,5 +1,5 @@
 """TieringManagerMachine: vLLM's real ``TieringOffloadingManager`` against the tiering model
-(``models/tiering_manager.py``), with the secondary tiers played by the harness
+(``models/tiered_lookup_tiering.py``), with the secondary tiers played by the harness
 (``sim/vllm/tiering_world.py``) so that what the manager asks of each tier is seen.
 
 Rules are the connector's calls (a request's start and end, ``prepare_store`` /
@@ -25,8 +25,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from models.tiered_lookup_values import LookupResult
-from models.tiering_manager import JobOutcome, Tier, TieringModel
+from models.tiered_lookup_tiering import TieringModel
+from models.tiered_lookup_values import JobOutcome, LookupResult, TierSpec
 from properties.harness import PropertyFailed
 from sim.errors import HarnessError
 
@@ -74,11 +74,10 @@ class TieringManagerMachine(RuleBasedStateMachine):
                 detector=st.tuples(*[st.sampled_from((True, True, False))] * 2),
                 preloaded=st.tuples(*[st.sets(st.sampled_from(KEYS), max_size=3)] * 2))
     def setup(self, request_level, polled, detector, preloaded):
-        tiers = [Tier(f"t{i}", request_level[i], polled and i == 0, detector[i],
-                      copies=set(preloaded[i])) for i in range(2)]
-        self.model = TieringModel(NUM_CHUNKS, 0, [Tier(t.name, t.request_level, t.polled,
-                                                       t.detector, set(t.copies))
-                                                  for t in tiers])
+        tiers = [TierSpec(f"t{i}", request_level[i], polled and i == 0, detector[i],
+                          copies=preloaded[i]) for i in range(2)]
+        self.model = TieringModel(NUM_CHUNKS, 0, tiers)
+        self.checked_at = self.model.clock.now
         self.world = type(self).make_world(NUM_CHUNKS, tiers)
         self.model.chunk_bytes = self.world.tiers[0].block_size_bytes
         self.live: list[str] = []           # requests not finished
@@ -166,8 +165,8 @@ class TieringManagerMachine(RuleBasedStateMachine):
     def lookup(self, data):
         # Keys a tier holds and the primary lacks are weighted 3:1: looking them up promotes.
         m = self.model
-        promotable = [k for k in KEYS if k not in m.chunks
-                      and any(k in t.copies for t in m.tiers)]
+        promotable = [k for k in KEYS if not m.present(k)
+                      and any(k in m.tier_copies(i) for i in range(len(m.tiers)))]
         key = data.draw(st.sampled_from(promotable * 3 + list(KEYS)))
         req = data.draw(st.sampled_from(self.live))
         expect = self.model.lookup(key, req)
@@ -201,19 +200,19 @@ class TieringManagerMachine(RuleBasedStateMachine):
 
     # Finishing well, reporting the bytes moved, and failing are three rules (a drawn choice
     # among them would almost always take the first under the derandomized search).
-    @precondition(lambda self: any(t.submitted for t in self.model.tiers))
+    @precondition(lambda self: self._held_jobs())
     @rule(data=st.data())
     def run_job(self, data):
         i, job = self._pick_job(data)
         self._run(i, job, JobOutcome(job.keys, True))
 
-    @precondition(lambda self: any(t.submitted for t in self.model.tiers))
+    @precondition(lambda self: self._held_jobs())
     @rule(data=st.data())
     def run_job_reporting_bytes(self, data):
         i, job = self._pick_job(data)
         self._run(i, job, JobOutcome(job.keys, True, 1000 * len(job.keys)))
 
-    @precondition(lambda self: any(t.submitted for t in self.model.tiers))
+    @precondition(lambda self: self._held_jobs())
     @rule(data=st.data())
     def run_job_failed(self, data):
         """The tier's I/O fails: a store copies nothing, a promotion lands nothing."""
@@ -229,14 +228,17 @@ class TieringManagerMachine(RuleBasedStateMachine):
                                 max_size=len(job.keys) - 1, unique=True))
         self._run(i, job, JobOutcome(tuple(k for k in job.keys if k in ok), False))
 
+    def _held_jobs(self):
+        return [(i, job) for i in range(len(self.model.tiers))
+                for job in self.model.tier_jobs(i)]
+
     def _promotions_of_several(self):
-        return [(i, job) for i, t in enumerate(self.model.tiers) for job in sorted(t.submitted)
+        return [(i, job) for i, job in self._held_jobs()
                 if job.kind == "promote" and len(job.keys) > 1]
 
     def _pick_job(self, data):
-        i = data.draw(st.sampled_from([i for i, t in enumerate(self.model.tiers)
-                                       if t.submitted]))
-        return i, data.draw(st.sampled_from(sorted(self.model.tiers[i].submitted)))
+        i = data.draw(st.sampled_from(sorted({i for i, _ in self._held_jobs()})))
+        return i, data.draw(st.sampled_from(self.model.tier_jobs(i)))
 
     def _run(self, i, job, outcome):
         self.model.run_job(i, job, outcome)
@@ -246,7 +248,7 @@ class TieringManagerMachine(RuleBasedStateMachine):
                                              unique=True))
     def peer_request(self, i, keys):
         """A peer asks tier ``i`` for ``keys``; the tier serves it at its next service."""
-        self.model.tiers[i].peers.append(tuple(keys))
+        self.model.peer_request(i, tuple(keys))
         self.world.tiers[i].peers.append(tuple(keys))
 
     # -- the step ---------------------------------------------------------------------------
@@ -286,7 +288,7 @@ class TieringManagerMachine(RuleBasedStateMachine):
         self.model.reset_cache()
         self.world.reset_cache()
 
-    @precondition(lambda self: self.model.held)
+    @precondition(lambda self: self.model.promotions_held)
     @rule()
     def on_reset_flushed(self):
         self.model.on_reset_flushed()
@@ -312,18 +314,22 @@ class TieringManagerMachine(RuleBasedStateMachine):
         if not hasattr(self, "world"):
             return
         self.steps_since_reset += 1
-        for i, (mt, wt) in enumerate(zip(self.model.tiers, self.world.tiers, strict=True)):
+        m = self.model
+        for i, wt in enumerate(self.world.tiers):
             # (details computed only on failure, bound per tier: the loop moves on)
-            check("tier-calls-agree", wt.calls == mt.calls,
-                  lambda i=i, wt=wt, mt=mt: f"tier {i} was asked {wt.calls}, expected {mt.calls}")
+            calls = m.tier_calls(i, self.checked_at)
+            check("tier-calls-agree", wt.calls == calls,
+                  lambda i=i, wt=wt, calls=calls: f"tier {i} was asked {wt.calls}, expected "
+                                                  f"{calls}")
             wt.calls.clear()
-            mt.calls.clear()
-            check("peer-answers-agree", wt.answers == mt.answers,
-                  lambda i=i, wt=wt, mt=mt: f"tier {i}'s peers were told {wt.answers}, "
-                                            f"expected {mt.answers}")
-            check("jobs-agree", self.world.jobs(i) == sorted(mt.submitted),
-                  lambda i=i, mt=mt: f"tier {i} holds jobs {self.world.jobs(i)}, expected "
-                                     f"{sorted(mt.submitted)}")
+            answers = m.peer_answers(i)
+            check("peer-answers-agree", wt.answers == answers,
+                  lambda i=i, wt=wt, answers=answers: f"tier {i}'s peers were told "
+                                                      f"{wt.answers}, expected {answers}")
+            check("jobs-agree", self.world.jobs(i) == m.tier_jobs(i),
+                  lambda i=i: f"tier {i} holds jobs {self.world.jobs(i)}, expected "
+                              f"{m.tier_jobs(i)}")
+        self.checked_at = m.clock.now
         check("tier-polls-allowed", not self.world.poll_faults,
               lambda: f"{self.world.poll_faults}: a round polls only the tiers that opted in, "
                       "and a tier's serving must not poll (poll_tiers keeps the step's "

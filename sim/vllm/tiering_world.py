@@ -21,8 +21,7 @@ from __future__ import annotations
 import mmap
 from collections.abc import Sequence
 
-from models.tiered_lookup_values import LookupResult
-from models.tiering_manager import JobOutcome, TierJob
+from models.tiered_lookup_values import JobOutcome, LookupResult, TierJob
 from sim.vllm import harness_tier, release, tiered_lookup_compat
 from sim.vllm.harness_tier import TIER_LOOKUPS
 from sim.vllm.tiered_lookup import _Region
@@ -71,7 +70,7 @@ class VllmTieringWorld:
         self.tiers = [cls(view, spec.name, released=self.released, keep_bytes=False,
                           host=self, source=tiered_lookup_compat.tier_hit_source(source),
                           medium=tiered_lookup_compat.tier_medium(medium),
-                          copies=[self.key(k) for k in spec.copies], polled=spec.polled,
+                          copies=[self.key(k) for k in sorted(spec.copies)], polled=spec.polled,
                           request_level=spec.request_level, detector=spec.detector,
                           stats_when_empty=i == 1)
                       for i, (spec, source, medium)
