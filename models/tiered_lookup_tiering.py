@@ -79,6 +79,7 @@ class RequestFacts:
     at: int
     request_level_tiers: tuple[int, ...]
     everywhere: bool           # False: loads may come from tier 0 only (its load filter)
+    origin: int | None         # the tier whose peer asked (None: the connector's request)
 
 
 @frozen
@@ -251,7 +252,7 @@ class TieringModel:
         for i in self._others(origin):
             self._call(i, "on_new_request", req)
         levels = tuple(i for i in self._others(origin) if self.tiers[i].request_level)
-        self.requests[req] = RequestFacts(self.clock.tick(), levels, everywhere)
+        self.requests[req] = RequestFacts(self.clock.tick(), levels, everywhere, origin)
         return REQUEST_LEVEL if levels else CHUNK_LEVEL
 
     def on_request_finished(self, req: str, origin: int | None = None) -> None:
@@ -378,7 +379,13 @@ class TieringModel:
 
     # -- the step ---------------------------------------------------------------------------
 
-    def on_schedule_end(self, new_reqs: tuple[str, ...]) -> None:
+    def new_requests(self) -> tuple[str, ...]:
+        """The connector's requests started in this step: the step's end allocates them."""
+        began = self.clock.last("step_end")
+        return tuple(r for r, f in self.requests.items() if f.origin is None and f.at > began)
+
+    def on_schedule_end(self) -> None:
+        new_reqs = self.new_requests()
         if not self.polled_this_step:          # a step without lookups still notices jobs
             self._poll(range(len(self.tiers)))
         for i in range(len(self.tiers)):

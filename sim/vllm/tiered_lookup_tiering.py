@@ -1,5 +1,8 @@
-"""vLLM 0.33.0's real ``TieringOffloadingManager`` over a real ``CPUPrimaryTierOffloadingManager``
-and two secondary tiers the harness plays (``harness_tier``, recording), for the tiering machine.
+"""The tiered lookup's tiering layer on vLLM: the real ``TieringOffloadingManager`` (0.33.0 on)
+over a real ``CPUPrimaryTierOffloadingManager`` and two secondary tiers the harness plays
+(``harness_tier``, recording), for the tiering machine
+(``properties/tiered_lookup_tiering_machine.py``). What differs between releases is asked of
+``tiered_lookup_compat`` (hit sources, media, a chunk's record).
 
 A recording tier (``host=``) holds byte-less copies (bare keys), runs a job only when the test says
 (``run_job``), records every call the manager makes on it, serves the peer requests the test
@@ -193,6 +196,10 @@ class VllmTieringWorld:
                                 outcome.success, outcome.transfer_bytes)
                 return
         raise AssertionError(f"tier {i} holds no job {job}")
+
+    def peer_request(self, i: int, keys) -> None:
+        """A peer asks tier ``i`` for ``keys``: the tier serves it at its next service."""
+        self.tiers[i].peers.append(tuple(keys))
 
     def jobs(self, i: int) -> list[TierJob]:
         return sorted(self._job(j) for j in self.tiers[i].queued.values())
