@@ -496,16 +496,11 @@ def make_tiering(target, num_chunks, tiers):
 
 
 def _build(target: str, world: TieringWorld):
-    """The target's tiering layer over harness-played tiers: vLLM's alone (from 0.33.0)."""
+    """The target's tiering layer over harness-played tiers: vLLM's alone (from 0.33.0: an
+    older release raises ``CapabilityMissing``, ``tiered_lookup_compat``)."""
     if target != "vllm":
         raise CapabilityMissing(f"{target}: the tiering layer's tier-facing API (request-level "
                                 "tiers, peers, the tier-poll round) is vLLM's")
-    from sim.vllm import release
-    manager = release.import_module("vllm.v1.kv_offload.tiering.manager")
-    if not hasattr(manager.TieringOffloadingManager, "poll_tiers"):
-        raise CapabilityMissing(f"vLLM {release.release()}: the tiering machine drives "
-                                "0.33.0's tiering API (peers served off-step, request-level "
-                                "tiers, the tiering metrics)")
     from sim.vllm.tiered_lookup_tiering import VllmTieringWorld
     return VllmTieringWorld(world.num_chunks, list(world.tiers))
 

@@ -54,9 +54,9 @@ class VllmTieringWorld:
     """The manager, its primary and two recording tiers; keys are our small integers."""
 
     def __init__(self, num_chunks: int, tiers: Sequence, tier_poll_interval_s: float = 0):
-        self._base = release.import_module("vllm.v1.kv_offload.base")
-        self._tiering = release.import_module("vllm.v1.kv_offload.tiering.base")
-        manager = release.import_module("vllm.v1.kv_offload.tiering.manager")
+        manager = tiered_lookup_compat.tier_facing_manager_module()
+        self._base = tiered_lookup_compat.offload_base()
+        self._tiering = tiered_lookup_compat.tiering_base()
         self.num_chunks = num_chunks
         self.released: list[str] = []
         self.poll_faults: list[str] = []      # tier polls the manager must not make
@@ -79,8 +79,8 @@ class VllmTieringWorld:
                       for i, (spec, source, medium)
                       in enumerate(zip(tiers, ("DISK", "P2P"), ("CPU", "STORAGE"),
                                        strict=False))]
-        self.manager = manager.TieringOffloadingManager(
-            self.primary, self.tiers, tier_poll_interval_s=tier_poll_interval_s)
+        self.manager = tiered_lookup_compat.polled_tiering_manager(
+            manager, self.primary, self.tiers, tier_poll_interval_s)
         self._contexts: dict[str, object] = {}
         self.new_reqs: list[str] = []
         self.last_evicted: tuple[int, ...] = ()     # what the last prepare_store evicted
