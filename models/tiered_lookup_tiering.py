@@ -103,7 +103,8 @@ class TieringModel:
     finished: dict[str, int] = field(factory=dict)     # req -> when the connector ended it
     finalized: dict[str, int] = field(factory=dict)    # req -> when its tiers heard the end
     allocated: dict[str, int] = field(factory=dict)    # req -> the step end that named it
-    allocs: list[Alloc] = field(factory=list)
+    allocs: list[Alloc] = field(factory=list)          # every chunk allocated, in order
+    # (at, req, keys, success) of each complete_store
     store_done: list[tuple[int, str, tuple[int, ...], bool]] = field(factory=list)
     jobs: list[Submitted] = field(factory=list)        # job_id = position
     finishes: dict[int, tuple[int, JobOutcome]] = field(factory=dict)   # job_id -> when, how
@@ -113,6 +114,7 @@ class TieringModel:
     calls: list[tuple[int, int, tuple]] = field(factory=list)  # (at, tier, call)
     answers: list[Answer] = field(factory=list)
     asks: list[tuple[int, int, tuple[int, ...]]] = field(factory=list)   # (at, tier, keys)
+    # (tier, peer request, answers) of each peer served, in order: p0, p1, ...
     served: list[tuple[int, str, tuple[LookupResult, ...]]] = field(factory=list)
 
     # -- facts of time, as questions ----------------------------------------------------
