@@ -10,7 +10,9 @@ request finished, a tier's own stats dropped, a finished cascade that never unpi
 chunks, the tiers' events lost, a failure count that never restarts, the stall warning
 gone, a failed tier shutdown swallowed, a promotion with no room left uncounted, a request's
 end not passed on to the primary, a tier-poll round that lets its serving run the step's
-poll (over every tier, re-entering the serving one), a touch not passed on to the primary.
+poll (over every tier, re-entering the serving one), a touch not passed on to the primary,
+a peer's lookup that asks the tier serving it too, a tier's config left without its label,
+a peer told nothing by the parent it is served through.
 """
 
 from __future__ import annotations
@@ -46,7 +48,17 @@ BAD_MANAGERS = [
      "machine", "tier-polls-allowed"),
     ("touch L796: self.primary_tier.touch(keys, req_context)  ->  pass",
      "tiered_lookup", "recency-order-agrees"),
+    ("lookup L645: if i == exclude_tier_idx: ...  ->  pass", "machine",
+     "tier-calls-agree: tier 0 was asked [('lookup', 'p"),
+    ("config_info L1245: tier_info[TIER_LABEL] = self._metrics.tier_label(self._tier_index[tier])"
+     "[0]  ->  pass", "machine", "config-info-agrees"),
+    # The parent a tier serves its peers through (``_SecondaryTierFacingParent``).
+    ("lookup L194: return self._m.lookup(key, req_context, exclude_tier_idx=self._origin_idx)"
+     "  ->  pass", "machine", "peer-answers-agree"),
 ]
+# The class each planted bug is a line of (the manager's, unless named here).
+PARENT_CLASS = "_SecondaryTierFacingParent"
+CLASS_OF = {"lookup L194": PARENT_CLASS}
 
 
 @pytest.mark.parametrize(("diff", "check", "message"), BAD_MANAGERS,
@@ -58,10 +70,10 @@ def test_a_planted_bug_is_reported(target, monkeypatch, tmp_path, diff, check, m
     if release.release() != "0.33.0":
         pytest.skip("the planted bugs are lines of vLLM 0.33.0's manager")
     module = release.import_module("vllm.v1.kv_offload.tiering.manager")
-    cls = module.TieringOffloadingManager
+    cls = getattr(module, CLASS_OF.get(diff.split(":")[0], "TieringOffloadingManager"))
     found = [m for m in mutate.mutants(Path(module.__file__).read_text(), cls.__name__)
              if m.diff == diff]
-    assert found, f"no mutant {diff!r} in vLLM 0.33.0's manager"
+    assert found, f"no mutant {diff!r} in vLLM 0.33.0's {cls.__name__}"
     original = cls.__dict__[found[0].method]
     mutate.apply(found[0], module, cls)
     try:
@@ -74,13 +86,13 @@ def test_a_planted_bug_is_reported(target, monkeypatch, tmp_path, diff, check, m
 
 
 def _run(check: str, target: str, monkeypatch, reproducer_dir: str) -> None:
-    from properties import test_tier_poll_loop, test_tiered_lookup, test_tiering_manager
+    from properties import test_tier_poll_loop, test_tiered_lookup, test_tiered_lookup_tiering
     if check == "machine":
-        test_tiering_manager.test_tiering_manager_machine(target)
+        test_tiered_lookup_tiering.test_tiered_lookup_tiering_machine(target, reproducer_dir)
     elif check == "tiered_lookup":      # the tiered-lookup machine, over the manager's primary
         test_tiered_lookup.test_tiered_lookup_machine(target, reproducer_dir)
-    elif hasattr(test_tiering_manager, check):
-        getattr(test_tiering_manager, check)(target)
+    elif hasattr(test_tiered_lookup_tiering, check):
+        getattr(test_tiered_lookup_tiering, check)(target)
     else:
         with monkeypatch.context() as patch:
             getattr(test_tier_poll_loop, check)(target, patch)

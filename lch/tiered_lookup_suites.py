@@ -40,7 +40,7 @@ def subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
             upstream=CPU_MANAGER_TESTS),
         "vllm.v1.kv_offload.tiering.manager:TieringOffloadingManager": Subject(
             harness=("properties/test_tier_poll_thread.py", "properties/test_tier_poll_loop.py",
-                     "properties/test_tiering_manager.py", *TIERING_REPRODUCERS,
+                     "properties/test_tiered_lookup_tiering.py", *TIERING_REPRODUCERS,
                      "properties/test_backpressure.py::"
                      "test_cascade_drops_under_pressure", "properties/test_tiered_lookup.py"),
             # The test files whose subject is the manager itself; the tier tests (fs, obj,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-from attrs import frozen
+from attrs import field, frozen
 
 
 class LookupResult(enum.Enum):
@@ -70,3 +70,37 @@ class Scan:
     result: int | None
     lookups: tuple[int, ...]
     answers: tuple[LookupResult, ...]
+
+
+@frozen(order=True)
+class TierJob:
+    """A job the tiering layer hands a secondary tier, as the tier sees it: ``kind`` "store"
+    (a cascade, primary -> tier) or "promote" (tier -> primary), its keys and the request."""
+
+    kind: str
+    keys: tuple[int, ...]
+    req: str
+
+
+@frozen
+class JobOutcome:
+    """How the harness finishes a tier's job: whole, failed, or (a promotion) partly failed;
+    ``ok_keys`` the keys copied, ``transfer_bytes`` what the tier reports moving (None: not
+    reported)."""
+
+    ok_keys: tuple[int, ...]
+    success: bool
+    transfer_bytes: int | None = None
+
+
+@frozen
+class TierSpec:
+    """A secondary tier the harness plays: request-level (asks for whole requests) or
+    chunk-level, polled off-step by the tier-poll thread or not, with a back-pressure detector
+    or not, and the keys it holds from an earlier run."""
+
+    name: str
+    request_level: bool
+    polled: bool
+    detector: bool
+    copies: frozenset[int] = field(factory=frozenset, converter=frozenset)

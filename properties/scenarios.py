@@ -45,12 +45,18 @@ SCENARIO_PROPERTIES = {
 @functools.cache
 def declared_properties() -> frozenset[str]:
     """Every property some check declares: the machines' ``PROPERTIES`` (and the common
-    ones), the tiering machine's, and ``SCENARIO_PROPERTIES``."""
+    ones), those of the modules each manifest checks against its spec (``spec_properties``:
+    the tiering layer's machine, vLLM only), and ``SCENARIO_PROPERTIES``."""
+    import importlib
+
     from properties.harness import COMMON_PROPERTIES, HarnessMachine
     from properties.machines import import_all_machines
-    from properties.tiering_manager_machine import PROPERTIES as TIERING_PROPERTIES
+    from sim.manifests import all_manifests
     import_all_machines()
-    names = set(COMMON_PROPERTIES) | set(TIERING_PROPERTIES) | set(SCENARIO_PROPERTIES)
+    for manifest in all_manifests():
+        for module in manifest.spec_properties:
+            importlib.import_module(module)
+    names = set(COMMON_PROPERTIES) | set(SCENARIO_PROPERTIES)
     todo = [HarnessMachine]
     while todo:                       # every machine class loaded, subclasses of subclasses
         cls = todo.pop()

@@ -56,11 +56,7 @@ def test_a_machine_with_an_unwitnessed_property_is_named():
 # Machines that are not HarnessMachines check what they check with bare assertions whose
 # messages name it, and declare no PROPERTIES, so nothing above can require their witnesses.
 # Known, and listed so that another one cannot join them unnoticed.
-OUTSIDE_DECLARED_PROPERTIES = {
-    "TieringManagerMachine": "vLLM's TieringOffloadingManager against the tiering model, "
-                             "vLLM only; some of its checks are shown failing by planted "
-                             "bugs in lch/test_tiering_checks_fail.py",
-}
+OUTSIDE_DECLARED_PROPERTIES: dict[str, str] = {}
 
 
 def test_every_state_machine_declares_its_properties_or_is_listed():

@@ -1,5 +1,6 @@
 """The tier-poll thread's promises when things go wrong (vLLM 0.33.0's
-``TieringOffloadingManager``), its tiers played by the harness (``sim/vllm/tiering_world.py``):
+``TieringOffloadingManager``), its tiers played by the harness
+(``sim/vllm/tiered_lookup_tiering.py``):
 
 - a round that raises does not end the thread; it gives up only once rounds have failed
   continuously for ``_TIER_POLL_GIVE_UP_AFTER_S``, a success starting the count again, and
@@ -23,7 +24,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from models.tiering_manager import Tier
+from models.tiered_lookup_values import TierSpec
 from properties.run import vllm_tiering_module
 from properties.scenarios import agrees, holds
 
@@ -38,8 +39,9 @@ def _module(target: str):
 
 
 def _world(interval_s: float = 0):
-    from sim.vllm.tiering_world import VllmTieringWorld
-    return VllmTieringWorld(4, [Tier("t0", False, True, False), Tier("t1", False, False, False)],
+    from sim.vllm.tiered_lookup_tiering import VllmTieringWorld
+    return VllmTieringWorld(4, [TierSpec("t0", False, True, False),
+                                TierSpec("t1", False, False, False)],
                             tier_poll_interval_s=interval_s)
 
 

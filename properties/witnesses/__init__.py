@@ -33,6 +33,7 @@ SCENARIOS: tuple[Scenario, ...] = (*encoder_cache.SCENARIOS, *scheduler_pass.SCE
 
 PREFIX_CHECKS = "properties/test_prefix_cache_checks_fail.py::"
 
+TIERING_CHECKS = "lch/test_tiering_checks_fail.py::test_a_planted_bug_is_reported"
 TESTS: tuple[Test, ...] = (
     Test("", "no-raise", "properties/test_outcomes.py::test_vllm_crashing_mid_run_is_a_divergence",
          "a machine run whose target raises inside vLLM's code fails no-raise, replayably"),
@@ -46,6 +47,18 @@ TESTS: tuple[Test, ...] = (
     Test("tiered_lookup", "recency-order-agrees", "properties/test_tiered_lookup_checks_fail.py"
          "::test_recency_order_agrees_can_fail",
          "a primary reporting the recency of its evictable chunks only"),
+    # The tiering layer's own checks (its machine, vLLM only), each planted in vLLM 0.33.0's
+    # manager (``lch.mutate``).
+    *(Test("tiered_lookup", prop, f"{TIERING_CHECKS}[vllm-{line}]", why, vllm=True)
+      for prop, line, why in (
+          ("tier-calls-agree", "_maybe_finalize_request L1077",
+           "a tier never told a request finished"),
+          ("tier-polls-allowed", "poll_tiers L422",
+           "a tier-poll round that lets its serving run the step's poll"),
+          ("peer-answers-agree", "lookup L194",
+           "a peer told nothing by the parent it is served through"),
+          ("config-info-agrees", "config_info L1245",
+           "a tier's config left without its label"))),
     Test("scheduler_pass", "cut-before-refused", "properties/test_scheduler_pass_promises.py"
          "::test_a_chunk_cut_where_no_rule_cuts_it",
          "an output that cuts a chunk where neither an item nor a chunk rule ends it"),

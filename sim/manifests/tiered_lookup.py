@@ -19,7 +19,7 @@ SUBSYSTEM = Subsystem(
     catalogue="fixtures.catalogue.tiered_lookup",
     vllm_suites=("properties/test_tiered_lookup.py", "properties/test_tiered_lookup_policies.py",
                  "properties/test_tiered_lookup_vllm_scans.py",
-                 "properties/test_tier_poll_thread.py", "properties/test_tiering_manager.py",
+                 "properties/test_tier_poll_thread.py", "properties/test_tiered_lookup_tiering.py",
                  "properties/test_tier_poll_loop.py", "lch/test_tiering_checks_fail.py"),
     history=(
         # One eviction policy at a time (ARC's T1 / T2 and ghosts show only there) and ARC's
@@ -32,6 +32,11 @@ SUBSYSTEM = Subsystem(
     ),
     mutation_subjects="lch.tiered_lookup_suites:subjects",
     spec_page="docs/specs/tiered-lookup.md",
-    # The tiering manager's machine (vLLM only) is checked against the same page.
-    spec_properties=("properties.tiering_manager_machine",),
+    # The tiering layer's machine (vLLM only) is checked against the same page.
+    spec_properties=("properties.tiered_lookup_tiering_machine",),
+    # The tiering layer's own files (the rest of the subsystem's are in fixtures/tiers.py).
+    tests={"machines": ("properties/test_tiered_lookup_tiering.py",
+                        "properties/test_tier_poll_loop.py",
+                        "properties/test_tier_poll_thread.py"),
+           "catalogue": ("lch/test_tiering_checks_fail.py",)},
 )

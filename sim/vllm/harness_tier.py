@@ -1,6 +1,7 @@
 """The one secondary tier the harness plays under vLLM's ``TieringOffloadingManager``
 (``docs/specs/tiered-lookup.md``, "How the vllm target drives vLLM"), for the tiered-lookup
-target (``tiered_lookup.py``) and the tiering machine's world (``tiering_world.py``).
+target (``tiered_lookup.py``) and the tiered lookup's tiering layer
+(``tiered_lookup_tiering.py``).
 
 It holds copies (byte rows when it keeps bytes, bare keys otherwise) and runs a job only when
 the harness says (``finish``). Options: ``probe`` (lookups answer RETRY until the probe is
@@ -169,7 +170,9 @@ class _Tier:
             if hits:
                 job = parent.create_store_job(hits, ctx)
                 self.queued[job.job_id] = job
-            self.answers.append((ctx.req_id, tuple(LookupResult[a.name] for a in answers)))
+            # As told: an answer that is no LookupResult is recorded raw, for the check to name.
+            self.answers.append((ctx.req_id, tuple(
+                LookupResult[a.name] if hasattr(a, "name") else a for a in answers)))
             parent.on_request_finished(ctx)
 
     def on_schedule_end(self, context=None) -> None:

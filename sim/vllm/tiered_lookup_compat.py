@@ -398,6 +398,36 @@ def tiering_manager_module() -> Any:
     return release.import_module("vllm.v1.kv_offload.tiering.manager")
 
 
+POLL_TIERS_FROM = "0.33.0"
+
+
+def tier_facing_manager_module() -> Any:
+    """The tiering manager's module, with the tier-facing API the tiering layer's machine
+    drives (request-level tiers, peers served through a ``ParentManager``, ``poll_tiers``,
+    the tiering metrics).
+
+    # vLLM >=0.33.0: ``TieringOffloadingManager.poll_tiers``. Before: ``CapabilityMissing``.
+    """
+    module = tiering_manager_module()
+    if not hasattr(module.TieringOffloadingManager, "poll_tiers"):
+        raise CapabilityMissing(
+            f"the tiering layer's tier-facing API: vLLM {release.release()}'s tiering manager "
+            f"has no poll_tiers (peers served off-step, request-level tiers: from "
+            f"{POLL_TIERS_FROM})")
+    return module
+
+
+def polled_tiering_manager(module: Any, primary: Any, tiers: list,
+                           tier_poll_interval_s: float) -> Any:
+    """``TieringOffloadingManager`` with its tier-poll thread's interval (0: no thread).
+
+    # vLLM >=0.33.0: ``tier_poll_interval_s`` (``tier_facing_manager_module`` checks the
+    #   release first).
+    """
+    return module.TieringOffloadingManager(primary, tiers,
+                                           tier_poll_interval_s=tier_poll_interval_s)
+
+
 def tiering_base() -> Any:
     """``vllm.v1.kv_offload.tiering.base`` (``SecondaryTierManager``, ``JobResult``); every
     release with tiering (0.22.0 on)."""

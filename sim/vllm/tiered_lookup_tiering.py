@@ -1,5 +1,8 @@
-"""vLLM 0.33.0's real ``TieringOffloadingManager`` over a real ``CPUPrimaryTierOffloadingManager``
-and two secondary tiers the harness plays (``harness_tier``, recording), for the tiering machine.
+"""The tiered lookup's tiering layer on vLLM: the real ``TieringOffloadingManager`` (0.33.0 on)
+over a real ``CPUPrimaryTierOffloadingManager`` and two secondary tiers the harness plays
+(``harness_tier``, recording), for the tiering machine
+(``properties/tiered_lookup_tiering_machine.py``). What differs between releases is asked of
+``tiered_lookup_compat`` (hit sources, media, a chunk's record).
 
 A recording tier (``host=``) holds byte-less copies (bare keys), runs a job only when the test says
 (``run_job``), records every call the manager makes on it, serves the peer requests the test
@@ -21,8 +24,7 @@ from __future__ import annotations
 import mmap
 from collections.abc import Sequence
 
-from models.tiered_lookup_values import LookupResult
-from models.tiering_manager import JobOutcome, TierJob
+from models.tiered_lookup_values import JobOutcome, LookupResult, TierJob
 from sim.vllm import harness_tier, release, tiered_lookup_compat
 from sim.vllm.harness_tier import TIER_LOOKUPS
 from sim.vllm.tiered_lookup import _Region
@@ -52,9 +54,9 @@ class VllmTieringWorld:
     """The manager, its primary and two recording tiers; keys are our small integers."""
 
     def __init__(self, num_chunks: int, tiers: Sequence, tier_poll_interval_s: float = 0):
-        self._base = release.import_module("vllm.v1.kv_offload.base")
-        self._tiering = release.import_module("vllm.v1.kv_offload.tiering.base")
-        manager = release.import_module("vllm.v1.kv_offload.tiering.manager")
+        manager = tiered_lookup_compat.tier_facing_manager_module()
+        self._base = tiered_lookup_compat.offload_base()
+        self._tiering = tiered_lookup_compat.tiering_base()
         self.num_chunks = num_chunks
         self.released: list[str] = []
         self.poll_faults: list[str] = []      # tier polls the manager must not make
@@ -71,14 +73,14 @@ class VllmTieringWorld:
         self.tiers = [cls(view, spec.name, released=self.released, keep_bytes=False,
                           host=self, source=tiered_lookup_compat.tier_hit_source(source),
                           medium=tiered_lookup_compat.tier_medium(medium),
-                          copies=[self.key(k) for k in spec.copies], polled=spec.polled,
+                          copies=[self.key(k) for k in sorted(spec.copies)], polled=spec.polled,
                           request_level=spec.request_level, detector=spec.detector,
                           stats_when_empty=i == 1)
                       for i, (spec, source, medium)
                       in enumerate(zip(tiers, ("DISK", "P2P"), ("CPU", "STORAGE"),
                                        strict=False))]
-        self.manager = manager.TieringOffloadingManager(
-            self.primary, self.tiers, tier_poll_interval_s=tier_poll_interval_s)
+        self.manager = tiered_lookup_compat.polled_tiering_manager(
+            manager, self.primary, self.tiers, tier_poll_interval_s)
         self._contexts: dict[str, object] = {}
         self.new_reqs: list[str] = []
         self.last_evicted: tuple[int, ...] = ()     # what the last prepare_store evicted
@@ -194,6 +196,10 @@ class VllmTieringWorld:
                                 outcome.success, outcome.transfer_bytes)
                 return
         raise AssertionError(f"tier {i} holds no job {job}")
+
+    def peer_request(self, i: int, keys) -> None:
+        """A peer asks tier ``i`` for ``keys``: the tier serves it at its next service."""
+        self.tiers[i].peers.append(tuple(keys))
 
     def jobs(self, i: int) -> list[TierJob]:
         return sorted(self._job(j) for j in self.tiers[i].queued.values())

@@ -1,16 +1,16 @@
-"""vLLM's real ``TieringOffloadingManager`` against the tiering model, its tiers played by the
-harness (``properties/tiering_manager_machine.py``). vLLM only (0.33.0 on: request-level
-tiers, peers served through a ``ParentManager``, the tiering metrics); other targets skip."""
+"""The tiered lookup's tiering layer: vLLM's real ``TieringOffloadingManager`` against its model,
+its tiers played by the harness (``properties/tiered_lookup_tiering_machine.py``), and the
+scenarios the machine's never-evicting primary cannot reach. vLLM only (0.33.0 on:
+request-level tiers, peers served through a ``ParentManager``, the tiering metrics); other
+targets skip. A machine failure is minimized and written as a reproducer
+(``--reproducer-dir``)."""
 
 from __future__ import annotations
 
-from hypothesis import Phase, settings
-
-from models.tiered_lookup_values import LookupResult
-from models.tiering_manager import JobOutcome, Tier
-from properties.run import vllm_tiering_module
+from models.tiered_lookup_values import JobOutcome, LookupResult, TierSpec
+from properties.run import check_machine, vllm_tiering_module
 from properties.scenarios import agrees, holds
-from properties.tiering_manager_machine import TieringManagerMachine
+from properties.tiered_lookup_tiering_machine import TieredLookupTieringMachine
 
 EXAMPLES, STEPS = 300, 50
 
@@ -19,23 +19,14 @@ def _world_maker(target: str):
     vllm_tiering_module(target, "the tiering manager's tier-facing API is vLLM's",
                         "the machine drives 0.33.0's tiering API (peers served off-step, "
                         "request-level tiers, the tiering metrics)")
-    from sim.vllm.tiering_world import VllmTieringWorld
+    from sim.vllm.tiered_lookup_tiering import VllmTieringWorld
     return VllmTieringWorld
 
 
-def test_tiering_manager_machine(target):
-    maker = _world_maker(target)
-
-    class Machine(TieringManagerMachine):
-        make_world = staticmethod(maker)
-
-    # No shrinking: a failing program is printed as found (shrinking one through vLLM's calls
-    # takes minutes, and the mutation campaign stops at the first failure anyway).
-    base = Machine.TestCase.settings
-    Machine.TestCase.settings = settings(
-        base, max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
-        report_multiple_bugs=False, phases=[p for p in base.phases if p != Phase.shrink])
-    Machine.TestCase().runTest()
+def test_tiered_lookup_tiering_machine(target, reproducer_dir):
+    _world_maker(target)
+    check_machine(TieredLookupTieringMachine, target, reproducer_dir,
+                  max_examples=EXAMPLES, stateful_step_count=STEPS)
 
 
 def test_a_promotion_the_full_primary_cannot_take_is_a_counted_miss(target):
@@ -45,7 +36,8 @@ def test_a_promotion_the_full_primary_cannot_take_is_a_counted_miss(target):
       (not RETRY, which would wait for room forever);
     - get_stats counts the promotion that found no room."""
     maker = _world_maker(target)
-    world = maker(2, [Tier("t0", False, False, False, {2}), Tier("t1", False, False, False)])
+    world = maker(2, [TierSpec("t0", False, False, False, {2}),
+                      TierSpec("t1", False, False, False)])
     try:
         world.on_new_request("r0")
         agrees("store-outputs-agree", world.prepare_store([0, 1], "r0"), (0, 1))  # pending
@@ -67,7 +59,7 @@ def test_a_finished_request_commits_its_blocks_as_most_recent(target):
     - r0 finishes: its block 0 becomes the most recent;
     - r1 stores 2: the primary must evict, and evicts 1, not 0."""
     maker = _world_maker(target)
-    world = maker(2, [Tier("t0", False, False, False), Tier("t1", False, False, False)])
+    world = maker(2, [TierSpec("t0", False, False, False), TierSpec("t1", False, False, False)])
     try:
         world.on_new_request("r0")
         world.on_new_request("r1")
@@ -96,7 +88,8 @@ def test_a_partly_failed_promotion_keeps_the_landed_keys_source(target):
       cache-hit metrics count it as a t0 hit), while 1's source is forgotten (it failed);
     - 1 looked up again starts a new promotion from t0."""
     maker = _world_maker(target)
-    world = maker(4, [Tier("t0", False, False, False, {0, 1}), Tier("t1", False, False, False)])
+    world = maker(4, [TierSpec("t0", False, False, False, {0, 1}),
+                      TierSpec("t1", False, False, False)])
     try:
         world.on_new_request("r0")
         agrees("lookup-results-agree", (world.lookup(0, "r0"), world.lookup(1, "r0")),
