@@ -30,5 +30,7 @@ SUBSYSTEM = Subsystem(
                  "properties/test_scheduler_pass_kv.py"),
     history=(Column("scheduler_pass", ("properties/test_scheduler_pass.py",), hunted=True),),
     mutation_subjects="lch.scheduler_pass_suites:subjects",
+    # The KV-pressure traces and their machine: one file, in the machines tier.
+    tests={"machines": ("properties/test_scheduler_pass_kv.py",)},
     spec_page="docs/specs/scheduler-pass.md",
 )
