@@ -83,8 +83,9 @@ ASYNC_HAZARDS = (*HAZARDS, "input held for a pending sample")
 MAMBA_HAZARDS = (*HAZARDS, "running request left no aligned chunk")
 
 # Not among them: a victim holding an encoder input. Items span at most 6 tokens of prompts
-# that span blocks of 16, so a victim's chunk rarely ends inside one (1 example in ~1,200):
-# the harness's preemption rule drives the same ``_preempt_request`` with inputs held.
+# that span blocks of 16, so a victim's chunk rarely ends inside one (beyond the seeded
+# search's bound in ``properties/test_hazards.py``): the harness's preemption rule drives the
+# same ``_preempt_request`` with inputs held.
 KV_HAZARDS = (*HAZARDS, "preempted for KV blocks", "preempted itself for KV blocks",
               "waiting request held back for KV blocks")
 
