@@ -1,14 +1,13 @@
 """Reference model of vLLM V1's scheduling pass on the encoder path and the update after it
-(``docs/specs/scheduler-pass.md``): what every pass promises (``broken_promises``,
-checked on every pass, the target's and the model's own) and, computed, only what those leave
-open: the policy. First come first served (running requests as they started, then waiting
-ones: arrival order, a preempted one at the head), each the longest chunk its model's
-statement admits after those before it (``models/scheduler_pass_grant.py``, ``_mamba.py``).
-Also: the EC connector, preemption, encoder-cache resets, async scheduling (a pass starts
-where steps in flight end, counting their samples; ``step()`` applies the oldest once two
-are in flight). KV blocks (``kv_blocks``: a pool that runs out, ``models/scheduler_pass_kv.py``)
-in synchronous decoder-only worlds without prefix caching; else the pool never runs out.
-Not modelled: priorities."""
+(``docs/specs/scheduler-pass.md``): what every pass promises (``broken_promises``, checked on
+every pass, the target's and the model's own) and, computed, only what those leave open, the
+policy: first come first served (running requests as they started, then waiting ones in
+arrival order, a preempted one at the head), each the longest chunk its variant's statement
+admits after those before it (``models/scheduler_pass_grant.py``, ``_mamba.py``). Also: the
+EC connector, preemption, encoder-cache resets, async scheduling (a pass starts where steps in
+flight end, counting their samples; ``step()`` applies the oldest once two are in flight), and
+alone, a KV pool without prefix caching that runs out (``kv_blocks``, ``_kv.py``; else it
+never does). Not modelled: priorities."""
 
 from __future__ import annotations
 
@@ -73,13 +72,10 @@ class SchedulerPassModel:
     cache: EncoderCacheModel | EncoderDecoderCacheModel = field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        if self.async_scheduling and self.encoder_decoder or self.mamba_block_size and (
-                self.async_scheduling or self.encoder_decoder or self.disable_chunked_mm_input):
-            raise ValueError("drop async_scheduling or mamba_block_size: each is modelled for "
-                             "decoder-only worlds (mamba: synchronous, chunked input)")
-        if self.kv_blocks and (self.async_scheduling or self.encoder_decoder
-                               or self.mamba_block_size):
-            raise ValueError("drop kv_blocks: modelled for synchronous decoder-only worlds")
+        alone = (self.async_scheduling, self.encoder_decoder, self.mamba_block_size, self.kv_blocks)
+        if sum(map(bool, alone)) > 1 or self.mamba_block_size and self.disable_chunked_mm_input:
+            raise ValueError("keep one of async_scheduling, encoder_decoder, mamba_block_size, "
+                             "kv_blocks: each is modelled alone (mamba: with chunked input)")
         self.variant = EncoderDecoder() if self.encoder_decoder else \
             Mamba(self.mamba_block_size) if self.mamba_block_size else DecoderOnly()
         self.cache = (EncoderDecoderCacheModel if self.encoder_decoder
@@ -105,37 +101,31 @@ class SchedulerPassModel:
         self.cache.reset()
 
     def schedule(self) -> SchedulerOutputView:
-        grants: list[Grant] = []
-        preempted: list[str] = []
+        grants, preempted = [], []         # Grants in serving order; KV victims, in order
         for state in sorted(self.requests.values(),
                             key=lambda s: (s.started_at is None, s.started_at or s.queued_at)):
-            if state.request.request_id in preempted:
-                continue                       # gave its place up to one served before it
             if preempted and state.started_at is None:
-                break                          # a pass that preempted admits no waiting one
-            taken = [g for g in grants if g.tokens]
-            grant = self.variant.grant(self, state, self.token_budget - sum(
-                g.tokens for g in taken), self.encoder_compute_budget - sum(
-                g.request.num_embeds(i) for g in taken for i in g.encoded))
+                break    # victims are the last started, so the rest are victims or wait
+            grant = self.variant.grant(self, state, self.token_budget - sum(  # a grant with
+                g.tokens for g in grants), self.encoder_compute_budget - sum(   # no token
+                g.request.num_embeds(i) for g in grants for i in g.encoded))   # encodes none
             if grant.limit == "stopped":
                 break
             if grant.tokens and self.kv_blocks:
                 grant, victims = kv.admit(self, state, grant)
                 preempted += victims
-                if not grant.tokens:           # held back, or preempted itself: no one after
-                    grants.append(grant)
-                    self.cache = self.cache if grant.cache is None else grant.cache
-                    break
             grants.append(grant := evolve(grant, samples=grant.tokens == state.num_tokens_left))
             self.cache = self.cache if grant.cache is None else grant.cache
+            if grant.limit in kv.HELD:         # held back, or preempted itself: no one after
+                break
             rid = state.request.request_id
             self.rejected |= {rid} if grant.limit == "refused" else set()
             if grant.tokens:
                 state.in_flight.append(grant)
                 state.started_at = state.started_at or next(self.ranks[0])
                 self.heard += [("alloc", rid, i) for i in (*grant.encoded, *grant.loaded)]
-        self.grants, given = tuple(grants), {g.request.request_id: g for g in grants if g.tokens}
-        self.preempted = tuple(preempted)
+        self.grants, self.preempted = tuple(grants), tuple(preempted)
+        given = {g.request.request_id: g for g in grants if g.tokens}
         output = SchedulerOutputView(
             {rid: g.tokens for rid, g in given.items()},
             {rid: g.encoded for rid, g in given.items() if g.encoded},
@@ -169,14 +159,13 @@ class SchedulerPassModel:
             raise ValueError("update_from_output applies the oldest output in flight first")
         self.pending.pop(0)
         done = []
-        for rid, state in [(r, self.requests[r]) for r in output.num_scheduled_tokens
-                           if r in self.requests]:
-            flight, (items, request) = state.in_flight.pop(0), (state.request.items, state.request)
+        for state in [self.requests[r] for r in output.num_scheduled_tokens if r in self.requests]:
+            rid, request, flight = state.request.request_id, state.request, state.in_flight.pop(0)
             state.num_computed_tokens += flight.tokens
             for i in sorted(i for i in self.cache.get_cached_input_ids(request)   # in order:
-                            if self.encoder_decoder or items[i].end <= state.scheduled_upto
+                            if self.encoder_decoder or request.items[i].end <= state.scheduled_upto
                             and not (self.async_scheduling and not state.num_output_tokens
-                                     and items[i].end == request.prompt_len)):
+                                     and request.items[i].end == request.prompt_len)):
                 self.cache.free_encoder_input(request, i)   # the order entries turn freeable
                 self.heard.append(("free", rid, i))
             state.num_output_tokens += flight.samples

@@ -11,8 +11,7 @@ with another embed count (a UUID reused for other content) refuses the request. 
 input: the first item from ``c`` on that ``[c, c + w)`` does not cover stops the chunk ``s``
 before it. (5) No chunk ends within ``s`` of the known end (an MTP drafter reads ``s`` known
 tokens on). (6) The drafter reads ``s`` on, to an input not held. No token: nothing
-allocated; holds and evictions stay.
-"""
+allocated; holds and evictions stay."""
 
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ class Grant:
     read_ahead: int = 0
     encoded: tuple[int, ...] = ()
     loaded: tuple[int, ...] = ()   # through the EC connector
-    probed: tuple[int, ...] = ()   # judged, no embed in the window: not encoded
     limit: str | None = None
     cache: object = None           # the cache it leaves (None: untouched)
     samples: bool = False          # set by the pass: it reaches the known end
@@ -79,7 +77,7 @@ class DecoderOnly:
 
 def _fit(model, request: SchedRequest, c: int, end: int, compute_left: int) -> Grant | None:
     """Rules 1 and 3 for ``[c, end)`` on a copy of the cache (None: an item does not fit)."""
-    cache, made = copy.deepcopy(model.cache), {"encoded": [], "loaded": [], "probed": []}
+    cache, made = copy.deepcopy(model.cache), {"encoded": [], "loaded": []}
     for i in request.inputs_in(c, end):
         if cache.get_cached_num_encoder_embeds(request, i) not in (None, request.num_embeds(i)):
             made["limit"] = "refused"
@@ -89,11 +87,9 @@ def _fit(model, request: SchedRequest, c: int, end: int, compute_left: int) -> G
         spent = sum(map(request.num_embeds, made["encoded"]))
         if not cache.can_allocate(request, i, compute_left - spent, 0):
             return None
-        kind = "probed" if not request.items[i].has_embed_in(c, end) else \
-            "loaded" if request.mm_hash(i) in model.ec_cached_mm_hashes else "encoded"
-        if kind != "probed":
+        if request.items[i].has_embed_in(c, end):     # else judged only, not encoded
             cache.allocate(request, i)
-        made[kind].append(i)
+            made["loaded" if request.mm_hash(i) in model.ec_cached_mm_hashes else "encoded"] += [i]
     return Grant(request, c, 0, cache=cache, limit=made.pop("limit", None),
                  **{kind: tuple(inputs) for kind, inputs in made.items()})
 

@@ -10,35 +10,30 @@ from __future__ import annotations
 
 from models.scheduler_pass_grant import Grant, unallocated
 
+HELD = ("kv", "preempted")      # the limits of a grant the pool took every token from
+
 
 def held(state, size: int) -> int:
     return 0 if state.started_at is None else -(-state.scheduled_upto // size)
 
 
 def admit(model, state, grant: Grant) -> tuple[Grant, list[str]]:
-    """``grant`` as the pool lets it stand (no token: ``limit`` "kv", held back, or
-    "preempted", it gave its own place up), and the requests preempted for it, in order. A
-    grant with tokens carries its cache: without what it allocated, no holds are left (vLLM
-    frees a refused request's encoder inputs), its evictions stay."""
-    size, running = model.kv_block_size, model.requests.values()
+    """``grant`` as the pool lets it stand, and the requests preempted for it, in order; one
+    left no token (``HELD``) keeps its evictions, not its holds (vLLM frees them)."""
+    B, running = model.kv_block_size, model.requests.values()
 
-    def short(tokens: int) -> bool:
-        free = model.kv_blocks - sum(held(s, size) for s in running)
-        return -(-tokens // size) - held(state, size) > free
-    victims: list[str] = []
-    while short(state.num_tokens if state.started_at is None
-                else state.scheduled_upto + grant.tokens):
-        victim = state if state.started_at is None else max(
+    def short(tokens: int) -> bool:                 # rule (1) for what reaching tokens needs
+        return -(-tokens // B) - held(state, B) > model.kv_blocks - sum(held(s, B) for s in running)
+    waiting, victims = state.started_at is None, []
+    while short(state.num_tokens if waiting else state.scheduled_upto + grant.tokens):
+        victim = state if waiting else max(
             (s for s in running if s.started_at is not None), key=lambda s: s.started_at)
+        if not waiting:
+            victims.append(victim.request.request_id)
+            model.preempt_request(victim.request.request_id)
         if victim is state:
-            waiting, cache = state.started_at is None, unallocated(grant)
-            cache.free(state.request)
-            if not waiting:
-                victims.append(state.request.request_id)
-                model.preempt_request(state.request.request_id)
+            (cache := unallocated(grant)).free(state.request)
             return Grant(state.request, grant.start, grant.wanted, cache=cache,
                          limit="kv" if waiting else "preempted"), victims
-        victims.append(victim.request.request_id)
-        model.preempt_request(victim.request.request_id)
         grant.cache.free(victim.request)     # the grant's own cache loses the victim's holds
     return grant, victims

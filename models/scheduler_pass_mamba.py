@@ -6,8 +6,7 @@ a boundary, unless it finishes the prefill or holds none and a block is wider th
 ``max(1, s)`` known tokens before the end; (4) so that every prefill finishes: where the
 runway would take back all (1)-(3) admit, even with the whole budget, it keeps its end (vLLM
 0.33.0 stalls: ``fixtures/reproducers/test_scheduler_pass_vllm_mamba_mtp_stall.py``). No
-token: no item judged, a waiting request stops the queue. Not modelled: prefix-cache hits.
-"""
+token: no item judged, a waiting request stops the queue. Not modelled: prefix-cache hits."""
 
 from __future__ import annotations
 

@@ -550,7 +550,7 @@ class SchedulerPassMachine(HarnessMachine):
                  "read-ahead cut before an item"),
                 (any(g.wanted and not g.tokens for g in grants), "request blocked for a pass"),
                 (out.free_encoder_mm_hashes, "pass frees hashes"),
-                (any(g.probed for g in given), "item with no embed in its window"),
+                (any(map(self._embedless_in_window, given)), "item with no embed in its window"),
                 (self._held_for_sample(), "input held for a pending sample"),
                 (any(g.limit == "aligned" for g in grants),
                  "running request left no aligned chunk"),
@@ -586,6 +586,13 @@ class SchedulerPassMachine(HarnessMachine):
             if any(end <= p < stop for x in self.history[rid].items for p in x.embed_positions):
                 return True
         return False
+
+    def _embedless_in_window(self, g) -> bool:
+        """Whether an item reaches into the encoder's window of ``g`` with no embed in it (the
+        encoder judges it for room, and must not encode it)."""
+        lo, hi = g.start, g.start + g.tokens + self.model.read_ahead
+        return any(not g.request.items[i].has_embed_in(lo, hi)
+                   for i in g.request.inputs_in(lo, hi))
 
     def _held_for_sample(self) -> bool:
         """Whether this step's update kept an input whose positions are all scheduled: one

@@ -8,6 +8,8 @@ vLLM is installed (``nox -s vllm``); elsewhere they skip, or fail where targets 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from models.scheduler_pass_values import Gathered, PlacedItem, SchedRequest, SchedulerOutputView
@@ -254,3 +256,13 @@ def test_async_input_at_prompt_end_is_held_until_the_first_sample_is_known(targe
     agrees("slots-agree", sched.manager_slots(), (0, 4))   # a freeable
     agrees(OUTPUT, sched.step().finished, ("r0",))   # r0 skipped: its last sample in flight
     agrees(OUTPUT, sched.get_num_unfinished_requests(), 0)
+
+
+def test_the_model_is_smaller_than_the_scheduler_it_checks():
+    # The model states what a pass promises and computes only the policy those leave open; a
+    # model that grows past the native scheduler is drifting back to transcribing one (it once
+    # was 686 lines against 505). Line counts stand for that here, crudely but checkably.
+    root = Path(__file__).resolve().parents[1]
+    model = sum(len(p.read_text().splitlines()) for p in root.glob("models/scheduler_pass*.py"))
+    native = len((root / "sim/native/scheduler_pass.py").read_text().splitlines())
+    assert model < native, f"models/scheduler_pass*.py: {model} lines, native: {native}"
