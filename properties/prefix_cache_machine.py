@@ -69,6 +69,8 @@ PROPERTIES = {
     "free-queue-agrees": "the free queue is in the model's eviction order",
     "cached-set-agrees": "the hash map maps each prefix to the model's blocks",
     "cached-hash-names-contents": "a cached hash names the tokens its block holds",
+    "block-hash-is-cached": "a block carries a hash exactly while the cached set names it "
+                            "under that hash: none survives an eviction or a reset",
     "free-lists-held-blocks": "no free_blocks call lists a block twice or one not held",
 }
 
@@ -315,6 +317,12 @@ class PrefixCacheMachine(HarnessMachine):
                     self.fail("cached-hash-names-contents",
                               f"block {block} is cached under {key} but holds {holds}")
         self.check("cached-set-agrees", got == want, lambda: f"hash map {got}, model {want}")
+        carried = getattr(self.cache, "block_hashes", None)     # the blocks' own fields
+        if carried is not None:
+            named, on = {b: key for key, blocks in want.items() for b in blocks}, carried()
+            self.check("block-hash-is-cached", on == named, lambda: "blocks carry " + ", ".join(
+                f"{b}: {on.get(b)} (model {named.get(b)})" for b in sorted({*on, *named})
+                if on.get(b) != named.get(b)))
         calls = getattr(self.cache, "free_block_calls", None)
         if calls is not None:
             wrong = duplicate_listings(calls())

@@ -54,6 +54,19 @@ def test_cached_hash_names_contents_can_fail(monkeypatch, tmp_path):
     _fails(tmp_path, "cached-hash-names-contents")
 
 
+def test_block_hash_is_cached_can_fail(monkeypatch, tmp_path):
+    # A reset that empties the hash map but leaves every block its own hash (vLLM's reset
+    # without its loop clearing each block's hash): the map agrees, the blocks do not.
+    real = NativePrefixCache.reset_prefix_cache
+
+    def reset(self):
+        kept, done = list(self.hash_of), real(self)
+        self.hash_of = kept if done else self.hash_of
+        return done
+    monkeypatch.setattr(NativePrefixCache, "reset_prefix_cache", reset)
+    _fails(tmp_path, "block-hash-is-cached", max_examples=300)
+
+
 def test_events_account_for_cached_set_can_fail(monkeypatch, tmp_path):
     # Model and target agree on an event stream that leaves out every removal: each
     # answers the other, but a consumer of the events would keep evicted prefixes.

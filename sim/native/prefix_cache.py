@@ -160,6 +160,9 @@ class NativePrefixCache:
     def cached_blocks(self) -> dict[tuple, tuple[int, ...]]:
         return {key: tuple(blocks) for key, blocks in self.by_hash.items()}
 
+    def block_hashes(self) -> dict[int, tuple]:
+        return {b: key for b, key in enumerate(self.hash_of) if key is not None}
+
     def block_contents(self, block_id: int) -> tuple[int, ...]:
         """The token ids in the block's slots (written ones only)."""
         return tuple(t for t in self.kv[block_id].tolist() if t != EMPTY_SLOT)

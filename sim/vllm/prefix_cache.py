@@ -155,6 +155,11 @@ class VllmPrefixCache:
         return {self._key(self._utils.get_block_hash(key)): tuple(b.block_id for b in blocks)
                 for key, blocks in prefix_cache_compat.cached_entries(self.pool)}
 
+    def block_hashes(self) -> dict[int, BlockKey | str]:
+        """Block id -> the prefix whose hash the block itself carries (null block left out)."""
+        return {b.block_id: self._key(self._utils.get_block_hash(h)) for b in self.pool.blocks
+                if not b.is_null and (h := prefix_cache_compat.carried_hash(b)) is not None}
+
     def cached(self) -> dict[BlockKey | str, int]:
         return {key: blocks[0] for key, blocks in self.cached_blocks().items()}
 

@@ -78,6 +78,15 @@ def cached_entries(pool: Any) -> list[tuple[bytes, list[Any]]]:
             for key, blocks in table.items() if blocks]
 
 
+def carried_hash(block: Any) -> bytes | None:
+    """The hash (with group id) a block carries, None when it carries none.
+
+    # vLLM 0.10.2-0.33.0 (read in 0.10.2 and 0.33.0): the ``block_hash`` property over
+    #   ``_block_hash``, set when the block is cached, cleared when it is evicted or reset.
+    """
+    return block.block_hash
+
+
 def request_status(request_module: Any, name: str) -> Any:
     """``RequestStatus.<name>`` (RUNNING, PREEMPTED): the same in every release read."""
     return getattr(request_module.RequestStatus, name)
