@@ -32,8 +32,13 @@ import time
 from pathlib import Path
 
 from sim.errors import HarnessError
+from sim.manifests import all_manifests, hunt_names
 from sim.native.bugs import BUG_SWITCHES, bug_subsystems
-from sim.targets import SUBSYSTEMS, parse_target
+from sim.targets import parse_target
+
+# What ``hunt --subsystem`` takes: each subsystem, and its further machines as
+# SUBSYSTEM.MACHINE (``Subsystem.machines``).
+HUNT_NAMES = tuple(name for m in all_manifests() for name in hunt_names(m))
 
 UNITS_S = {"": 1, "s": 1, "m": 60, "h": 3600}
 EXIT_FAILURE, EXIT_ERROR, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 1, 2, 3, 130
@@ -103,6 +108,8 @@ def hunt_epilog() -> str:
 coverage (which target implements which subsystem; the default hunts every pair marked yes
 and lists the others as not implemented in the report):
 {coverage_table()}
+  further machines, each a pair of its own (--subsystem SUBSYSTEM.MACHINE):
+  {', '.join(n for n in HUNT_NAMES if '.' in n)}
 
 examples:
   python -m lch.cli hunt --budget 30s --target native --target vllm
@@ -127,8 +134,10 @@ def add_hunt_parser(verbs) -> None:
                            "with --seed and --no-db the hunt repeats bit for bit)")
     hunt.add_argument("--target", action="append", metavar="NAME",
                       help="target (repeatable; default native): see the list below")
-    hunt.add_argument("--subsystem", action="append", choices=SUBSYSTEMS,
-                      help="subsystem (repeatable); default every one the targets implement")
+    hunt.add_argument("--subsystem", action="append", choices=HUNT_NAMES, metavar="NAME",
+                      help="subsystem, or one of its further machines as SUBSYSTEM.MACHINE "
+                           f"(repeatable): {', '.join(HUNT_NAMES)}; default every one the "
+                           "targets implement")
     hunt.add_argument("--accept", action="append", metavar="ID", default=[],
                       help="a divergence you know about (repeatable): its finding id as the "
                            "report prints it (subsystem/property/hash) or its reproducer "
@@ -202,11 +211,17 @@ def add_bisect_parser(verbs) -> None:
                               "are recorded")
 
 
+def planned_machines() -> dict[str, tuple[str, ...]]:
+    """Every machine a hunt can run (hunt name -> the target bases it builds)."""
+    from properties.machines import HUNT_MACHINES, target_bases
+    return {name: target_bases(name) for name in HUNT_MACHINES}
+
+
 def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
     from lch.coverage import plan
     from lch.hunt import Hunt
     from lch.report import check_writable
-    from properties.machines import MACHINES, import_all_machines
+    from properties.machines import import_all_machines
 
     budget_s = parse_budget(args.budget)
     if args.examples is not None and args.examples < 1:
@@ -234,7 +249,7 @@ def run_hunt(args: argparse.Namespace, argv: list[str], started: float) -> int:
     try:
         with interrupts_as_keyboard_interrupt(lambda: hunt):
             wants_vllm = prepare_vllm(targets, args)
-            pairs = plan(targets, args.subsystem, list(MACHINES), allow_skip=args.allow_skip)
+            pairs = plan(targets, args.subsystem, planned_machines(), allow_skip=args.allow_skip)
             import_all_machines()     # torch and the machines: setup, not the search's time
             vllm_info = describe_vllm(pairs) if wants_vllm else None
             # The one draw outside Hypothesis: the master seed, printed first so a hunt can
@@ -301,9 +316,8 @@ def run_hunt_workers(args: argparse.Namespace, targets: list[str], argv: list[st
     from lch.coverage import RUN, plan
     from lch.report import atomic_write, render_markdown
     from lch.workers import run_workers
-    from properties.machines import MACHINES
 
-    planned = plan(targets, args.subsystem, list(MACHINES), allow_skip=args.allow_skip)
+    planned = plan(targets, args.subsystem, planned_machines(), allow_skip=args.allow_skip)
     subsystems = list(dict.fromkeys(p.subsystem for p in planned if p.status == RUN))
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     print(f"SEED={seed}", flush=True)

@@ -1,8 +1,11 @@
 """What a hunt covers, decided before it starts: every (subsystem, target) pair gets a status.
+A subsystem's further machines (its manifest's ``machines``) are pairs of their own, named
+``<subsystem>.<machine>``.
 
 - ``run``: the target implements the subsystem and can be built here;
 - ``not implemented``: the target has no implementation of it (``sim/targets.py`` declares
-  the pairs that exist: ``implemented_pairs()``);
+  the pairs that exist: ``implemented_pairs()``), or the machine cannot build the target
+  (``HarnessMachine.TARGET_BASES``: the tiering layer's machine drives vLLM alone);
 - ``not applicable``: ``native:<bug>`` and a subsystem the bug does not act in;
 - ``could not run``: the target is missing on this machine (vLLM not installed) and the user
   allowed skips (``--allow-skip``); without it the hunt stops before any work, with the reason.
@@ -50,10 +53,12 @@ def unavailable(base: str) -> str | None:
     return None
 
 
-def plan(targets: list[str], subsystems: list[str] | None, machines: list[str],
-         allow_skip: bool = False) -> list[Planned]:
-    """The pairs of ``targets`` x ``subsystems`` (default: every one with a machine)."""
-    chosen = subsystems or list(machines)
+def plan(targets: list[str], subsystems: list[str] | None,
+         machines: dict[str, tuple[str, ...]], allow_skip: bool = False) -> list[Planned]:
+    """The pairs of ``targets`` x ``subsystems`` (default: every machine). ``machines``: hunt
+    name (``<subsystem>`` or ``<subsystem>.<machine>``) -> the target bases that machine
+    builds (empty: every base its subsystem has)."""
+    chosen = list(dict.fromkeys(subsystems or machines))
     missing = [s for s in chosen if s not in machines]
     if missing:
         raise HarnessError(f"no state machine for {', '.join(missing)}; available: "
@@ -62,7 +67,7 @@ def plan(targets: list[str], subsystems: list[str] | None, machines: list[str],
     planned: list[Planned] = []
     for name in dict.fromkeys(targets):
         target = parse_target(name)
-        rows = [_status(target, s, implemented) for s in chosen]
+        rows = [_status(target, s, implemented, machines[s]) for s in chosen]
         if not any(status == RUN for status, _ in rows):
             raise HarnessError(_checks_nothing(name, target, chosen, implemented))
         why_not = unavailable(target.base)
@@ -76,9 +81,13 @@ def plan(targets: list[str], subsystems: list[str] | None, machines: list[str],
     return planned
 
 
-def _status(target, subsystem: str, implemented: set) -> tuple[str, str]:
+def _status(target, name: str, implemented: set, bases: tuple[str, ...]) -> tuple[str, str]:
+    subsystem, _, machine = name.partition(".")
     if (target.base, subsystem) not in implemented:
         return NOT_IMPLEMENTED, f"target {target.base!r} has no {subsystem} implementation"
+    if bases and target.base not in bases:
+        return NOT_IMPLEMENTED, (f"the {machine} machine builds only {', '.join(bases)}; "
+                                 f"hunt it with --target {bases[0]}")
     if target.bug and subsystem not in target.bug_subsystems:
         return NOT_APPLICABLE, (f"bug {target.bug} acts only in "
                                 f"{', '.join(target.bug_subsystems)}")

@@ -1,6 +1,10 @@
 """The hunt: run every planned (subsystem, target) pair's machine in rounds until the budget is
 spent (or, with ``examples``, until each pair ran that many examples).
 
+A pair's ``subsystem`` is its machine's hunt name: the subsystem's own for its main machine,
+``<subsystem>.<machine>`` for a further one (``Subsystem.machines``). Finding and program ids,
+``--accept`` and round seeds are keyed by it, so a main machine's stay what they were.
+
 Coverage is decided first (``lch/coverage.py``). Then, with the example database on, each pair
 replays what the database holds (earlier hunts' failures), reported apart as *replays*. New
 examples come in rounds (``FIRST_ROUND_EXAMPLES``, then ``ROUND_EXAMPLES`` each) with the

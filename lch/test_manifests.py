@@ -19,7 +19,7 @@ import sim.manifests
 from fixtures.known_bugs import CATALOGUE, catalogue
 from lch import history, suites
 from properties.harness import HarnessMachine
-from properties.machines import MACHINES, machine_for
+from properties.machines import HUNT_MACHINES, MACHINES, machine_for
 from sim import targets
 from sim.manifests import ManifestError, all_manifests, check_references, vllm_suites
 from sim.native.bugs import BUG_SWITCHES, bug_subsystems
@@ -61,6 +61,10 @@ def test_ports_and_machines_are_the_manifests():
     assert list(PORTS) == list(targets.SUBSYSTEMS)
     assert MACHINES == {m.name: m.machine for m in MANIFESTS}
     assert list(MACHINES) == list(targets.SUBSYSTEMS)
+    # Each subsystem's machine by its name, then its further machines as <subsystem>.<name>.
+    assert HUNT_MACHINES == {name: ref for m in MANIFESTS for name, ref in
+                             [(m.name, m.machine), *((f"{m.name}.{k}", r)
+                                                     for k, r in m.machines.items())]}
 
 
 def test_bug_switches_and_catalogue_are_the_manifests():
@@ -226,6 +230,10 @@ def extra_manifests(tmp_path, monkeypatch):
      "machine names 'properties.encoder_cache_machine:ToyCacheMachine', but "
      "properties.encoder_cache_machine defines no 'ToyCacheMachine'; define it there or fix "
      "the reference"),
+    ("machines", {"tiering": "properties.encoder_cache_machine:ToyTieringMachine"},
+     "machines['tiering'] names 'properties.encoder_cache_machine:ToyTieringMachine', but "
+     "properties.encoder_cache_machine defines no 'ToyTieringMachine'; define it there or fix "
+     "the reference"),
     ("factories", {"model": "sim.factories.encoder_cache:make_toy"},
      "factories['model'] names 'sim.factories.encoder_cache:make_toy', but "
      "sim.factories.encoder_cache defines no 'make_toy'; define it there or fix the reference"),
@@ -235,6 +243,8 @@ def test_a_manifest_naming_nothing_fails_in_one_line(extra_manifests, field, ref
     if field == "machine":
         text = text.replace('machine="properties.encoder_cache_machine:EncoderCacheMachine"',
                             f"machine={ref!r}")
+    elif field == "machines":
+        text = text.replace("    small_world=", f"    machines={ref!r},\n    small_world=")
     else:
         text = text.replace(text[text.index("factories="):text.index("    small_world=")],
                             f"factories={ref!r},\n")

@@ -48,8 +48,10 @@ BAD_MANAGERS = [
      "machine", "tier-polls-allowed"),
     ("touch L796: self.primary_tier.touch(keys, req_context)  ->  pass",
      "tiered_lookup", "recency-order-agrees"),
+    # A peer's lookup (request p0) asked of the tier serving it: tier 0 or 1, as the draws
+    # fall (tier-calls-agree is the only check that says "was asked").
     ("lookup L645: if i == exclude_tier_idx: ...  ->  pass", "machine",
-     "tier-calls-agree: tier 0 was asked [('lookup', 'p"),
+     "was asked [('lookup', 'p"),
     ("config_info L1245: tier_info[TIER_LABEL] = self._metrics.tier_label(self._tier_index[tier])"
      "[0]  ->  pass", "machine", "config-info-agrees"),
     # The parent a tier serves its peers through (``_SecondaryTierFacingParent``).

@@ -26,12 +26,14 @@ import random
 
 from attrs import define
 from hypothesis.control import BuildContext
+from hypothesis.errors import UnsatisfiedAssumption
 from hypothesis.internal.conjecture.data import ConjectureData
 from hypothesis.strategies._internal.core import DataObject, DataStrategy
 
 from properties.harness import Failure, HarnessMachine, Recorder, property_of
 from properties.machines import import_all_machines
 from properties.run import NOT_FINDINGS, _replayed, bind, minimize
+from sim.errors import CapabilityMissing
 from sim.outcomes import message_of
 
 STEPS_MAX = 80                 # the hunt profile's stateful_step_count
@@ -61,21 +63,31 @@ def explore(machine: type[HarnessMachine], target: str, seed: int, runs: int,
     recorder.report_events = False          # no Hypothesis test to report events to
     bound = bind(machine, target, recorder)
     result = ExploreResult(target, recorder)
+    rejected = 0
     for _ in range(runs):
         result.runs += 1
         error = _walk(bound, rng, steps_max)
+        if isinstance(error, UnsatisfiedAssumption):
+            rejected += 1
+            continue
         if error is None:
             continue
         found = _replayed(machine, target, Failure(property_of(error), message_of(error),
                                                     recorder.trace, error))
         result.failure = minimize(machine, found, target) if shrink_program else found
         break
+    if rejected == result.runs and recorder.missing and not recorder.steps:
+        # Every world needs what the target lacks (as ``run_machine`` reports it): the pair
+        # could not run, never a pass.
+        raise CapabilityMissing("; ".join(sorted(recorder.missing)))
     recorder.trace_hash()                   # seal the last trace
     return result
 
 
 def _walk(bound: type[HarnessMachine], rng: random.Random,
           steps_max: int) -> BaseException | None:
+    """One walk: None if it passed, the error it failed with, or ``UnsatisfiedAssumption``
+    when its world was rejected (``reject()``: the target cannot build it)."""
     data = ConjectureData(random=rng, max_choices=CHOICES_MAX)
     # Strategies that build values (composite ones, st.data()) ask for a build context.
     with BuildContext(data, is_final=False, wrapped_test=_walk):
@@ -95,6 +107,9 @@ def _walk(bound: type[HarnessMachine], rng: random.Random,
             machine.teardown()              # ends the run (end_of_run: liveness checks)
         except NOT_FINDINGS:
             raise
+        except UnsatisfiedAssumption as rejected:   # a world the target cannot build
+            machine.teardown()
+            return rejected
         except Exception as error:  # noqa: BLE001 - any failure of the target is a finding
             machine.teardown()              # inside the handler: skips end_of_run
             return error

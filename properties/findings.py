@@ -1,4 +1,5 @@
-"""A divergence named by its cause: its finding id, ``<subsystem>/<property>/<hash>``.
+"""A divergence named by its cause: its finding id, ``<subsystem>/<property>/<hash>``
+(``<subsystem>.<machine>/...`` for a subsystem's further machine, ``Subsystem.machines``).
 
 A hunt goes on past a divergence once it is accepted (``lch/hunt.py``), so it must tell a
 second occurrence of a bug it already has from a second bug, and it must tell it *live*, at
@@ -28,7 +29,8 @@ from sim.errors import HarnessError
 # An identifier the machines number: r0 (requests), img3 (items), t1 (templates). Neither
 # preceded by a word character nor a dot (an attribute such as ``x.r0`` is not one).
 _NUMBERED = re.compile(r"(?<![\w.])([A-Za-z]+)(\d+)\b")
-_ID = re.compile(r"([a-z_]+)/([a-z0-9-]+)/([0-9a-f]{8})")
+# ``<subsystem>`` or, for a further machine of it, ``<subsystem>.<machine>``.
+_ID = re.compile(r"([a-z_]+(?:\.[a-z_]+)?)/([a-z0-9-]+)/([0-9a-f]{8})")
 ID_EXAMPLE = "encoder_cache/slots-agree/1a2b3c4d"
 
 
@@ -38,7 +40,8 @@ def signature(failure: Failure) -> str:
 
 
 def finding_id(subsystem: str, failure: Failure) -> str:
-    """The finding (group) a failure belongs to: one id per cause."""
+    """The finding (group) a failure belongs to: one id per cause. ``subsystem``: the hunt
+    name of the machine (``properties.machines.finding_scope``)."""
     return signature_id(subsystem, failure.property, signature(failure))
 
 
@@ -85,11 +88,11 @@ def parse_accept(text: str, check: bool = True) -> list[str]:
 
 
 def _checked_id(text: str, where: str) -> str:
-    from properties.machines import MACHINES, machine_for
+    from properties.machines import HUNT_MACHINES, machine_for
     subsystem, prop, _ = _ID.fullmatch(text).groups()
-    if subsystem not in MACHINES:
-        raise HarnessError(f"{where}: unknown subsystem {subsystem!r}; known: "
-                           f"{', '.join(sorted(MACHINES))}")
+    if subsystem not in HUNT_MACHINES:
+        raise HarnessError(f"{where}: unknown subsystem {subsystem!r}; known (and their "
+                           f"further machines): {', '.join(sorted(HUNT_MACHINES))}")
     machine = machine_for(subsystem)
     if prop not in machine.PROPERTIES and prop not in COMMON_PROPERTIES:
         raise HarnessError(f"{where}: {subsystem} has no property {prop!r}; its properties: "

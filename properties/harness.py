@@ -183,6 +183,9 @@ class HarnessMachine(RuleBasedStateMachine):
     # machine whose properties need long programs (an eviction policy's) raises it.
     MIN_STATEFUL_STEPS: int = 0
     subsystem: str = ""
+    # The target bases ("native", "vllm") this machine can build; empty: every base its
+    # subsystem has. The hunt plans no pair of a machine and a base it cannot build.
+    TARGET_BASES: tuple[str, ...] = ()
     SUBJECT: str = "target"                # the target's attribute, and its reproducer name
     # property -> text of the reproducer's closing state lines that assert it: dropped when
     # the program went on past an accepted divergence of that property.
@@ -227,9 +230,12 @@ class HarnessMachine(RuleBasedStateMachine):
         raise PropertyFailed(property, detail)
 
     def _adopted(self, property: str, detail: str) -> bool:
+        from properties.machines import finding_scope
         from properties.signatures import signature_id, signature_text
         steps = self.trace.steps
-        finding = signature_id(self.subsystem, property, signature_text(property, detail))
+        # Named as the hunt names it: a further machine's ids carry its name.
+        finding = signature_id(finding_scope(type(self)), property,
+                               signature_text(property, detail))
         at = len(steps)
         cascade = next((f for n, f, _ in reversed(self.trace.adopted) if n == at), None)
         if finding not in self.accepted and cascade is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from properties.findings import finding_id
 from properties.harness import Failure, HarnessMachine
+from properties.machines import finding_scope
 from sim.files import atomic_write
 from sim.outcomes import outside_label
 
@@ -70,7 +71,7 @@ def render(machine: type[HarnessMachine], failure: Failure, target: str) -> str:
         "",
         f"TARGETS = {targets!r}",
         "# The finding this program reproduces: `hunt --accept` takes the id (or this file).",
-        f"FINDING = {finding_id(machine.subsystem, failure)!r}",
+        f"FINDING = {finding_id(finding_scope(machine), failure)!r}",
         machine.REPRODUCER_HELPERS,
         "",
         '@pytest.mark.parametrize("target", TARGETS)',

@@ -7,7 +7,9 @@ Rules are the connector's calls (a request's start and end, ``prepare_store`` /
 ``complete_store``, ``lookup``, ``touch``, the step's end, ``reset_cache`` /
 ``on_reset_flushed``, ``get_stats``, ``config_info``), the tier-poll thread's round, and the
 tiers' side: a job finishes (whole, failed, a promotion partly), a peer asks a tier for keys.
-Each rule picks plain values and acts (``do_<name>``), so a failing program is replayed,
+Each rule picks plain values through the harness's draw helpers (``pick``, ``draw_integer``:
+the explorer, ``properties/explore.py``, feeds them straight from its Random) and acts
+(``do_<name>``), so a failing program is replayed,
 minimized and written as a reproducer like the tiered-lookup machine's. After every step:
 each tier's calls since the last step (``tier-calls-agree``), the primary's ref counts
 (``ref-counts-agree``), the jobs each tier holds, the peers' answers, whether work is
@@ -27,7 +29,7 @@ from hypothesis.stateful import initialize, invariant, precondition, rule
 from models.tiered_lookup_tiering import TieringModel
 from models.tiered_lookup_timeline import NEVER
 from models.tiered_lookup_values import JobOutcome, LookupResult, TierJob
-from properties.harness import HarnessMachine, InvalidAction
+from properties.harness import HarnessMachine, InvalidAction, draw_bool, draw_integer, pick
 from properties.tiered_lookup_tiering_worlds import (
     KEYS,
     TieringWorld,
@@ -62,6 +64,7 @@ HAZARDS = ("promotion submitted", "cascade dropped under back-pressure", "cascad
 
 class TieredLookupTieringMachine(HarnessMachine):
     subsystem = "tiered_lookup"
+    TARGET_BASES = ("vllm",)                # see _build
     SUBJECT = "tiering"
     PROPERTIES = PROPERTIES
     HAZARDS = HAZARDS
@@ -131,21 +134,21 @@ def make_tiering(target, num_chunks, tiers):
     @precondition(lambda self: getattr(self, "live", None))
     @rule(data=st.data())
     def finish_request(self, data):
-        self.act("finish_request", data.draw(st.sampled_from(self.live)))
+        self.act("finish_request", pick(data, self.live))
 
     @precondition(lambda self: self._may_store())
-    @rule(data=st.data(), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3,
-                                        unique=True))
-    def prepare_store(self, data, keys):
-        self.act("prepare_store", data.draw(st.sampled_from(self.live)), tuple(keys))
+    @rule(data=st.data())
+    def prepare_store(self, data):
+        keys = _distinct(data, KEYS, 1, 3)
+        self.act("prepare_store", pick(data, self.live), keys)
 
     # The worker often finishes a store within the step: prepared and completed at once, so
     # cascades (and their jobs, the tiers' failures and back-pressure) are common.
     @precondition(lambda self: self._may_store())
-    @rule(data=st.data(), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3,
-                                        unique=True))
-    def store_now(self, data, keys):
-        self.act("store_now", data.draw(st.sampled_from(self.live)), tuple(keys))
+    @rule(data=st.data())
+    def store_now(self, data):
+        keys = _distinct(data, KEYS, 1, 3)
+        self.act("store_now", pick(data, self.live), keys)
 
     # Offering again keys still being written (another store of the same blocks, as when two
     # requests share a prefix): a request-level request parks them until they are readable.
@@ -153,16 +156,16 @@ def make_tiering(target, num_chunks, tiers):
     @rule(data=st.data())
     def prepare_store_of_written(self, data):
         writing = sorted({k for _, keys in self.batches for k in keys})
-        keys = data.draw(st.lists(st.sampled_from(writing), min_size=1, max_size=2,
-                                  unique=True))
-        extra = data.draw(st.lists(st.sampled_from(KEYS), max_size=1))
-        req = data.draw(st.sampled_from(self.live))
-        self.act("prepare_store", req, tuple(keys + [k for k in extra if k not in keys]))
+        keys = _distinct(data, writing, 1, 2)
+        extra = _distinct(data, KEYS, 0, 1)
+        req = pick(data, self.live)
+        self.act("prepare_store", req, keys + tuple(k for k in extra if k not in keys))
 
     @precondition(lambda self: getattr(self, "batches", None))
-    @rule(data=st.data(), success=st.sampled_from((True, True, False)))
-    def complete_store(self, data, success):
-        req, keys = data.draw(st.sampled_from(self.batches))
+    @rule(data=st.data())
+    def complete_store(self, data):
+        success = pick(data, [True, True, False])
+        req, keys = pick(data, self.batches)
         self.act("complete_store", req, keys, success)
 
     @precondition(lambda self: getattr(self, "live", None))
@@ -172,22 +175,22 @@ def make_tiering(target, num_chunks, tiers):
         m = self.model
         promotable = [k for k in KEYS if not m.present(k)
                       and any(k in m.tier_copies(i) for i in range(len(m.tiers)))]
-        key = data.draw(st.sampled_from(promotable * 3 + list(KEYS)))
-        self.act("lookup", data.draw(st.sampled_from(self.live)), key)
+        key = pick(data, promotable * 3 + list(KEYS))
+        self.act("lookup", pick(data, self.live), key)
 
     # The scheduler asks for a request's blocks one after another in one pass: promotions of
     # several keys from one tier in one step (one job each per tier and request).
     @precondition(lambda self: getattr(self, "live", None))
     @rule(data=st.data())
     def lookup_several(self, data):
-        for _ in range(data.draw(st.integers(2, 3))):
+        for _ in range(draw_integer(data, 2, 3)):
             self.lookup(data)
 
     @precondition(lambda self: getattr(self, "live", None))
-    @rule(data=st.data(), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=2,
-                                        unique=True))
-    def touch(self, data, keys):
-        self.act("touch", data.draw(st.sampled_from(self.live)), tuple(keys))
+    @rule(data=st.data())
+    def touch(self, data):
+        keys = _distinct(data, KEYS, 1, 2)
+        self.act("touch", pick(data, self.live), keys)
 
     # -- the tiers' side: finishing well, reporting the bytes moved and failing are three
     # rules (a drawn choice among them would almost always take the first under the
@@ -216,16 +219,15 @@ def make_tiering(target, num_chunks, tiers):
     @rule(data=st.data())
     def run_promotion_partly(self, data):
         """A promotion lands some of its keys, not all (a partial failure)."""
-        i, job = data.draw(st.sampled_from(self._promotions_of_several()))
-        ok = data.draw(st.lists(st.sampled_from(job.keys), min_size=1,
-                                max_size=len(job.keys) - 1, unique=True))
+        i, job = pick(data, self._promotions_of_several())
+        ok = _distinct(data, job.keys, 1, len(job.keys) - 1)
         self.act("run_job", i, job, JobOutcome(tuple(k for k in job.keys if k in ok), False))
 
     @precondition(lambda self: hasattr(self, "model"))
-    @rule(i=st.integers(0, 1), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3,
-                                             unique=True))
-    def peer_request(self, i, keys):
-        self.act("peer_request", i, tuple(keys))
+    @rule(data=st.data())
+    def peer_request(self, data):
+        i = draw_integer(data, 0, 1)
+        self.act("peer_request", i, _distinct(data, KEYS, 1, 3))
 
     # -- the step ---------------------------------------------------------------------------
 
@@ -245,11 +247,12 @@ def make_tiering(target, num_chunks, tiers):
     # it done for the next step. (The step's end serves its own peers first, so a peer
     # queued before it would leave the round nothing to serve.)
     @precondition(lambda self: hasattr(self, "model"))
-    @rule(i=st.integers(0, 1), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3,
-                                             unique=True))
-    def peer_request_between_steps(self, i, keys):
+    @rule(data=st.data())
+    def peer_request_between_steps(self, data):
+        i = draw_integer(data, 0, 1)
+        keys = _distinct(data, KEYS, 1, 3)
         self.act("on_schedule_end")
-        self.act("peer_request", i, tuple(keys))
+        self.act("peer_request", i, keys)
         self.act("poll_round")
 
     # A reset holds promotions until the worker's flush: rarely, or most of a run is held.
@@ -491,8 +494,19 @@ def make_tiering(target, num_chunks, tiers):
                 if job.kind == "promote" and len(job.keys) > 1]
 
     def _pick_job(self, data) -> tuple[int, TierJob]:
-        i = data.draw(st.sampled_from(sorted({i for i, _ in self._held_jobs()})))
-        return i, data.draw(st.sampled_from(self.model.tier_jobs(i)))
+        i = pick(data, sorted({i for i, _ in self._held_jobs()}))
+        return i, pick(data, self.model.tier_jobs(i))
+
+
+def _distinct(data, choices, low: int, high: int) -> tuple:
+    """``low`` to ``high`` distinct ``choices`` in the order drawn, as
+    ``st.lists(st.sampled_from(choices), unique=True)`` gives them, but through the harness's
+    draw helpers: each further one is drawn on a coin (Hypothesis's lists grow the same way,
+    a coin per element), from those not yet taken."""
+    left, taken = list(choices), []
+    while left and len(taken) < high and (len(taken) < low or draw_bool(data)):
+        taken.append(left.pop(draw_integer(data, 0, len(left) - 1)))
+    return tuple(taken)
 
 
 def _build(target: str, world: TieringWorld):

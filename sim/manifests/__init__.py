@@ -18,10 +18,17 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-from sim.manifests.subsystem import Column, ManifestError, Subsystem, check_references, resolve
+from sim.manifests.subsystem import (
+    Column,
+    ManifestError,
+    Subsystem,
+    check_references,
+    hunt_names,
+    resolve,
+)
 
 __all__ = ["Column", "ManifestError", "Subsystem", "all_manifests", "by_name",
-           "check_references", "resolve", "vllm_suites"]
+           "check_references", "hunt_names", "resolve", "vllm_suites"]
 
 NOT_MANIFESTS = frozenset({"subsystem"})
 

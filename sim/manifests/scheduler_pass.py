@@ -33,4 +33,13 @@ SUBSYSTEM = Subsystem(
     # The KV-pressure traces and their machine: one file, in the machines tier.
     tests={"machines": ("properties/test_scheduler_pass_kv.py",)},
     spec_page="docs/specs/scheduler-pass.md",
+    # Hunted too, each over worlds of its own (properties/test_scheduler_pass.py and
+    # test_scheduler_pass_kv.py run them): an encoder-decoder model's, an async engine's, a
+    # hybrid Mamba model's, and where the KV pool runs out. (Not the Mamba-MTP machine: the
+    # catalogue's, on which vLLM 0.33.0 stalls.)
+    machines={
+        "encoder_decoder": "properties.scheduler_pass_machine:EncoderDecoderSchedulerPassMachine",
+        "async_scheduling": "properties.scheduler_pass_machine:AsyncSchedulerPassMachine",
+        "mamba": "properties.scheduler_pass_machine:MambaSchedulerPassMachine",
+        "kv_pressure": "properties.scheduler_pass_machine:KvPressureSchedulerPassMachine"},
 )

@@ -60,6 +60,10 @@ class Subsystem:
     spec_properties: tuple[str, ...] = ()
     # Its test files by cost tier (``fixtures/tiers.py``: fast, machines, catalogue, slow).
     tests: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Its further machines (other worlds or another layer of it), name -> "module:Class": the
+    # hunt runs each as ``<subsystem>.<name>`` beside ``machine``, which keeps the plain name
+    # (so the main machine's finding ids, seeds and accept lists stay what they were).
+    machines: dict[str, str] = field(default_factory=dict)
     source: str = field(default="", compare=False)   # the manifest's file, for errors
 
     def references(self) -> list[tuple[str, str]]:
@@ -67,10 +71,17 @@ class Subsystem:
         refs = [(f"factories[{base!r}]", ref) for base, ref in self.factories.items()]
         refs += [("port", self.port), ("machine", self.machine), ("worlds", self.worlds),
                  ("shrink", self.shrink)]
+        refs += [(f"machines[{name!r}]", ref) for name, ref in self.machines.items()]
         refs += [(name, ref) for name, ref in (("catalogue", self.catalogue),
                                               ("mutation_subjects", self.mutation_subjects))
                  if ref]
         return refs
+
+
+def hunt_names(manifest: Subsystem) -> list[str]:
+    """What a hunt can run of ``manifest``: its machine, by the subsystem's name, then each
+    further machine as ``<subsystem>.<name>``."""
+    return [manifest.name, *(f"{manifest.name}.{name}" for name in manifest.machines)]
 
 
 def resolve(manifest: Subsystem, what: str, ref: str) -> object:

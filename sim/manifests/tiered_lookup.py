@@ -39,4 +39,5 @@ SUBSYSTEM = Subsystem(
                         "properties/test_tier_poll_loop.py",
                         "properties/test_tier_poll_thread.py"),
            "catalogue": ("lch/test_tiering_checks_fail.py",)},
+    machines={"tiering": "properties.tiered_lookup_tiering_machine:TieredLookupTieringMachine"},
 )
