@@ -8,7 +8,9 @@ tier, ``reset_cache`` / ``on_reset_flushed``), and the connector's lookups over 
 (``models/tiered_lookup_scans.py``). Several requests run at once over the CPU manager alone
 (``use_request``), each with its context's key positions; LRU ranks a running request's
 blocks by position (``models/tiered_lookup_access.py``). Not modelled: chunk ids, several
-secondary tiers, back-pressure, the tiering manager's request hooks. Data is "whose bytes a
+secondary tiers, back-pressure, the tiering manager's request hooks (its tiering layer,
+``models/tiered_lookup_tiering.py``; the two agree where both apply,
+``properties/test_tiered_lookup_layers_agree.py``). Data is "whose bytes a
 readable chunk holds": its own.
 
 The model stores facts: the chunks (written or not, loads, last use), every job submitted and

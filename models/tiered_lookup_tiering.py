@@ -8,7 +8,8 @@ a back-pressure detector or not; requests (ours, and peers' that a tier serves t
 ``ParentManager``), store cascades, parked request-level cascades, promotions, the
 once-per-step poll, the reset hold and the metrics payload.
 Not in scope: eviction and its order (``models/tiered_lookup.py``), RETRY probes, timing
-(histograms are compared by their number of samples).
+(histograms are compared by their number of samples). Where the two layers' scopes meet (one
+request, one chunk-level tier) they must agree: ``properties/test_tiered_lookup_layers_agree.py``.
 
 What the manager promises, as modelled here:
 - every tier hears ``on_new_request`` for every request (but the one whose peer asked); a

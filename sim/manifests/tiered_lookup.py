@@ -35,7 +35,8 @@ SUBSYSTEM = Subsystem(
     # The tiering layer's machine (vLLM only) is checked against the same page.
     spec_properties=("properties.tiered_lookup_tiering_machine",),
     # The tiering layer's own files (the rest of the subsystem's are in fixtures/tiers.py).
-    tests={"machines": ("properties/test_tiered_lookup_tiering.py",
+    tests={"fast": ("properties/test_tiered_lookup_layers_agree.py",),
+           "machines": ("properties/test_tiered_lookup_tiering.py",
                         "properties/test_tier_poll_loop.py",
                         "properties/test_tier_poll_thread.py"),
            "catalogue": ("lch/test_tiering_checks_fail.py",)},
