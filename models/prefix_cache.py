@@ -13,9 +13,14 @@ the moment (and end) at which it was released. Reference counts, the free-block 
 free queue's order and the hash-to-block map are computed from those facts on demand, never
 kept as a second free list.
 
+World options (vLLM's ``CacheConfig`` and ``KVEventsConfig`` switches): ``enable_caching``
+off: no lookup finds anything, nothing is cached, every released block is uncached;
+``enable_kv_cache_events`` off: no event is queued.
+
 Release differences are options (``sim/vllm/prefix_cache_compat.py`` reads them):
 ``uncached_first``: a block released without a cached prefix goes to the front of the free
-queue (reused next, most recently released first; vLLM 0.24.0 on) instead of the back.
+queue (reused next, most recently released first; vLLM 0.24.0 on) instead of the back;
+``event_extra_keys``: a ``BlockStored`` event lists each block's extra keys.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ NULL_BLOCK = 0      # block 0 is vLLM's null block: never free, never held, neve
 
 @define
 class RequestState:
+    request: PrefixRequest
     tokens: list[int]
     num_computed_tokens: int = 0
 
@@ -50,6 +56,9 @@ class PrefixCacheModel:
     max_model_len: int
     use_eagle: bool = False
     uncached_first: bool = True
+    enable_caching: bool = True
+    enable_kv_cache_events: bool = True
+    event_extra_keys: bool = True
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[int]] = field(factory=dict)     # request -> blocks it holds
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
@@ -100,21 +109,25 @@ class PrefixCacheModel:
 
     def block_keys(self, request_id: str) -> list[BlockKey]:
         """The request's full-block prefixes, in order (vLLM's ``request.block_hashes``)."""
-        tokens, size = self.requests[request_id].tokens, self.block_size
-        return [tuple(tokens[:end]) for end in range(size, len(tokens) + 1, size)]
+        state, size = self.requests[request_id], self.block_size
+        return [state.request.key(state.tokens[:end])
+                for end in range(size, len(state.tokens) + 1, size)]
 
     # -- the API ------------------------------------------------------------------------------
 
     def add_request(self, request: PrefixRequest) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"request {request.request_id!r} added twice")
-        self.requests[request.request_id] = RequestState(list(request.prompt))
+        self.requests[request.request_id] = RequestState(request, list(request.prompt))
 
     def get_computed_blocks(self, request_id: str) -> Hit:
         """The longest run of the request's block prefixes that is cached, from the first
         block; never the last token (it must be computed to sample from), and, for EAGLE,
-        one block less (its drafter recomputes the last block's hidden states)."""
+        one block less (its drafter recomputes the last block's hidden states). Nothing
+        with caching off, nor for a request that wants its prompt's logprobs."""
         state = self.requests[request_id]
+        if not self.enable_caching or state.request.prompt_logprobs:
+            return Hit()
         cached = self.cached()
         usable = (len(state.tokens) - 1) // self.block_size
         blocks = []
@@ -191,7 +204,7 @@ class PrefixCacheModel:
             return False
         self.key_of.clear()
         self.cached_at.clear()
-        self.events.append(AllBlocksCleared())
+        self._event(AllBlocksCleared())
         return True
 
     def take_events(self) -> tuple[Event, ...]:
@@ -208,7 +221,7 @@ class PrefixCacheModel:
             key = self.key_of.pop(block, None)
             self.cached_at.pop(block, None)
             if key is not None:
-                self.events.append(BlockRemoved(key))
+                self._event(BlockRemoved(key))
         return taken
 
     def _write(self, request_id: str) -> None:
@@ -217,11 +230,14 @@ class PrefixCacheModel:
         for i, block in enumerate(self.tables[request_id]):
             end = min((i + 1) * size, state.num_computed_tokens)
             if end > i * size:
-                self.written[block] = tuple(state.tokens[:end])
+                self.written[block] = state.request.key(state.tokens[:end])
 
     def _cache_full_blocks(self, request_id: str) -> None:
         """Cache each full, computed block of the table that holds no prefix yet (one
-        ``BlockStored`` for the run); a hit block is cached already."""
+        ``BlockStored`` for the run); a hit block is cached already. Nothing with caching
+        off."""
+        if not self.enable_caching:
+            return
         state, table = self.requests[request_id], self.tables[request_id]
         full = min(state.num_computed_tokens, len(state.tokens)) // self.block_size
         keys = self.block_keys(request_id)
@@ -231,7 +247,12 @@ class PrefixCacheModel:
         for i in range(first, full):
             self.tick += 1
             self.key_of[table[i]], self.cached_at[table[i]] = keys[i], self.tick
-        size = self.block_size
-        self.events.append(BlockStored(tuple(keys[first:full]),
-                                       keys[first - 1] if first else None,
-                                       tuple(state.tokens[first * size:full * size])))
+        size, salt = self.block_size, state.request.cache_salt
+        extra = tuple((salt,) if i == 0 and salt else None for i in range(first, full))
+        self._event(BlockStored(tuple(keys[first:full]), keys[first - 1] if first else None,
+                                tuple(state.tokens[first * size:full * size]),
+                                extra if self.event_extra_keys else None))
+
+    def _event(self, event: Event) -> None:
+        if self.enable_kv_cache_events:
+            self.events.append(event)

@@ -1,25 +1,37 @@
 """Values of the prefix-caching KV block cache, shared by model, targets and reproducers.
 
 A cached block's hash is named by what it hashes: the request's tokens from the first one to
-the block's last (``BlockKey``), so a failure says which prefix a block was found under, and
-a hash can be checked against the tokens its block holds. Targets translate their own hashes
-(vLLM's chained sha256 values) into these keys.
+the block's last, after the request's cache salt where it has one (``BlockKey``), so a failure
+says which prefix a block was found under, and a hash can be checked against the tokens its
+block holds. Targets translate their own hashes (vLLM's chained sha256 values) into these
+keys.
 """
 
 from __future__ import annotations
 
 from attrs import frozen
 
-BlockKey = tuple[int, ...]      # the tokens of the prefix a block hash names
+BlockKey = tuple       # the prefix a block hash names: (salt, tokens...) or (tokens...)
 
 
 @frozen
 class PrefixRequest:
     """A request as the KV cache manager sees it: an id and its prompt's token ids. Tokens it
-    samples later are appended by ``append_token_ids``."""
+    samples later are appended by ``append_token_ids``.
+
+    ``cache_salt``: the salt vLLM mixes into the first block's hash (a tenant's prefixes are
+    shared only with requests of the same salt). ``prompt_logprobs``: the request asks for
+    its prompt's logprobs, so it never reads the prefix cache (every prompt token must be
+    computed) but still caches what it computes."""
 
     request_id: str
     prompt: tuple[int, ...]
+    cache_salt: str | None = None
+    prompt_logprobs: bool = False
+
+    def key(self, tokens) -> BlockKey:
+        """The key of the prefix ``tokens`` of this request."""
+        return (self.cache_salt, *tokens) if self.cache_salt else tuple(tokens)
 
 
 @frozen
@@ -34,11 +46,14 @@ class Hit:
 @frozen
 class BlockStored:
     """KV event: blocks cached, in table order (``keys``), after the block of ``parent``
-    (None: from the prompt's start), holding ``token_ids``."""
+    (None: from the prompt's start), holding ``token_ids``; ``extra_keys``: what else each
+    block's hash covers, one entry per block (the salt on a salted request's first block,
+    else None), or None where the release's events carry no such field."""
 
     keys: tuple[BlockKey, ...]
     parent: BlockKey | None
     token_ids: tuple[int, ...]
+    extra_keys: tuple | None = None
 
 
 @frozen

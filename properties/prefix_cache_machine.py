@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from attrs import evolve
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
@@ -29,7 +30,6 @@ from models.prefix_cache_values import (
     BlockRemoved,
     BlockStored,
     Hit,
-    PrefixRequest,
 )
 from properties.harness import HarnessMachine, InvalidAction, draw_integer, pick
 from properties.prefix_cache_shrink import simpler_worlds
@@ -80,23 +80,26 @@ class PrefixCacheMachine(HarnessMachine):
     SUBJECT = "cache"
     PROPERTIES = PROPERTIES
     HAZARDS = HAZARDS
-    REPRODUCER_IMPORTS = ("from models.prefix_cache_values import (AllBlocksCleared, "
+    REPRODUCER_IMPORTS = ("import attrs",
+                          "from models.prefix_cache_values import (AllBlocksCleared, "
                           "BlockRemoved, BlockStored, Hit, PrefixRequest)",)
     REPRODUCER_HELPERS = ""
 
     @staticmethod
     def reproducer_subject(config: dict) -> str:
         args = ", ".join(f"{k}={config[k]!r}" for k in (
-            "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first"))
+            "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first",
+            "enable_caching", "enable_kv_cache_events"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
     def setup(self, world):
         self.world = world
         self.cache = targets.make(self.target_name, "prefix_cache", **world.config())
-        # The model takes the free-queue order of the target's release (native: the world's).
+        # The model takes the free-queue order and the event shape of the target's release
+        # (native: the world's order).
         config = {**world.config(), "uncached_first": self.cache.uncached_first}
-        self.model = PrefixCacheModel(**config)
+        self.model = PrefixCacheModel(**config, event_extra_keys=self.cache.event_extra_keys)
         self.arrived = 0
         self.finished: set[int] = set()
         self.preempted: set[int] = set()
@@ -202,9 +205,9 @@ class PrefixCacheMachine(HarnessMachine):
             self.finished.discard(r)
             self.preempted.discard(r)
             self.sent[r] = self.sent.get(r, 0) + 1
-            req = PrefixRequest(self._rid(r), req.prompt)
-            shown = f"PrefixRequest({req.request_id!r}, {self.world.requests[r].request_id}" \
-                    ".prompt)"
+            req = evolve(req, request_id=self._rid(r))
+            shown = f"attrs.evolve({self.world.requests[r].request_id}, " \
+                    f"request_id={req.request_id!r})"
         self.apply("add_request", req, shown=f"cache.add_request({shown})",
                    effect=f"{len(req.prompt)} prompt tokens")
 
@@ -277,6 +280,8 @@ class PrefixCacheMachine(HarnessMachine):
                 self.taken.clear()
         folded = +self.taken
         cached = Counter({k: len(b) for k, b in self.cache.cached_blocks().items()})
+        if not self.world.enable_kv_cache_events:
+            return              # nothing is reported: events-agree checked that none came
         self.check("events-account-for-cached-set", folded == cached,
                    lambda: f"events fold to {dict(folded)}, the cache holds {dict(cached)}")
 

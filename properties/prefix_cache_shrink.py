@@ -18,8 +18,9 @@ SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")      # (r, num_new_tokens
 
 
 def simpler_worlds(world, actions: list[tuple]):
-    """Drop a request (and its steps), trim a prompt's last token, shrink the pool or the
-    length cap, turn EAGLE off, lower a step's chunk or lookahead."""
+    """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
+    prompt logprobs, shrink the pool or the length cap, turn EAGLE off, turn caching and
+    events back on (the default world), lower a step's chunk or lookahead."""
     requests = world.requests
     for k in range(len(requests)):
         if len(requests) > 1:
@@ -28,14 +29,21 @@ def simpler_worlds(world, actions: list[tuple]):
                    without_request(actions, k, REQUEST_ACTIONS))
     for k, req in enumerate(requests):
         if len(req.prompt) > 1:
-            trimmed = PrefixRequest(req.request_id, req.prompt[:-1])
+            trimmed = evolve(req, prompt=req.prompt[:-1])
             yield evolve(world, requests=requests[:k] + (trimmed,) + requests[k + 1:]), actions
+    for k, req in enumerate(requests):
+        if req.cache_salt or req.prompt_logprobs:
+            plain = PrefixRequest(req.request_id, req.prompt)
+            yield evolve(world, requests=requests[:k] + (plain,) + requests[k + 1:]), actions
     if world.num_blocks > 2:
         yield evolve(world, num_blocks=world.num_blocks - 1), actions
     if world.max_model_len > max(len(r.prompt) for r in requests):
         yield evolve(world, max_model_len=world.max_model_len - 1), actions
     if world.use_eagle:
         yield evolve(world, use_eagle=False), actions
+    for switch in ("enable_caching", "enable_kv_cache_events"):
+        if not getattr(world, switch):
+            yield evolve(world, **{switch: True}), actions
     for j, action in enumerate(actions):
         if action[0] in SIZED_ACTIONS:
             for pos in (3, 2):
@@ -45,6 +53,6 @@ def simpler_worlds(world, actions: list[tuple]):
 
 
 def _renamed(requests: tuple[PrefixRequest, ...]) -> tuple[PrefixRequest, ...]:
-    return tuple(PrefixRequest(f"r{k}", r.prompt) for k, r in enumerate(requests))
+    return tuple(evolve(r, request_id=f"r{k}") for k, r in enumerate(requests))
 
 

@@ -31,11 +31,16 @@ class PrefixCacheWorld:
     use_eagle: bool
     uncached_first: bool
     requests: tuple[PrefixRequest, ...]
+    # Not drawn yet (drawing them moved the catalogue's shrink results past their bounds):
+    # the written-out scenarios drive caching off, events off, salts and prompt logprobs.
+    enable_caching: bool = True
+    enable_kv_cache_events: bool = True
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
                     max_model_len=self.max_model_len, use_eagle=self.use_eagle,
-                    uncached_first=self.uncached_first)
+                    uncached_first=self.uncached_first, enable_caching=self.enable_caching,
+                    enable_kv_cache_events=self.enable_kv_cache_events)
 
 
 @st.composite

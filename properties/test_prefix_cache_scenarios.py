@@ -32,9 +32,16 @@ def _valid(cache) -> None:
     getattr(cache, "check_valid", lambda: None)()
 
 
-def _computed(cache, rid: str, prompt: tuple[int, ...]) -> tuple[int, ...]:
+def _stored(cache, keys: tuple, parent, token_ids: tuple, first_extra=None) -> BlockStored:
+    """The ``BlockStored`` event the cache must report: one extra-keys entry per block (the
+    first block's given, the others none), where the target's release lists them."""
+    extra = (first_extra,) + (None,) * (len(keys) - 1)
+    return BlockStored(keys, parent, token_ids, extra if cache.event_extra_keys else None)
+
+
+def _computed(cache, rid: str, prompt: tuple[int, ...], **request) -> tuple[int, ...]:
     """``rid`` arrives and its whole prompt is computed in one step; its new blocks."""
-    cache.add_request(PrefixRequest(rid, prompt))
+    cache.add_request(PrefixRequest(rid, prompt, **request))
     hit = cache.get_computed_blocks(rid)
     return cache.allocate_slots(rid, len(prompt) - hit.num_computed_tokens, hit=hit)
 
@@ -48,10 +55,11 @@ def test_a_finished_request_is_evicted_tail_first(target):
     agrees(FIT, _computed(cache, "r0", (1, 2, 3)), (1, 2, 3))
     cache.free("r0")
     agrees(FREEQ, cache.free_queue(), (4, 3, 2, 1))             # untouched, then r0 tail first
-    agrees(EVENTS, cache.take_events(), (BlockStored(((1,), (1, 2), (1, 2, 3)), None, (1, 2, 3)),))
+    agrees(EVENTS, cache.take_events(), (_stored(cache, ((1,), (1, 2), (1, 2, 3)), None,
+                                                 (1, 2, 3)),))
     agrees(FIT, _computed(cache, "r1", (9, 9)), (4, 3))
     agrees(EVENTS, cache.take_events(), (BlockRemoved((1, 2, 3)),
-                                 BlockStored(((9,), (9, 9)), None, (9, 9))))
+                                 _stored(cache, ((9,), (9, 9)), None, (9, 9))))
     agrees(CACHED, cache.cached_blocks(), {(1,): (1,), (1, 2): (2,), (9,): (4,), (9, 9): (3,)})
     agrees(REFS, [cache.ref_cnt(b) for b in range(5)], [0, 0, 0, 1, 1])
     _valid(cache)
@@ -116,8 +124,8 @@ def test_lookahead_slots_stop_at_max_model_len_and_decode_caches_a_block(target)
     agrees(FIT, cache.allocate_slots("r0", 3, hit=hit, num_lookahead_tokens=3), (1, 2))
     cache.append_token_ids("r0", (7,))
     agrees(FIT, cache.allocate_slots("r0", 1), ())
-    agrees(EVENTS, cache.take_events(), (BlockStored(((1, 2),), None, (1, 2)),
-                                 BlockStored(((1, 2, 3, 7),), (1, 2), (3, 7))))
+    agrees(EVENTS, cache.take_events(), (_stored(cache, ((1, 2),), None, (1, 2)),
+                                 _stored(cache, ((1, 2, 3, 7),), (1, 2), (3, 7))))
     _valid(cache)
 
 
@@ -134,4 +142,75 @@ def test_reset_is_refused_while_a_block_is_held(target):
     agrees(CACHED, cache.cached_blocks(), {})
     agrees(EVENTS, cache.take_events()[-1:], (AllBlocksCleared(),))
     agrees(HIT, cache.get_computed_blocks("r0"), Hit())
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_salt_keeps_a_prefix_to_its_own_requests(target):
+    """Scenario: r0 under salt "a" caches two blocks, the salt in its first block's extra
+    keys; r1, the same prompt under salt "b", finds nothing and caches its own; r2 under
+    "a" finds r0's first block (its last token is left to compute)."""
+    cache = make_or_skip(target, "prefix_cache", num_blocks=8, block_size=2, max_model_len=8)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4), cache_salt="a"), (1, 2))
+    agrees(EVENTS, cache.take_events(), (_stored(cache, (("a", 1, 2), ("a", 1, 2, 3, 4)), None,
+                                                 (1, 2, 3, 4), first_extra=("a",)),))
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4), cache_salt="b"))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit())
+    cache.add_request(PrefixRequest("r2", (1, 2, 3, 4), cache_salt="a"))
+    agrees(HIT, cache.get_computed_blocks("r2"), Hit((1,), 2))
+    agrees(CACHED, cache.cached_blocks(), {("a", 1, 2): (1,), ("a", 1, 2, 3, 4): (2,)})
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_request_wanting_prompt_logprobs_reads_no_cached_prefix(target):
+    """Scenario: r0 caches (1, 2); r1, the same prompt asking for its prompt's logprobs,
+    finds nothing (each prompt token must be computed), then caches (1, 2) on a second
+    block: one prefix, two blocks, the first found by a lookup."""
+    cache = make_or_skip(target, "prefix_cache", num_blocks=8, block_size=2, max_model_len=8)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3)), (1, 2))
+    agrees(FIT, _computed(cache, "r1", (1, 2, 3), prompt_logprobs=True), (3, 4))
+    agrees(CACHED, cache.cached_blocks(), {(1, 2): (1, 3)})
+    cache.add_request(PrefixRequest("r2", (1, 2, 3)))
+    agrees(HIT, cache.get_computed_blocks("r2"), Hit((1,), 2))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_with_caching_off_nothing_is_cached_and_released_blocks_come_back_first(target):
+    """Scenario: prefix caching off. r0 computes two full blocks: nothing is cached, no
+    event is stored; once it finishes a second request with its prompt finds nothing and
+    is given r0's blocks again, the last released first where the release reuses uncached
+    blocks first (0.24.0 on), else the untouched blocks first. The reset succeeds."""
+    cache = make_or_skip(target, "prefix_cache", num_blocks=5, block_size=2, max_model_len=8,
+                         enable_caching=False)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4)), (1, 2))
+    agrees(CACHED, cache.cached_blocks(), {})
+    cache.free("r0")
+    agrees(FREEQ, cache.free_queue(), (2, 1, 3, 4) if cache.uncached_first else (3, 4, 2, 1))
+    agrees(FIT, _computed(cache, "r1", (1, 2, 3, 4)), (2, 1) if cache.uncached_first
+           else (3, 4))
+    agrees(REFS, [cache.ref_cnt(b) for b in range(5)],
+           [0, 1, 1, 0, 0] if cache.uncached_first else [0, 0, 0, 1, 1])
+    agrees(EVENTS, cache.take_events(), ())
+    cache.free("r1")
+    agrees(RESET, cache.reset_prefix_cache(), True)
+    agrees(EVENTS, cache.take_events(), (AllBlocksCleared(),))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_with_events_off_no_event_is_queued(target):
+    """Scenario: KV events off. r0 caches a block, r1 evicts it, the cache is reset: the
+    cached set changes three times and no event is taken."""
+    cache = make_or_skip(target, "prefix_cache", num_blocks=2, block_size=2, max_model_len=8,
+                         enable_kv_cache_events=False)
+    agrees(FIT, _computed(cache, "r0", (1, 2)), (1,))
+    agrees(CACHED, cache.cached_blocks(), {(1, 2): (1,)})
+    cache.free("r0")
+    agrees(FIT, _computed(cache, "r1", (5, 6)), (1,))
+    agrees(CACHED, cache.cached_blocks(), {(5, 6): (1,)})
+    cache.free("r1")
+    agrees(RESET, cache.reset_prefix_cache(), True)
+    agrees(EVENTS, cache.take_events(), ())
     _valid(cache)

@@ -37,18 +37,24 @@ EMPTY_SLOT = -1
 
 
 class NativePrefixCache:
+    event_extra_keys = True         # its BlockStored lists each block's extra keys
+
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
                  use_eagle: bool = False, uncached_first: bool = True,
+                 enable_caching: bool = True, enable_kv_cache_events: bool = True,
                  bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
+        self.enable_caching, self.enable_kv_cache_events = enable_caching, enable_kv_cache_events
         self.refs = [0] * num_blocks
         self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.hash_of: list[tuple | None] = [None] * num_blocks
         self.by_hash: dict[tuple, list[int]] = {}
         self.kv = torch.full((num_blocks, block_size), EMPTY_SLOT, dtype=torch.long)
         self.tokens: dict[str, list[int]] = {}
+        self.salt: dict[str, str | None] = {}
+        self.reads_cache: dict[str, bool] = {}
         self.computed: dict[str, int] = {}
         self.table: dict[str, list[int]] = {}
         self.num_cached: dict[str, int] = {}
@@ -63,13 +69,18 @@ class NativePrefixCache:
     def add_request(self, request: PrefixRequest) -> None:
         self.tokens[request.request_id] = list(request.prompt)
         self.computed[request.request_id] = 0
+        self.salt[request.request_id] = request.cache_salt
+        self.reads_cache[request.request_id] = self.enable_caching and \
+            not request.prompt_logprobs
 
     def get_computed_blocks(self, request_id: str) -> Hit:
         tokens, size = self.tokens[request_id], self.block_size
+        if not self.reads_cache[request_id]:
+            return Hit()
         limit = len(tokens) if "pc-hit-last-token" in self.bugs else len(tokens) - 1
         found: list[int] = []
         for n in range(limit // size):
-            blocks = self.by_hash.get(tuple(tokens[:(n + 1) * size]))
+            blocks = self.by_hash.get(self._key(request_id, (n + 1) * size))
             if not blocks:
                 break
             found.append(blocks[0])
@@ -107,7 +118,8 @@ class NativePrefixCache:
 
     def free(self, request_id: str) -> None:
         self._release(request_id)
-        del self.tokens[request_id], self.computed[request_id]
+        del self.tokens[request_id], self.computed[request_id], self.salt[request_id], \
+            self.reads_cache[request_id]
 
     def preempt(self, request_id: str) -> None:
         self._release(request_id)
@@ -136,7 +148,7 @@ class NativePrefixCache:
             return False
         self.by_hash.clear()
         self.hash_of = [None] * self.num_blocks
-        self.pending.append(AllBlocksCleared())
+        self._emit(AllBlocksCleared())
         return True
 
     def take_events(self) -> tuple:
@@ -191,7 +203,7 @@ class NativePrefixCache:
             if not self.by_hash[key]:
                 del self.by_hash[key]
             if "pc-removed-not-reported" not in self.bugs:
-                self.pending.append(BlockRemoved(key))
+                self._emit(BlockRemoved(key))
         self.refs[block] += 1
         self.kv[block].fill_(EMPTY_SLOT)
         return block
@@ -208,15 +220,25 @@ class NativePrefixCache:
         tokens, size, table = self.tokens[request_id], self.block_size, self.table[request_id]
         start = self.num_cached[request_id]
         full = min(self.computed[request_id], len(tokens)) // size
-        if full <= start:
+        if full <= start or not self.enable_caching:
             return
-        keys = []
+        keys, salt = [], self.salt[request_id]
         for i in range(start, full):
-            key = tuple(tokens[:(i + 1) * size])
+            key = self._key(request_id, (i + 1) * size)
             self.hash_of[table[i]] = key
             self.by_hash.setdefault(key, []).append(table[i])
             keys.append(key)
-        parent = tuple(tokens[:start * size]) if start else None
-        self.pending.append(BlockStored(tuple(keys), parent,
-                                        tuple(tokens[start * size:full * size])))
+        parent = self._key(request_id, start * size) if start else None
+        extra = ((salt,) if salt and start == 0 else None,) + (None,) * (full - start - 1)
+        self._emit(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size]),
+                               extra))
         self.num_cached[request_id] = full
+
+    def _key(self, request_id: str, end: int) -> tuple:
+        """The hash of the request's first ``end`` tokens: the salt, then the tokens."""
+        salt, tokens = self.salt[request_id], tuple(self.tokens[request_id][:end])
+        return (salt, *tokens) if salt else tokens
+
+    def _emit(self, event) -> None:
+        if self.enable_kv_cache_events:
+            self.pending.append(event)

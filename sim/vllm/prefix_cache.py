@@ -1,11 +1,13 @@
 """The ``vllm`` target's prefix cache: the installed vLLM's real ``KVCacheManager``.
 
 One full-attention group (a ``KVCacheConfig`` as vLLM's own tests build it), prefix caching
-and KV events on, driven the way the scheduler drives it: ``get_computed_blocks`` for a
-waiting request, ``allocate_slots`` with that hit, the request's computed tokens advanced as
-the scheduler advances them after a step, sampled tokens appended to the real ``Request``
-(its block hasher extends ``block_hashes``), ``free`` on finish, ``free`` and a reset of the
-computed tokens on preemption. Requests are real ``vllm.v1.request.Request`` objects.
+and KV events on or off as the world says (a keyword equal to the constructor's default is
+left out, as a caller relying on it leaves it), driven the way the scheduler drives it:
+``get_computed_blocks`` for a waiting request, ``allocate_slots`` with that hit, the
+request's computed tokens advanced as the scheduler advances them after a step, sampled
+tokens appended to the real ``Request`` (its block hasher extends ``block_hashes``), ``free``
+on finish, ``free`` and a reset of the computed tokens on preemption. Requests are real
+``vllm.v1.request.Request`` objects, with their cache salt and prompt logprobs.
 
 Hashes are vLLM's own (chained over a deterministic sha256 of their inputs); the adapter
 translates each into the prefix of tokens it names (``BlockKey``), from every request's
@@ -42,28 +44,35 @@ class VllmPrefixCache:
     """The prefix-cache port over a real ``KVCacheManager`` with one full-attention group."""
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
-                 use_eagle: bool = False):
+                 use_eagle: bool = False, enable_caching: bool = True,
+                 enable_kv_cache_events: bool = True):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
         manager_mod = release.import_module("vllm.v1.core.kv_cache_manager")
         self._request_mod = release.import_module("vllm.v1.request")
         self._sampling = release.import_module("vllm.sampling_params")
+        events = release.import_module("vllm.distributed.kv_events")
         self.release = release.release()
         self.block_size, self.max_model_len = block_size, max_model_len
         self._utils.init_none_hash(_sha256)
-        self._hasher = prefix_cache_compat.block_hasher(self._utils, block_size, _sha256)
+        # The engine builds a request block hasher only with prefix caching on (or a KV
+        # connector): without it a request has no block hashes.
+        self._hasher = prefix_cache_compat.block_hasher(self._utils, block_size, _sha256) \
+            if enable_caching else None
         config = kv.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
             kv.KVCacheGroupSpec(["layer"], _full_attention(kv, block_size, torch.float32))])
         cls = manager_mod.KVCacheManager
         self._blocks_cls = manager_mod.KVCacheBlocks
-        self.manager = cls(config, enable_caching=True, use_eagle=use_eagle,
-                           enable_kv_cache_events=True,
-                           **prefix_cache_compat.manager_kwargs(cls, block_size, max_model_len))
+        self.manager = cls(config, **prefix_cache_compat.manager_kwargs(
+            cls, block_size, max_model_len, enable_caching=enable_caching, use_eagle=use_eagle,
+            enable_kv_cache_events=enable_kv_cache_events))
         self.pool = self.manager.block_pool
         self.uncached_first = prefix_cache_compat.uncached_first(self._utils,
                                                                  type(self.pool))
+        self.event_extra_keys = prefix_cache_compat.events_list_extra_keys(events)
         self.requests: dict[str, Any] = {}
+        self.sent: dict[str, PrefixRequest] = {}
         self._keys: dict[Any, BlockKey] = {}
         self.free_calls: list[tuple[tuple[int, ...], dict[int, int]]] = []
         real_free = self.pool.free_blocks
@@ -82,12 +91,14 @@ class VllmPrefixCache:
         return self.pool.get_num_free_blocks()
 
     def add_request(self, request: PrefixRequest) -> None:
-        params = self._sampling.SamplingParams(max_tokens=self.max_model_len, ignore_eos=True)
+        params = prefix_cache_compat.sampling_params(self._sampling, self.max_model_len,
+                                                     request.prompt_logprobs)
         cls = self._request_mod.Request
         req = cls(request_id=request.request_id, prompt_token_ids=list(request.prompt),
                   sampling_params=params, pooling_params=None, block_hasher=self._hasher,
-                  **scheduler_pass_compat.request_kwargs(cls))
+                  cache_salt=request.cache_salt, **scheduler_pass_compat.request_kwargs(cls))
         self.requests[request.request_id] = req
+        self.sent[request.request_id] = request
         self._learn(req)
 
     def get_computed_blocks(self, request_id: str) -> Hit:
@@ -195,8 +206,9 @@ class VllmPrefixCache:
     def _learn(self, req: Any) -> None:
         tokens = list(req.all_token_ids)
         convert = self._utils.maybe_convert_block_hash
+        request = self.sent[req.request_id]
         for i, block_hash in enumerate(req.block_hashes):
-            key = tuple(tokens[:(i + 1) * self.block_size])
+            key = request.key(tokens[:(i + 1) * self.block_size])
             self._keys[block_hash] = key
             self._keys[convert(block_hash)] = key
 
@@ -210,7 +222,8 @@ class VllmPrefixCache:
             parent = None if event.parent_block_hash is None else \
                 self._key(event.parent_block_hash)
             return BlockStored(tuple(self._key(h) for h in event.block_hashes), parent,
-                               tuple(event.token_ids))
+                               tuple(event.token_ids),
+                               prefix_cache_compat.event_extra_keys(event))
         if name == "BlockRemoved":
             keys = [self._key(h) for h in event.block_hashes]
             return BlockRemoved(keys[0]) if len(keys) == 1 else BlockRemoved(tuple(keys))
@@ -230,6 +243,8 @@ def _full_attention(kv: Any, block_size: int, dtype: Any) -> Any:
 
 
 def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
-                      use_eagle: bool = False) -> VllmPrefixCache:
+                      use_eagle: bool = False, enable_caching: bool = True,
+                      enable_kv_cache_events: bool = True) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
-    return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle)
+    return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
+                           enable_kv_cache_events)

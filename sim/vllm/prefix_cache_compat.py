@@ -11,9 +11,13 @@ import inspect
 from typing import Any
 
 
-def manager_kwargs(manager_cls: type, block_size: int, max_model_len: int) -> dict[str, Any]:
-    """The ``KVCacheManager`` keywords beyond the config, the length cap, caching, EAGLE
-    and events, for one full-attention group of ``block_size`` tokens.
+def manager_kwargs(manager_cls: type, block_size: int, max_model_len: int,
+                   **switches: Any) -> dict[str, Any]:
+    """The ``KVCacheManager`` keywords beyond the config for one full-attention group of
+    ``block_size`` tokens, and of ``switches`` (``enable_caching``, ``use_eagle``,
+    ``enable_kv_cache_events``) those that differ from the constructor's defaults: the
+    manager is built as a caller relying on its defaults builds it, so a changed default is
+    seen (vLLM's own tests build it so).
 
     # vLLM >=0.24.0: ``scheduler_block_size`` and ``hash_block_size`` are required (one
     #   group: both the block size).
@@ -24,8 +28,11 @@ def manager_kwargs(manager_cls: type, block_size: int, max_model_len: int) -> di
     """
     params = inspect.signature(manager_cls.__init__).parameters
     wanted = {"scheduler_block_size": block_size, "hash_block_size": block_size}
+    switched = {name: value for name, value in switches.items()
+                if params[name].default is inspect.Parameter.empty
+                or params[name].default != value}
     return {name: value for name, value in wanted.items() if name in params} | \
-        {"max_model_len": max_model_len}
+        {"max_model_len": max_model_len} | switched
 
 
 def computed_blocks(answer: tuple) -> tuple[Any, int]:
@@ -101,3 +108,36 @@ def touch(pool: Any, blocks: list[Any]) -> None:
     param = next(iter(inspect.signature(pool.touch).parameters.values()))
     per_group = "tuple" in str(param.annotation)
     pool.touch((blocks,) if per_group else blocks)
+
+
+def event_extra_keys(event: Any) -> tuple | None:
+    """A ``BlockStored`` event's extra keys, one entry per block (a tuple, or None), or None
+    where the release's events have no such field.
+
+    # vLLM 0.33.0 (read): ``extra_keys``, untagged by ``to_event_extra_keys`` (a salt as the
+    #   bare string; None for a block with none); the list is None only when no block was
+    #   stored. Releases before 0.33.0 were not read for this field: where an event has it
+    #   the same shape is taken.
+    """
+    keys = getattr(event, "extra_keys", None)
+    return None if keys is None else tuple(None if k is None else tuple(k) for k in keys)
+
+
+def events_list_extra_keys(events_module: Any) -> bool:
+    """Whether the release's ``BlockStored`` has the ``extra_keys`` field (a msgspec struct:
+    its fields are in ``__struct_fields__``)."""
+    cls = events_module.BlockStored
+    return "extra_keys" in getattr(cls, "__struct_fields__", ())
+
+
+def sampling_params(sampling_module: Any, max_tokens: int, prompt_logprobs: bool) -> Any:
+    """Sampling parameters of a request that decodes to ``max_tokens`` and may ask for its
+    prompt's logprobs (which makes vLLM skip reading the prefix cache for it).
+
+    # vLLM 0.33.0 (read): ``SamplingParams.skip_reading_prefix_cache`` is set from
+    #   ``prompt_logprobs``; ``KVCacheManager`` reads the request's flag.
+    # vLLM 0.11.0 (seen in its kv_cache_manager.py): ``get_computed_blocks`` reads
+    #   ``sampling_params.prompt_logprobs`` itself. Either way one parameter says it.
+    """
+    return sampling_module.SamplingParams(max_tokens=max_tokens, ignore_eos=True,
+                                          prompt_logprobs=1 if prompt_logprobs else None)
