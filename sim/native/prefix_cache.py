@@ -53,8 +53,7 @@ class NativePrefixCache:
         self.by_hash: dict[tuple, list[int]] = {}
         self.kv = torch.full((num_blocks, block_size), EMPTY_SLOT, dtype=torch.long)
         self.tokens: dict[str, list[int]] = {}
-        self.salt: dict[str, str | None] = {}
-        self.reads_cache: dict[str, bool] = {}
+        self.sent: dict[str, PrefixRequest] = {}       # its salt and whether it reads
         self.computed: dict[str, int] = {}
         self.table: dict[str, list[int]] = {}
         self.num_cached: dict[str, int] = {}
@@ -69,13 +68,11 @@ class NativePrefixCache:
     def add_request(self, request: PrefixRequest) -> None:
         self.tokens[request.request_id] = list(request.prompt)
         self.computed[request.request_id] = 0
-        self.salt[request.request_id] = request.cache_salt
-        self.reads_cache[request.request_id] = self.enable_caching and \
-            not request.prompt_logprobs
+        self.sent[request.request_id] = request
 
     def get_computed_blocks(self, request_id: str) -> Hit:
         tokens, size = self.tokens[request_id], self.block_size
-        if not self.reads_cache[request_id]:
+        if not self.enable_caching or self.sent[request_id].prompt_logprobs:
             return Hit()
         limit = len(tokens) if "pc-hit-last-token" in self.bugs else len(tokens) - 1
         found: list[int] = []
@@ -118,8 +115,7 @@ class NativePrefixCache:
 
     def free(self, request_id: str) -> None:
         self._release(request_id)
-        del self.tokens[request_id], self.computed[request_id], self.salt[request_id], \
-            self.reads_cache[request_id]
+        del self.tokens[request_id], self.computed[request_id], self.sent[request_id]
 
     def preempt(self, request_id: str) -> None:
         self._release(request_id)
@@ -222,7 +218,7 @@ class NativePrefixCache:
         full = min(self.computed[request_id], len(tokens)) // size
         if full <= start or not self.enable_caching:
             return
-        keys, salt = [], self.salt[request_id]
+        keys, salt = [], self.sent[request_id].cache_salt
         for i in range(start, full):
             key = self._key(request_id, (i + 1) * size)
             self.hash_of[table[i]] = key
@@ -235,9 +231,8 @@ class NativePrefixCache:
         self.num_cached[request_id] = full
 
     def _key(self, request_id: str, end: int) -> tuple:
-        """The hash of the request's first ``end`` tokens: the salt, then the tokens."""
-        salt, tokens = self.salt[request_id], tuple(self.tokens[request_id][:end])
-        return (salt, *tokens) if salt else tokens
+        """The hash of the request's first ``end`` tokens (the salt first, where it has one)."""
+        return self.sent[request_id].key(self.tokens[request_id][:end])
 
     def _emit(self, event) -> None:
         if self.enable_kv_cache_events:
