@@ -15,12 +15,16 @@ kept as a second free list.
 
 World options (vLLM's ``CacheConfig`` and ``KVEventsConfig`` switches): ``enable_caching``
 off: no lookup finds anything, nothing is cached, every released block is uncached;
-``enable_kv_cache_events`` off: no event is queued.
+``enable_kv_cache_events`` off: no event is queued. Admission (vLLM's ``SchedulerConfig``): a
+request that holds no blocks (arrived, or preempted) is admitted only if, past the
+``watermark`` share of the pool kept free while another request runs, the free blocks hold
+this step, and with ``reserve_full_isl`` the whole sequence (up to the length cap).
 
 Release differences are options (``sim/vllm/prefix_cache_compat.py`` reads them):
 ``uncached_first``: a block released without a cached prefix goes to the front of the free
 queue (reused next, most recently released first; vLLM 0.24.0 on) instead of the back;
-``event_extra_keys``: a ``BlockStored`` event lists each block's extra keys.
+``event_fields``: the optional event fields the release's events carry (``EVENT_FIELDS``:
+extra keys, block size, medium, group index and spec kind); the others are None.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from __future__ import annotations
 from attrs import define, field
 
 from models.prefix_cache_values import (
+    EVENT_FIELDS,
+    FULL_ATTENTION,
+    MEDIUM_GPU,
     AllBlocksCleared,
     BlockKey,
     BlockRemoved,
@@ -35,6 +42,7 @@ from models.prefix_cache_values import (
     Event,
     Hit,
     PrefixRequest,
+    in_release_shape,
 )
 
 NULL_BLOCK = 0      # block 0 is vLLM's null block: never free, never held, never cached
@@ -58,7 +66,9 @@ class PrefixCacheModel:
     uncached_first: bool = True
     enable_caching: bool = True
     enable_kv_cache_events: bool = True
-    event_extra_keys: bool = True
+    event_fields: frozenset[str] = EVENT_FIELDS
+    reserve_full_isl: bool = False
+    watermark: float = 0.0
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[int]] = field(factory=dict)     # request -> blocks it holds
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
@@ -143,19 +153,35 @@ class PrefixCacheModel:
                       num_lookahead_tokens: int) -> int:
         """Free blocks ``allocate_slots`` takes: new blocks for every slot past the held and
         hit blocks, and each hit block that is free now (holding it takes it off the queue)."""
-        state, held = self.requests[request_id], self.tables.get(request_id, [])
-        slots = min(state.num_computed_tokens + hit.num_computed_tokens + num_new_tokens
-                    + num_lookahead_tokens, self.max_model_len)
-        required = -(-slots // self.block_size)
-        revived = sum(self.ref_cnt(b) == 0 for b in hit.block_ids)
-        return max(required - len(held) - len(hit.block_ids), 0) + revived
+        state = self.requests[request_id]
+        return self._blocks_for(request_id, state.num_computed_tokens + hit.num_computed_tokens
+                                + num_new_tokens + num_lookahead_tokens, hit)
+
+    def blocks_kept_free(self, request_id: str) -> int:
+        """Blocks an admission of the request must leave free: the watermark's share of the
+        pool while another request holds blocks (runs), else none."""
+        others = any(table for rid, table in self.tables.items() if rid != request_id)
+        return int(self.watermark * self.num_blocks) if others else 0
+
+    def admission_refused(self, request_id: str, num_new_tokens: int, hit: Hit,
+                          num_lookahead_tokens: int) -> bool:
+        """Whether ``allocate_slots`` refuses: the step does not fit, or for a request that
+        holds no blocks, the step or (with ``reserve_full_isl``) its whole sequence does not
+        fit beside the blocks the watermark keeps free."""
+        free, kept = self.num_free_blocks, 0
+        if not self.tables.get(request_id):
+            kept = self.blocks_kept_free(request_id)
+            whole = min(self.num_tokens(request_id), self.max_model_len)
+            if self.reserve_full_isl and self._blocks_for(request_id, whole, hit) + kept > free:
+                return True
+        return self.blocks_needed(request_id, num_new_tokens, hit, num_lookahead_tokens) \
+            + kept > free
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
                        num_lookahead_tokens: int = 0) -> tuple[int, ...] | None:
         hit = hit or Hit()
         state = self.requests[request_id]
-        if self.blocks_needed(request_id, num_new_tokens, hit, num_lookahead_tokens) \
-                > self.num_free_blocks:
+        if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens):
             return None
         table = self.tables.setdefault(request_id, [])
         for block in hit.block_ids:
@@ -213,6 +239,13 @@ class PrefixCacheModel:
 
     # -- helpers ------------------------------------------------------------------------------
 
+    def _blocks_for(self, request_id: str, slots: int, hit: Hit) -> int:
+        """Free blocks holding ``slots`` slots (up to the length cap) takes with ``hit``."""
+        held = self.tables.get(request_id, [])
+        required = -(-min(slots, self.max_model_len) // self.block_size)
+        revived = sum(self.ref_cnt(b) == 0 for b in hit.block_ids)
+        return max(required - len(held) - len(hit.block_ids), 0) + revived
+
     def _take(self, count: int) -> list[int]:
         """The front ``count`` free blocks, each losing the prefix cached on it."""
         taken = list(self.free_queue()[:count])
@@ -221,7 +254,7 @@ class PrefixCacheModel:
             key = self.key_of.pop(block, None)
             self.cached_at.pop(block, None)
             if key is not None:
-                self._event(BlockRemoved(key))
+                self._event(BlockRemoved(key, MEDIUM_GPU, 0))
         return taken
 
     def _write(self, request_id: str) -> None:
@@ -249,10 +282,11 @@ class PrefixCacheModel:
             self.key_of[table[i]], self.cached_at[table[i]] = keys[i], self.tick
         size, salt = self.block_size, state.request.cache_salt
         extra = tuple((salt,) if i == 0 and salt else None for i in range(first, full))
+        # The one group is group 0, full attention, no window.
         self._event(BlockStored(tuple(keys[first:full]), keys[first - 1] if first else None,
-                                tuple(state.tokens[first * size:full * size]),
-                                extra if self.event_extra_keys else None))
+                                tuple(state.tokens[first * size:full * size]), extra,
+                                size, MEDIUM_GPU, 0, FULL_ATTENTION, None))
 
     def _event(self, event: Event) -> None:
         if self.enable_kv_cache_events:
-            self.events.append(event)
+            self.events.append(in_release_shape(event, self.event_fields))

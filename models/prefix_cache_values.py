@@ -9,9 +9,20 @@ keys.
 
 from __future__ import annotations
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 BlockKey = tuple       # the prefix a block hash names: (salt, tokens...) or (tokens...)
+
+# What the one full-attention group's events name besides the blocks (vLLM's spelling): the
+# device pool's medium, the group's index and its spec kind.
+MEDIUM_GPU = "GPU"
+FULL_ATTENTION = "full_attention"
+# The optional fields of the events; a release's events carry some of them (a target's
+# ``event_fields`` lists which, a removal's with a ``removed.`` prefix), the rest are None.
+STORED_OPTIONAL = ("extra_keys", "block_size", "medium", "group_idx", "kv_cache_spec_kind",
+                   "kv_cache_spec_sliding_window")
+REMOVED_OPTIONAL = ("medium", "group_idx")
+EVENT_FIELDS = frozenset(STORED_OPTIONAL) | {f"removed.{f}" for f in REMOVED_OPTIONAL}
 
 
 @frozen
@@ -48,19 +59,29 @@ class BlockStored:
     """KV event: blocks cached, in table order (``keys``), after the block of ``parent``
     (None: from the prompt's start), holding ``token_ids``; ``extra_keys``: what else each
     block's hash covers, one entry per block (the salt on a salted request's first block,
-    else None), or None where the release's events carry no such field."""
+    else None); ``block_size``, ``medium``, ``group_idx`` and the group's spec kind and
+    sliding window: what a consumer classifies the blocks by. Each optional field is None
+    where the release's events carry no such field."""
 
     keys: tuple[BlockKey, ...]
     parent: BlockKey | None
     token_ids: tuple[int, ...]
     extra_keys: tuple | None = None
+    block_size: int | None = None
+    medium: str | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
 
 
 @frozen
 class BlockRemoved:
-    """KV event: the block cached under ``key`` was evicted (its hash dropped)."""
+    """KV event: the block cached under ``key`` was evicted (its hash dropped), from the
+    pool of ``medium``, in group ``group_idx`` (None where the release's events lack them)."""
 
     key: BlockKey
+    medium: str | None = None
+    group_idx: int | None = None
 
 
 @frozen
@@ -70,3 +91,13 @@ class AllBlocksCleared:
 
 Event = BlockStored | BlockRemoved | AllBlocksCleared
 
+
+def in_release_shape(event: Event, fields: frozenset[str]) -> Event:
+    """``event`` as a release whose events carry ``fields`` reports it: every optional field
+    it lacks set to None."""
+    if isinstance(event, BlockStored):
+        return evolve(event, **{f: None for f in STORED_OPTIONAL if f not in fields})
+    if isinstance(event, BlockRemoved):
+        return evolve(event, **{f: None for f in REMOVED_OPTIONAL
+                                if f"removed.{f}" not in fields})
+    return event

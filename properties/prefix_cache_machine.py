@@ -45,6 +45,8 @@ HAZARDS = (
     "hit revived a free block",
     "hit shared with a running request",
     "allocate_slots refused",
+    "admission refused: the whole sequence does not fit",
+    "admission refused: the watermark kept blocks free",
     "allocate_slots evicted a cached block",
     "lookahead slots cut at max_model_len",
     "preempted request rescheduled with a hit",
@@ -89,7 +91,7 @@ class PrefixCacheMachine(HarnessMachine):
     def reproducer_subject(config: dict) -> str:
         args = ", ".join(f"{k}={config[k]!r}" for k in (
             "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first",
-            "enable_caching", "enable_kv_cache_events"))
+            "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
@@ -98,8 +100,11 @@ class PrefixCacheMachine(HarnessMachine):
         self.cache = targets.make(self.target_name, "prefix_cache", **world.config())
         # The model takes the free-queue order and the event shape of the target's release
         # (native: the world's order).
-        config = {**world.config(), "uncached_first": self.cache.uncached_first}
-        self.model = PrefixCacheModel(**config, event_extra_keys=self.cache.event_extra_keys)
+        # The admission gates likewise: a release without one has it off.
+        config = {**world.config(), "uncached_first": self.cache.uncached_first,
+                  "reserve_full_isl": self.cache.reserve_full_isl,
+                  "watermark": self.cache.watermark}
+        self.model = PrefixCacheModel(**config, event_fields=self.cache.event_fields)
         self.arrived = 0
         self.finished: set[int] = set()
         self.preempted: set[int] = set()
@@ -365,6 +370,10 @@ class PrefixCacheMachine(HarnessMachine):
                         else f"{len(new)} new blocks")
         if new is None:
             self.hazard("allocate_slots refused")
+            if not model.tables.get(rid) and needed <= model.num_free_blocks:
+                self.hazard("admission refused: the whole sequence does not fit"
+                            if needed + model.blocks_kept_free(rid) <= model.num_free_blocks
+                            else "admission refused: the watermark kept blocks free")
             return
         if cached_before - set(model.key_of):
             self.hazard("allocate_slots evicted a cached block")

@@ -20,7 +20,8 @@ SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")      # (r, num_new_tokens
 def simpler_worlds(world, actions: list[tuple]):
     """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
     prompt logprobs, shrink the pool or the length cap, turn EAGLE off, turn caching and
-    events back on (the default world), lower a step's chunk or lookahead."""
+    events back on and the admission gates off (the default world), make a resent prompt a
+    fresh request, lower a step's chunk or lookahead."""
     requests = world.requests
     for k in range(len(requests)):
         if len(requests) > 1:
@@ -44,12 +45,43 @@ def simpler_worlds(world, actions: list[tuple]):
     for switch in ("enable_caching", "enable_kv_cache_events"):
         if not getattr(world, switch):
             yield evolve(world, **{switch: True}), actions
+    if world.reserve_full_isl:
+        yield evolve(world, reserve_full_isl=False), actions
+    if world.watermark:
+        yield evolve(world, watermark=0.0), actions
+    yield from _resends_made_fresh(world, actions)
     for j, action in enumerate(actions):
         if action[0] in SIZED_ACTIONS:
             for pos in (3, 2):
                 if action[pos] > (0 if pos == 3 else 1):
                     lower = (*action[:pos], action[pos] - 1, *action[pos + 1:])
                     yield world, [*actions[:j], lower, *actions[j + 1:]]
+
+
+def _resends_made_fresh(world, actions: list[tuple]):
+    """A finished request sent again becomes a new request with the same prompt, arriving
+    where the resend did: the ``free`` before the resend goes (the first request may then
+    still hold its blocks), and the resend's later steps name the new request."""
+    n = len(world.requests)
+    arrived, last_free = 0, {}
+    for i, (name, *args) in enumerate(actions):
+        if name == "free":
+            last_free[args[0]] = i
+        if name != "add_request":
+            continue
+        k = args[0]
+        if k == arrived:
+            arrived += 1
+            continue
+        if arrived < n or k not in last_free:
+            continue
+        fresh = evolve(world.requests[k], request_id=f"r{n}")
+        later = [(a[0], n, *a[2:]) if a[0] in REQUEST_ACTIONS and a[1] == k else a
+                 for a in actions[i + 1:]]
+        free_at = last_free[k]
+        yield (evolve(world, requests=(*world.requests, fresh)),
+               [a for j, a in enumerate(actions[:i]) if j != free_at]
+               + [("add_request", n)] + later)
 
 
 def _renamed(requests: tuple[PrefixRequest, ...]) -> tuple[PrefixRequest, ...]:

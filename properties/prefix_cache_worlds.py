@@ -17,6 +17,7 @@ from models.prefix_cache_values import PrefixRequest
 
 BLOCK_SIZES = (1, 2, 4)
 ALPHABET = 3            # tail tokens 1..3: tails collide, and so do their blocks
+WATERMARKS = (0.0, 0.25, 0.5)   # SchedulerConfig.watermark: [0.0, 1.0), 0.0 (off) first
 
 
 @frozen
@@ -35,12 +36,16 @@ class PrefixCacheWorld:
     # the written-out scenarios drive caching off, events off, salts and prompt logprobs.
     enable_caching: bool = True
     enable_kv_cache_events: bool = True
+    # The scheduler's admission gates (drawn last, so the draws before keep their meaning).
+    reserve_full_isl: bool = False
+    watermark: float = 0.0
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
                     max_model_len=self.max_model_len, use_eagle=self.use_eagle,
                     uncached_first=self.uncached_first, enable_caching=self.enable_caching,
-                    enable_kv_cache_events=self.enable_kv_cache_events)
+                    enable_kv_cache_events=self.enable_kv_cache_events,
+                    reserve_full_isl=self.reserve_full_isl, watermark=self.watermark)
 
 
 @st.composite
@@ -67,5 +72,10 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
     max_model_len = longest + draw(st.integers(0, 2 * block_size))
     use_eagle = draw(st.integers(0, 2)) == 0
     uncached_first = draw(st.booleans())
+    # vLLM's default scheduler admits a request only if it fits whole; a watermark of a
+    # quarter or half the pool (int(fraction * num_blocks) blocks) holds admissions back.
+    reserve_full_isl = draw(st.booleans())
+    watermark = draw(st.sampled_from(WATERMARKS))
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
-                            tuple(requests))
+                            tuple(requests), reserve_full_isl=reserve_full_isl,
+                            watermark=watermark)

@@ -16,6 +16,7 @@ from models.prefix_cache_values import (
     BlockStored,
     Hit,
     PrefixRequest,
+    in_release_shape,
 )
 from properties.scenarios import agrees, make_or_skip
 
@@ -34,9 +35,18 @@ def _valid(cache) -> None:
 
 def _stored(cache, keys: tuple, parent, token_ids: tuple, first_extra=None) -> BlockStored:
     """The ``BlockStored`` event the cache must report: one extra-keys entry per block (the
-    first block's given, the others none), where the target's release lists them."""
+    first block's given, the others none), the pool's block size, the GPU medium, group 0 of
+    kind full attention with no window; each field where the target's release has it."""
     extra = (first_extra,) + (None,) * (len(keys) - 1)
-    return BlockStored(keys, parent, token_ids, extra if cache.event_extra_keys else None)
+    return in_release_shape(BlockStored(keys, parent, token_ids, extra, cache.block_size,
+                                        "GPU", 0, "full_attention", None),
+                            cache.event_fields)
+
+
+def _removed(cache, key: tuple) -> BlockRemoved:
+    """The ``BlockRemoved`` event of ``key``: from the GPU pool, group 0, where the target's
+    release says so."""
+    return in_release_shape(BlockRemoved(key, "GPU", 0), cache.event_fields)
 
 
 def _computed(cache, rid: str, prompt: tuple[int, ...], **request) -> tuple[int, ...]:
@@ -58,7 +68,7 @@ def test_a_finished_request_is_evicted_tail_first(target):
     agrees(EVENTS, cache.take_events(), (_stored(cache, ((1,), (1, 2), (1, 2, 3)), None,
                                                  (1, 2, 3)),))
     agrees(FIT, _computed(cache, "r1", (9, 9)), (4, 3))
-    agrees(EVENTS, cache.take_events(), (BlockRemoved((1, 2, 3)),
+    agrees(EVENTS, cache.take_events(), (_removed(cache, (1, 2, 3)),
                                  _stored(cache, ((9,), (9, 9)), None, (9, 9))))
     agrees(CACHED, cache.cached_blocks(), {(1,): (1,), (1, 2): (2,), (9,): (4,), (9, 9): (3,)})
     agrees(REFS, [cache.ref_cnt(b) for b in range(5)], [0, 0, 0, 1, 1])

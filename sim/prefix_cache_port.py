@@ -11,7 +11,9 @@ from models.prefix_cache_values import BlockKey, Event, Hit, PrefixRequest
 class PrefixCachePort(Protocol):
     num_free_blocks: int       # ``block_pool.get_num_free_blocks()``
     uncached_first: bool       # the release's free-queue order (see models/prefix_cache.py)
-    event_extra_keys: bool     # whether the release's BlockStored lists per-block extra keys
+    event_fields: frozenset    # the optional event fields the release's events carry
+    reserve_full_isl: bool     # the admission gates in force (a release may lack them)
+    watermark: float
 
     def add_request(self, request: PrefixRequest) -> None: ...
     def get_computed_blocks(self, request_id: str) -> Hit: ...

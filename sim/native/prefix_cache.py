@@ -26,6 +26,9 @@ from collections import OrderedDict
 import torch
 
 from models.prefix_cache_values import (
+    EVENT_FIELDS,
+    FULL_ATTENTION,
+    MEDIUM_GPU,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -37,16 +40,19 @@ EMPTY_SLOT = -1
 
 
 class NativePrefixCache:
-    event_extra_keys = True         # its BlockStored lists each block's extra keys
+    event_fields = EVENT_FIELDS     # its events carry every optional field
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
                  use_eagle: bool = False, uncached_first: bool = True,
                  enable_caching: bool = True, enable_kv_cache_events: bool = True,
+                 reserve_full_isl: bool = False, watermark: float = 0.0,
                  bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
         self.enable_caching, self.enable_kv_cache_events = enable_caching, enable_kv_cache_events
+        self.reserve_full_isl, self.watermark = reserve_full_isl, watermark
+        self.headroom = int(watermark * num_blocks)    # kept free by admissions while others run
         self.refs = [0] * num_blocks
         self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.hash_of: list[tuple | None] = [None] * num_blocks
@@ -91,10 +97,19 @@ class NativePrefixCache:
         table = self.table.get(request_id, [])
         end = min(self.computed[request_id] + hit.num_computed_tokens + num_new_tokens
                   + num_lookahead_tokens, self.max_model_len)
-        want = max(-(-end // self.block_size) - len(table) - len(hit.block_ids), 0)
-        if "pc-revived-uncounted" not in self.bugs:
-            want += sum(self.refs[b] == 0 for b in hit.block_ids)
-        if want > len(self.queue):
+        revived = sum(self.refs[b] == 0 for b in hit.block_ids) \
+            if "pc-revived-uncounted" not in self.bugs else 0
+        room = len(self.queue)
+        if not table:       # an admission: gated as the scheduler's waiting queue gates it
+            if any(self.table.values()):
+                room -= self.headroom
+            last = min(len(self.tokens[request_id]), self.max_model_len)
+            if self.reserve_full_isl:
+                end_of_all = max(-(-last // self.block_size) - len(hit.block_ids), 0)
+                if end_of_all + revived > room:
+                    return None
+        want = max(-(-end // self.block_size) - len(table) - len(hit.block_ids), 0) + revived
+        if want > room:
             return None
         table = self.table.setdefault(request_id, table)
         for block in hit.block_ids:
@@ -199,7 +214,7 @@ class NativePrefixCache:
             if not self.by_hash[key]:
                 del self.by_hash[key]
             if "pc-removed-not-reported" not in self.bugs:
-                self._emit(BlockRemoved(key))
+                self._emit(BlockRemoved(key, medium=MEDIUM_GPU, group_idx=0))
         self.refs[block] += 1
         self.kv[block].fill_(EMPTY_SLOT)
         return block
@@ -227,7 +242,8 @@ class NativePrefixCache:
         parent = self._key(request_id, start * size) if start else None
         extra = ((salt,) if salt and start == 0 else None,) + (None,) * (full - start - 1)
         self._emit(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size]),
-                               extra))
+                               extra, block_size=size, medium=MEDIUM_GPU, group_idx=0,
+                               kv_cache_spec_kind=FULL_ATTENTION))
         self.num_cached[request_id] = full
 
     def _key(self, request_id: str, end: int) -> tuple:

@@ -25,6 +25,8 @@ import hashlib
 from typing import Any
 
 from models.prefix_cache_values import (
+    REMOVED_OPTIONAL,
+    STORED_OPTIONAL,
     AllBlocksCleared,
     BlockKey,
     BlockRemoved,
@@ -45,7 +47,8 @@ class VllmPrefixCache:
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
                  use_eagle: bool = False, enable_caching: bool = True,
-                 enable_kv_cache_events: bool = True):
+                 enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
+                 watermark: float = 0.0):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -64,13 +67,22 @@ class VllmPrefixCache:
             kv.KVCacheGroupSpec(["layer"], _full_attention(kv, block_size, torch.float32))])
         cls = manager_mod.KVCacheManager
         self._blocks_cls = manager_mod.KVCacheBlocks
+        # The admission gates the release has (the model takes these, as it takes the
+        # free-queue order): a gate the release lacks is off, as its scheduler has none.
+        gates = prefix_cache_compat.admission_gates(cls)
+        self.reserve_full_isl = reserve_full_isl and "full_sequence_must_fit" in gates
+        self.watermark = watermark if "watermark" in gates else 0.0
+        switches = dict(enable_caching=enable_caching, use_eagle=use_eagle,
+                        enable_kv_cache_events=enable_kv_cache_events)
+        if self.watermark:
+            switches["watermark"] = self.watermark
         self.manager = cls(config, **prefix_cache_compat.manager_kwargs(
-            cls, block_size, max_model_len, enable_caching=enable_caching, use_eagle=use_eagle,
-            enable_kv_cache_events=enable_kv_cache_events))
+            cls, block_size, max_model_len, **switches))
         self.pool = self.manager.block_pool
         self.uncached_first = prefix_cache_compat.uncached_first(self._utils,
                                                                  type(self.pool))
-        self.event_extra_keys = prefix_cache_compat.events_list_extra_keys(events)
+        self.event_fields = prefix_cache_compat.event_fields(events)
+        self._running = prefix_cache_compat.request_status(self._request_mod, "RUNNING")
         self.requests: dict[str, Any] = {}
         self.sent: dict[str, PrefixRequest] = {}
         self._keys: dict[Any, BlockKey] = {}
@@ -112,10 +124,20 @@ class VllmPrefixCache:
         req = self.requests[request_id]
         computed = None if not hit.block_ids else \
             self._blocks_cls(([self.pool.blocks[b] for b in hit.block_ids],))
-        new = self.manager.allocate_slots(req, num_new_tokens,
-                                          num_new_computed_tokens=hit.num_computed_tokens,
-                                          new_computed_blocks=computed,
-                                          num_lookahead_tokens=num_lookahead_tokens)
+        # Keywords at their defaults are left out (a caller relying on them leaves them out).
+        given = dict(num_new_computed_tokens=hit.num_computed_tokens,
+                     new_computed_blocks=computed, num_lookahead_tokens=num_lookahead_tokens)
+        given = {k: v for k, v in given.items() if v}
+        if self.reserve_full_isl and req.status != self._running:
+            # The scheduler's waiting loop asks every admission (a new or preempted request)
+            # to fit whole; ``allocate_slots`` applies it as it applies the watermark, to
+            # requests that wait.
+            given["full_sequence_must_fit"] = True
+        if self.watermark and not any(
+                r.status == self._running for rid, r in self.requests.items()
+                if rid != request_id):
+            given["has_scheduled_reqs"] = False      # the scheduler's bool(self.running)
+        new = self.manager.allocate_slots(req, num_new_tokens, **given)
         if new is None:
             return None
         # What the scheduler does after a step is scheduled: the hit and the new tokens count
@@ -223,10 +245,13 @@ class VllmPrefixCache:
                 self._key(event.parent_block_hash)
             return BlockStored(tuple(self._key(h) for h in event.block_hashes), parent,
                                tuple(event.token_ids),
-                               prefix_cache_compat.event_extra_keys(event))
+                               prefix_cache_compat.event_extra_keys(event),
+                               **{f: getattr(event, f, None) for f in STORED_OPTIONAL
+                                  if f != "extra_keys"})
         if name == "BlockRemoved":
             keys = [self._key(h) for h in event.block_hashes]
-            return BlockRemoved(keys[0]) if len(keys) == 1 else BlockRemoved(tuple(keys))
+            return BlockRemoved(keys[0] if len(keys) == 1 else tuple(keys),
+                                **{f: getattr(event, f, None) for f in REMOVED_OPTIONAL})
         if name == "AllBlocksCleared":
             return AllBlocksCleared()
         return name
@@ -244,7 +269,8 @@ def _full_attention(kv: Any, block_size: int, dtype: Any) -> Any:
 
 def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       use_eagle: bool = False, enable_caching: bool = True,
-                      enable_kv_cache_events: bool = True) -> VllmPrefixCache:
+                      enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
+                      watermark: float = 0.0) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
-                           enable_kv_cache_events)
+                           enable_kv_cache_events, reserve_full_isl, watermark)

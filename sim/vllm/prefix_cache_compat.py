@@ -10,14 +10,21 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from models.prefix_cache_values import REMOVED_OPTIONAL, STORED_OPTIONAL
+
+# The constructor's documented defaults of the switches (the same in every release read):
+# a switch equal to its default is left out, as a caller relying on it leaves it out. Read
+# from here, not from the signature, so a changed default in the code is seen.
+MANAGER_DEFAULTS = {"enable_caching": True, "use_eagle": False, "enable_kv_cache_events": False,
+                    "watermark": 0.0}
+
 
 def manager_kwargs(manager_cls: type, block_size: int, max_model_len: int,
                    **switches: Any) -> dict[str, Any]:
     """The ``KVCacheManager`` keywords beyond the config for one full-attention group of
     ``block_size`` tokens, and of ``switches`` (``enable_caching``, ``use_eagle``,
-    ``enable_kv_cache_events``) those that differ from the constructor's defaults: the
-    manager is built as a caller relying on its defaults builds it, so a changed default is
-    seen (vLLM's own tests build it so).
+    ``enable_kv_cache_events``, ``watermark``) those that differ from the documented
+    defaults (``MANAGER_DEFAULTS``; vLLM's own tests build it so).
 
     # vLLM >=0.24.0: ``scheduler_block_size`` and ``hash_block_size`` are required (one
     #   group: both the block size).
@@ -30,9 +37,27 @@ def manager_kwargs(manager_cls: type, block_size: int, max_model_len: int,
     wanted = {"scheduler_block_size": block_size, "hash_block_size": block_size}
     switched = {name: value for name, value in switches.items()
                 if params[name].default is inspect.Parameter.empty
-                or params[name].default != value}
+                or MANAGER_DEFAULTS[name] != value}
     return {name: value for name, value in wanted.items() if name in params} | \
         {"max_model_len": max_model_len} | switched
+
+
+def admission_gates(manager_cls: type) -> frozenset[str]:
+    """The scheduler's admission gates the release's ``KVCacheManager`` takes:
+    ``full_sequence_must_fit`` (an ``allocate_slots`` keyword, from
+    ``SchedulerConfig.scheduler_reserve_full_isl``) and ``watermark`` (a constructor keyword,
+    applied with ``allocate_slots``' ``has_scheduled_reqs``; the one without the other is
+    taken as absent).
+
+    # vLLM 0.33.0 (read): both. Releases before were not read for them: the probe reads the
+    #   signatures rather than a version.
+    """
+    init = inspect.signature(manager_cls.__init__).parameters
+    alloc = inspect.signature(manager_cls.allocate_slots).parameters
+    gates = {"full_sequence_must_fit"} & set(alloc)
+    if "watermark" in init and "has_scheduled_reqs" in alloc:
+        gates.add("watermark")
+    return frozenset(gates)
 
 
 def computed_blocks(answer: tuple) -> tuple[Any, int]:
@@ -123,11 +148,20 @@ def event_extra_keys(event: Any) -> tuple | None:
     return None if keys is None else tuple(None if k is None else tuple(k) for k in keys)
 
 
-def events_list_extra_keys(events_module: Any) -> bool:
-    """Whether the release's ``BlockStored`` has the ``extra_keys`` field (a msgspec struct:
-    its fields are in ``__struct_fields__``)."""
-    cls = events_module.BlockStored
-    return "extra_keys" in getattr(cls, "__struct_fields__", ())
+def event_fields(events_module: Any) -> frozenset[str]:
+    """The optional event fields (``models.prefix_cache_values.EVENT_FIELDS``) the release's
+    ``BlockStored`` and ``BlockRemoved`` carry (msgspec structs: their fields are in
+    ``__struct_fields__``; a removal's with a ``removed.`` prefix).
+
+    # vLLM 0.33.0 (read): all of them: ``extra_keys``, ``block_size``, ``medium``,
+    #   ``group_idx`` on both, ``kv_cache_spec_kind`` and ``kv_cache_spec_sliding_window``
+    #   set by ``KVCacheManager.take_events`` from the group's spec. Older releases carry
+    #   fewer: the probe reads each struct rather than a version.
+    """
+    stored = set(getattr(events_module.BlockStored, "__struct_fields__", ()))
+    removed = getattr(events_module.BlockRemoved, "__struct_fields__", ())
+    return frozenset(stored & set(STORED_OPTIONAL)) | \
+        {f"removed.{f}" for f in REMOVED_OPTIONAL if f in removed}
 
 
 def sampling_params(sampling_module: Any, max_tokens: int, prompt_logprobs: bool) -> Any:
