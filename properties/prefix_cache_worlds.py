@@ -32,11 +32,10 @@ class PrefixCacheWorld:
     use_eagle: bool
     uncached_first: bool
     requests: tuple[PrefixRequest, ...]
-    # Not drawn yet (drawing them moved the catalogue's shrink results past their bounds):
-    # the written-out scenarios drive caching off, events off, salts and prompt logprobs.
+    # Drawn last (the draws before keep their meaning, and each shrinks to the default).
     enable_caching: bool = True
     enable_kv_cache_events: bool = True
-    # The scheduler's admission gates (drawn last, so the draws before keep their meaning).
+    # The scheduler's admission gates.
     reserve_full_isl: bool = False
     watermark: float = 0.0
 
@@ -76,6 +75,20 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
     # quarter or half the pool (int(fraction * num_blocks) blocks) holds admissions back.
     reserve_full_isl = draw(st.booleans())
     watermark = draw(st.sampled_from(WATERMARKS))
+    # One world in eight without prefix caching, one in eight without KV events; about one
+    # request in four salted (two tenants) or asking for its prompt's logprobs.
+    enable_caching = draw(st.integers(0, 7)) != 7
+    enable_kv_cache_events = draw(st.integers(0, 7)) != 7
+    requests = [_with_kind(r, draw(st.integers(0, 11))) for r in requests]
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
-                            tuple(requests), reserve_full_isl=reserve_full_isl,
-                            watermark=watermark)
+                            tuple(requests), enable_caching, enable_kv_cache_events,
+                            reserve_full_isl, watermark)
+
+
+def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:
+    """0-8: as drawn; 9, 10: salted for tenant a or b; 11: asks for its prompt's logprobs."""
+    if kind in (9, 10):
+        return PrefixRequest(request.request_id, request.prompt, cache_salt="ab"[kind - 9])
+    if kind == 11:
+        return PrefixRequest(request.request_id, request.prompt, prompt_logprobs=True)
+    return request

@@ -54,6 +54,14 @@ def test_cached_hash_names_contents_can_fail(monkeypatch, tmp_path):
     _fails(tmp_path, "cached-hash-names-contents")
 
 
+def test_cached_set_agrees_can_fail(monkeypatch, tmp_path):
+    # A hash map that lists only a prefix's first block (vLLM keeps every block caching it):
+    # each listed block does hold its prefix, but the map is not the model's.
+    monkeypatch.setattr(NativePrefixCache, "cached_blocks", lambda self: {
+        key: tuple(blocks[:1]) for key, blocks in self.by_hash.items()})
+    _fails(tmp_path, "cached-set-agrees", max_examples=300)
+
+
 def test_block_hash_is_cached_can_fail(monkeypatch, tmp_path):
     # A reset that empties the hash map but leaves every block its own hash (vLLM's reset
     # without its loop clearing each block's hash): the map agrees, the blocks do not.
