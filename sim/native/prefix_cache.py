@@ -99,18 +99,16 @@ class NativePrefixCache:
                   + num_lookahead_tokens, self.max_model_len)
         revived = sum(self.refs[b] == 0 for b in hit.block_ids) \
             if "pc-revived-uncounted" not in self.bugs else 0
-        room = len(self.queue)
+        room, ends = len(self.queue), [end]
         if not table:       # an admission: gated as the scheduler's waiting queue gates it
             if any(self.table.values()):
                 room -= self.headroom
-            last = min(len(self.tokens[request_id]), self.max_model_len)
-            if self.reserve_full_isl:
-                end_of_all = max(-(-last // self.block_size) - len(hit.block_ids), 0)
-                if end_of_all + revived > room:
-                    return None
-        want = max(-(-end // self.block_size) - len(table) - len(hit.block_ids), 0) + revived
-        if want > room:
-            return None
+            if self.reserve_full_isl:       # the whole sequence must fit too
+                ends.append(min(len(self.tokens[request_id]), self.max_model_len))
+        for upto in ends:
+            if max(-(-upto // self.block_size) - len(table) - len(hit.block_ids), 0) \
+                    + revived > room:
+                return None
         table = self.table.setdefault(request_id, table)
         for block in hit.block_ids:
             if self.refs[block] == 0 and "pc-touch-keeps-queued" not in self.bugs:
