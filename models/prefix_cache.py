@@ -1,11 +1,20 @@
-"""Reference model of vLLM's prefix-caching KV block cache: one full-attention group.
+"""Reference model of vLLM's prefix-caching KV block cache: one full-attention or one
+sliding-window group.
 
 Scope: what ``KVCacheManager`` (over its ``BlockPool``) promises a scheduler: which blocks a
 request holds, the longest cached prefix a new request can reuse, whether ``allocate_slots``
 fits, the order free blocks are reused in, the hashes left cached, the KV events, and when
-``reset_prefix_cache`` may succeed. Not in scope: KV tensors, groups other than one full
-attention group, partial-block hashes (``hash_block_size`` below the block size), KV
-connectors.
+``reset_prefix_cache`` may succeed. Not in scope: KV tensors, more than one group (hybrid
+models), chunked-local and Mamba groups, partial-block hashes (``hash_block_size`` below the
+block size), KV connectors.
+
+A sliding-window group (``sliding_window``: the window in tokens) attends to the last
+``sliding_window`` tokens only. So a hit needs only the blocks the window covers at its end
+to be cached (the blocks before it are the null block in the hit), a running request gives
+back, before each allocation, the blocks wholly behind the window (its table keeps the null
+block in their place), and an admission that must fit whole is capped at what a request can
+ever hold at once: the window and one step's tokens (``max_in_flight_tokens``, vLLM's
+``max_concurrent_batches * max_num_batched_tokens``; unset: the length cap), plus one block.
 
 The model keeps only facts: each request's block table and tokens, the prefix cached on a
 block (and when it was cached), the tokens written into each block, and for each free block
@@ -35,6 +44,7 @@ from models.prefix_cache_values import (
     EVENT_FIELDS,
     FULL_ATTENTION,
     MEDIUM_GPU,
+    SLIDING_WINDOW,
     AllBlocksCleared,
     BlockKey,
     BlockRemoved,
@@ -69,6 +79,8 @@ class PrefixCacheModel:
     event_fields: frozenset[str] = EVENT_FIELDS
     reserve_full_isl: bool = False
     watermark: float = 0.0
+    sliding_window: int | None = None
+    max_in_flight_tokens: int | None = None
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[int]] = field(factory=dict)     # request -> blocks it holds
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
@@ -89,6 +101,8 @@ class PrefixCacheModel:
     # -- computed views (what the implementation counts) --------------------------------------
 
     def ref_cnt(self, block_id: int) -> int:
+        if block_id == NULL_BLOCK:          # in tables for skipped blocks, never counted
+            return 0
         return sum(block_id in table for table in self.tables.values())
 
     @property
@@ -131,23 +145,46 @@ class PrefixCacheModel:
         self.requests[request.request_id] = RequestState(request, list(request.prompt))
 
     def get_computed_blocks(self, request_id: str) -> Hit:
-        """The longest run of the request's block prefixes that is cached, from the first
-        block; never the last token (it must be computed to sample from), and, for EAGLE,
-        one block less (its drafter recomputes the last block's hidden states). Nothing
-        with caching off, nor for a request that wants its prompt's logprobs."""
+        """The longest prefix of the request's blocks whose blocks a lookup must find are all
+        cached: every block from the first (full attention), or the ones the window covers
+        at the prefix's end (sliding window; the blocks before them are the null block).
+        Never the last token (it must be computed to sample from), and, for EAGLE, one block
+        less (its drafter recomputes the last block's hidden states; a sliding window needs
+        one block more cached for it). Nothing with caching off, nor for a request that
+        wants its prompt's logprobs."""
         state = self.requests[request_id]
         if not self.enable_caching or state.request.prompt_logprobs:
             return Hit()
         cached = self.cached()
-        usable = (len(state.tokens) - 1) // self.block_size
-        blocks = []
-        for key in self.block_keys(request_id)[:usable]:
-            if key not in cached:
-                break
-            blocks.append(cached[key])
+        keys = self.block_keys(request_id)[:(len(state.tokens) - 1) // self.block_size]
+        end = max(e for e in range(len(keys) + 1)
+                  if all(k in cached for k in keys[self._first_read(e):e]))
+        blocks = [NULL_BLOCK if i < self._first_read(end) else cached[keys[i]]
+                  for i in range(end)]
         if self.use_eagle and blocks:
             blocks.pop()
         return Hit(tuple(blocks), len(blocks) * self.block_size)
+
+    def _first_read(self, end: int) -> int:
+        """The first block a hit of ``end`` blocks must find cached."""
+        if self.sliding_window is None:
+            return 0
+        window = -(-(self.sliding_window - 1) // self.block_size) + self.use_eagle
+        return max(0, end - window)
+
+    def skipped_blocks(self, num_computed_tokens: int) -> int:
+        """Blocks wholly behind the window of the next token (none for full attention)."""
+        if self.sliding_window is None:
+            return 0
+        return max(0, num_computed_tokens - self.sliding_window + 1) // self.block_size
+
+    def admission_cap(self) -> int | None:
+        """The most blocks a request of a sliding-window group holds at once (None: no cap)."""
+        if self.sliding_window is None:
+            return None
+        in_flight = self.max_in_flight_tokens or self.max_model_len
+        most = min(self.sliding_window - 1 + in_flight, self.max_model_len)
+        return -(-most // self.block_size) + 1
 
     def blocks_needed(self, request_id: str, num_new_tokens: int, hit: Hit,
                       num_lookahead_tokens: int) -> int:
@@ -164,16 +201,21 @@ class PrefixCacheModel:
         return int(self.watermark * self.num_blocks) if others else 0
 
     def admission_refused(self, request_id: str, num_new_tokens: int, hit: Hit,
-                          num_lookahead_tokens: int) -> bool:
+                          num_lookahead_tokens: int, whole_only: bool = False) -> bool:
         """Whether ``allocate_slots`` refuses: the step does not fit, or for a request that
-        holds no blocks, the step or (with ``reserve_full_isl``) its whole sequence does not
-        fit beside the blocks the watermark keeps free."""
+        holds no blocks, the step or (with ``reserve_full_isl``) its whole sequence (capped at
+        ``admission_cap``) does not fit beside the blocks the watermark keeps free.
+        ``whole_only``: the whole-sequence gate alone (vLLM asks it before a running
+        request gives back the blocks behind its window)."""
         free, kept = self.num_free_blocks, 0
         if not self.tables.get(request_id):
             kept = self.blocks_kept_free(request_id)
             whole = min(self.num_tokens(request_id), self.max_model_len)
-            if self.reserve_full_isl and self._blocks_for(request_id, whole, hit) + kept > free:
+            if self.reserve_full_isl and \
+                    self._blocks_for(request_id, whole, hit, capped=True) + kept > free:
                 return True
+        if whole_only:
+            return False
         return self.blocks_needed(request_id, num_new_tokens, hit, num_lookahead_tokens) \
             + kept > free
 
@@ -181,6 +223,12 @@ class PrefixCacheModel:
                        num_lookahead_tokens: int = 0) -> tuple[int, ...] | None:
         hit = hit or Hit()
         state = self.requests[request_id]
+        if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens,
+                                  whole_only=True):
+            return None
+        # Given back even if the step is refused next (so it evicts fewer cached blocks).
+        self._give_back_skipped(request_id, min(state.num_computed_tokens
+                                                + hit.num_computed_tokens, self.max_model_len))
         if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens):
             return None
         table = self.tables.setdefault(request_id, [])
@@ -212,10 +260,25 @@ class PrefixCacheModel:
     def _release(self, request_id: str) -> None:
         """Release the request's blocks, its last block first (a chain's tail is evicted
         before its head)."""
-        table = self.tables.pop(request_id, [])
+        self._free(self.tables.pop(request_id, [])[::-1])
+
+    def _give_back_skipped(self, request_id: str, num_computed_tokens: int) -> None:
+        """A running request gives back its blocks behind the window (the last first); its
+        table keeps the null block in their place."""
+        table = self.tables.get(request_id, [])
+        behind = range(min(self.skipped_blocks(num_computed_tokens), len(table)))
+        given = [table[i] for i in reversed(behind) if table[i] != NULL_BLOCK]
+        for i in behind:
+            table[i] = NULL_BLOCK
+        self._free(given)
+
+    def _free(self, blocks: list[int]) -> None:
+        """Blocks no longer held by one request, in the order given: each one no request
+        holds now goes to the free queue's back (cached) or, with ``uncached_first``, its
+        front (the first given frontmost)."""
         front, back = [], []
-        for block in reversed(table):
-            if self.ref_cnt(block) == 0:
+        for block in blocks:
+            if block != NULL_BLOCK and self.ref_cnt(block) == 0:
                 (front if self.uncached_first and block not in self.key_of else back).append(
                     block)
         for block in reversed(front):       # the first released ends up frontmost
@@ -226,7 +289,7 @@ class PrefixCacheModel:
             self.released[block] = self.tick
 
     def reset_prefix_cache(self) -> bool:
-        if any(self.tables.values()):
+        if any(b != NULL_BLOCK for table in self.tables.values() for b in table):
             return False
         self.key_of.clear()
         self.cached_at.clear()
@@ -239,12 +302,19 @@ class PrefixCacheModel:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _blocks_for(self, request_id: str, slots: int, hit: Hit) -> int:
-        """Free blocks holding ``slots`` slots (up to the length cap) takes with ``hit``."""
+    def _blocks_for(self, request_id: str, slots: int, hit: Hit, capped: bool = False) -> int:
+        """Free blocks holding ``slots`` slots (up to the length cap) takes with ``hit``: the
+        blocks past those held, hit, or (an admission) behind the window, and each hit
+        block inside the window that is free now. ``capped``: at most ``admission_cap``."""
         held = self.tables.get(request_id, [])
         required = -(-min(slots, self.max_model_len) // self.block_size)
-        revived = sum(self.ref_cnt(b) == 0 for b in hit.block_ids)
-        return max(required - len(held) - len(hit.block_ids), 0) + revived
+        if capped and self.admission_cap() is not None:
+            required = min(required, self.admission_cap())
+        if held:
+            return max(required - len(held), 0)
+        behind = self.skipped_blocks(hit.num_computed_tokens)
+        revived = sum(b != NULL_BLOCK and self.ref_cnt(b) == 0 for b in hit.block_ids[behind:])
+        return max(required - max(behind, len(hit.block_ids)), 0) + revived
 
     def _take(self, count: int) -> list[int]:
         """The front ``count`` free blocks, each losing the prefix cached on it."""
@@ -262,30 +332,34 @@ class PrefixCacheModel:
         state, size = self.requests[request_id], self.block_size
         for i, block in enumerate(self.tables[request_id]):
             end = min((i + 1) * size, state.num_computed_tokens)
-            if end > i * size:
+            if end > i * size and block != NULL_BLOCK:
                 self.written[block] = state.request.key(state.tokens[:end])
 
     def _cache_full_blocks(self, request_id: str) -> None:
-        """Cache each full, computed block of the table that holds no prefix yet (one
-        ``BlockStored`` for the run); a hit block is cached already. Nothing with caching
-        off."""
+        """Cache each full, computed block of the table from the first that holds no prefix
+        yet (one ``BlockStored`` for the run, over its tokens; a block behind the window is
+        the null block and caches nothing); a hit block is cached already. Nothing with
+        caching off."""
         if not self.enable_caching:
             return
         state, table = self.requests[request_id], self.tables[request_id]
         full = min(state.num_computed_tokens, len(state.tokens)) // self.block_size
         keys = self.block_keys(request_id)
-        first = next((i for i in range(full) if table[i] not in self.key_of), full)
-        if first == full:
+        first = next((i for i in range(full)
+                      if table[i] != NULL_BLOCK and table[i] not in self.key_of), full)
+        stored = [i for i in range(first, full) if table[i] != NULL_BLOCK]
+        if not stored:
             return
-        for i in range(first, full):
+        for i in stored:
             self.tick += 1
             self.key_of[table[i]], self.cached_at[table[i]] = keys[i], self.tick
         size, salt = self.block_size, state.request.cache_salt
-        extra = tuple((salt,) if i == 0 and salt else None for i in range(first, full))
-        # The one group is group 0, full attention, no window.
-        self._event(BlockStored(tuple(keys[first:full]), keys[first - 1] if first else None,
+        extra = tuple((salt,) if i == 0 and salt else None for i in stored)
+        kind = FULL_ATTENTION if self.sliding_window is None else SLIDING_WINDOW
+        self._event(BlockStored(tuple(keys[i] for i in stored),
+                                keys[first - 1] if first else None,
                                 tuple(state.tokens[first * size:full * size]), extra,
-                                size, MEDIUM_GPU, 0, FULL_ATTENTION, None))
+                                size, MEDIUM_GPU, 0, kind, self.sliding_window))
 
     def _event(self, event: Event) -> None:
         if self.enable_kv_cache_events:

@@ -13,10 +13,11 @@ from attrs import evolve, frozen
 
 BlockKey = tuple       # the prefix a block hash names: (salt, tokens...) or (tokens...)
 
-# What the one full-attention group's events name besides the blocks (vLLM's spelling): the
-# device pool's medium, the group's index and its spec kind.
+# What the one group's events name besides the blocks (vLLM's spelling): the device pool's
+# medium, the group's index and its spec kind (full attention or sliding window).
 MEDIUM_GPU = "GPU"
 FULL_ATTENTION = "full_attention"
+SLIDING_WINDOW = "sliding_window"
 # The optional fields of the events; a release's events carry some of them (a target's
 # ``event_fields`` lists which, a removal's with a ``removed.`` prefix), the rest are None.
 STORED_OPTIONAL = ("extra_keys", "block_size", "medium", "group_idx", "kv_cache_spec_kind",

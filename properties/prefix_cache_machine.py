@@ -24,7 +24,7 @@ from attrs import evolve
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from models.prefix_cache import PrefixCacheModel
+from models.prefix_cache import NULL_BLOCK, PrefixCacheModel
 from models.prefix_cache_values import (
     AllBlocksCleared,
     BlockRemoved,
@@ -56,6 +56,9 @@ HAZARDS = (
     "events report a removal",
     "decode filled a block",
     "uncached block released to the front",
+    "sliding window: hit past blocks behind it",
+    "sliding window: blocks behind it given back",
+    "sliding window: admission capped below the whole sequence",
 )
 
 PROPERTIES = {
@@ -91,7 +94,8 @@ class PrefixCacheMachine(HarnessMachine):
     def reproducer_subject(config: dict) -> str:
         args = ", ".join(f"{k}={config[k]!r}" for k in (
             "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first",
-            "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark"))
+            "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark",
+            "sliding_window", "max_in_flight_tokens"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
@@ -101,9 +105,12 @@ class PrefixCacheMachine(HarnessMachine):
         # The model takes the free-queue order and the event shape of the target's release
         # (native: the world's order).
         # The admission gates likewise: a release without one has it off.
+        # And the group: a release not read for the sliding window runs full attention.
         config = {**world.config(), "uncached_first": self.cache.uncached_first,
                   "reserve_full_isl": self.cache.reserve_full_isl,
-                  "watermark": self.cache.watermark}
+                  "watermark": self.cache.watermark,
+                  "sliding_window": self.cache.sliding_window,
+                  "max_in_flight_tokens": self.cache.max_in_flight_tokens}
         self.model = PrefixCacheModel(**config, event_fields=self.cache.event_fields)
         self.arrived = 0
         self.finished: set[int] = set()
@@ -134,7 +141,7 @@ class PrefixCacheMachine(HarnessMachine):
         # draw (each draw costs Hypothesis more than a step costs the cache).
         chunk, lookahead = divmod(draw_integer(data, 0, 2 * left * (MAX_LOOKAHEAD + 1) - 1),
                                   MAX_LOOKAHEAD + 1)
-        self.act("schedule_waiting", r, min(left, chunk + 1), lookahead)
+        self.act("schedule_waiting", r, min(left, chunk + 1, self._step_cap()), lookahead)
 
     @precondition(lambda self: self._running(pending=True))
     @rule(data=st.data())
@@ -143,7 +150,7 @@ class PrefixCacheMachine(HarnessMachine):
         left = self._uncomputed(r)
         chunk, lookahead = divmod(draw_integer(data, 0, 2 * left * (MAX_LOOKAHEAD + 1) - 1),
                                   MAX_LOOKAHEAD + 1)
-        self.act("allocate_slots", r, min(left, chunk + 1), lookahead)
+        self.act("allocate_slots", r, min(left, chunk + 1, self._step_cap()), lookahead)
 
     @precondition(lambda self: self._running(pending=False))
     @rule(data=st.data())
@@ -217,8 +224,8 @@ class PrefixCacheMachine(HarnessMachine):
                    effect=f"{len(req.prompt)} prompt tokens")
 
     def do_schedule_waiting(self, r: int, num_new_tokens: int, lookahead: int):
-        if r not in self._waiting():
-            raise InvalidAction("schedule_waiting: not a waiting request")
+        if r not in self._waiting() or num_new_tokens > self._step_cap():
+            raise InvalidAction("schedule_waiting: not a waiting request, or past one step")
         rid = self._rid(r)
         preempted = r in self.preempted
         hit = self.call("hit-agrees", "get_computed_blocks", rid,
@@ -232,8 +239,9 @@ class PrefixCacheMachine(HarnessMachine):
         self._allocate(rid, max(1, num_new_tokens), hit, lookahead)
 
     def do_allocate_slots(self, r: int, num_new_tokens: int, lookahead: int):
-        if r not in self._running(pending=True) or num_new_tokens > self._uncomputed(r):
-            raise InvalidAction("allocate_slots: no such uncomputed tokens")
+        if r not in self._running(pending=True) or num_new_tokens > self._uncomputed(r) \
+                or num_new_tokens > self._step_cap():
+            raise InvalidAction("allocate_slots: no such uncomputed tokens in one step")
         self._allocate(self._rid(r), num_new_tokens, None, lookahead)
 
     def do_append_token_ids(self, r: int, token_ids: tuple[int, ...]):
@@ -361,6 +369,12 @@ class PrefixCacheMachine(HarnessMachine):
         shown_hit = f", hit={hit!r}" if hit and hit.block_ids else ""
         shown_look = f", num_lookahead_tokens={lookahead}" if lookahead else ""
         stored_before = sum(isinstance(e, BlockStored) for e in model.events)
+        running, behind_before = bool(model.tables.get(rid)), \
+            model.get_block_ids(rid).count(NULL_BLOCK)
+        whole = -(-min(model.num_tokens(rid), model.max_model_len) // model.block_size)
+        if not model.tables.get(rid) and model.reserve_full_isl and \
+                model.admission_cap() is not None and model.admission_cap() < whole:
+            self.hazard("sliding window: admission capped below the whole sequence")
         new = self.call("fit-agrees", "allocate_slots", rid, num_new_tokens, hit=hit,
                         num_lookahead_tokens=lookahead,
                         shown=f"cache.allocate_slots({rid!r}, {num_new_tokens}{shown_hit}"
@@ -368,6 +382,8 @@ class PrefixCacheMachine(HarnessMachine):
                         effect=lambda new: f"refused: {needed} blocks needed, "
                         f"{model.num_free_blocks} free" if new is None
                         else f"{len(new)} new blocks")
+        if running and model.get_block_ids(rid).count(NULL_BLOCK) > behind_before:
+            self.hazard("sliding window: blocks behind it given back")
         if new is None:
             self.hazard("allocate_slots refused")
             if not model.tables.get(rid) and needed <= model.num_free_blocks:
@@ -392,8 +408,10 @@ class PrefixCacheMachine(HarnessMachine):
             self.hazard("prefix hit")
             if preempted:
                 self.hazard("preempted request rescheduled with a hit")
-            if any(model.ref_cnt(b) == 0 for b in hit.block_ids):
+            if any(b != NULL_BLOCK and model.ref_cnt(b) == 0 for b in hit.block_ids):
                 self.hazard("hit revived a free block")
+            if NULL_BLOCK in hit.block_ids:
+                self.hazard("sliding window: hit past blocks behind it")
             if any(model.ref_cnt(b) > 0 for b in hit.block_ids):
                 self.hazard("hit shared with a running request")
         run = 0
@@ -413,6 +431,11 @@ class PrefixCacheMachine(HarnessMachine):
         if model.uncached_first and any(model.ref_cnt(b) == 1 and b not in model.key_of
                                         for b in table):
             self.hazard("uncached block released to the front")
+
+    def _step_cap(self) -> int:
+        """The most tokens one step schedules for a request: ``max_in_flight_tokens`` (one
+        batch in flight), where the world sets it."""
+        return self.model.max_in_flight_tokens or self.model.max_model_len
 
     def _rid(self, r: int) -> str:
         rid = self.world.requests[r].request_id

@@ -20,7 +20,8 @@ SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")      # (r, num_new_tokens
 def simpler_worlds(world, actions: list[tuple]):
     """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
     prompt logprobs, shrink the pool or the length cap, turn EAGLE off, turn caching and
-    events back on and the admission gates off (the default world), make a resent prompt a
+    events back on and the admission gates off, full attention for a sliding window (the
+    default world), make a resent prompt a
     fresh request, lower a step's chunk or lookahead."""
     requests = world.requests
     for k in range(len(requests)):
@@ -49,6 +50,10 @@ def simpler_worlds(world, actions: list[tuple]):
         yield evolve(world, reserve_full_isl=False), actions
     if world.watermark:
         yield evolve(world, watermark=0.0), actions
+    if world.max_in_flight_tokens is not None:
+        yield evolve(world, max_in_flight_tokens=None), actions
+    if world.sliding_window is not None:
+        yield evolve(world, sliding_window=None, max_in_flight_tokens=None), actions
     yield from _resends_made_fresh(world, actions)
     for j, action in enumerate(actions):
         if action[0] in SIZED_ACTIONS:

@@ -18,6 +18,10 @@ from models.prefix_cache_values import PrefixRequest
 BLOCK_SIZES = (1, 2, 4)
 ALPHABET = 3            # tail tokens 1..3: tails collide, and so do their blocks
 WATERMARKS = (0.0, 0.25, 0.5)   # SchedulerConfig.watermark: [0.0, 1.0), 0.0 (off) first
+# Windows shorter than the prompts, so blocks fall behind them; one step's tokens small
+# enough that the admission cap binds on a long prompt (None: left out, first).
+SLIDING_WINDOWS = (2, 3, 5)
+IN_FLIGHT_TOKENS = (None, 1, 2, 4)
 
 
 @frozen
@@ -38,13 +42,18 @@ class PrefixCacheWorld:
     # The scheduler's admission gates.
     reserve_full_isl: bool = False
     watermark: float = 0.0
+    # One sliding-window group instead of full attention, and the scheduler's in-flight tokens.
+    sliding_window: int | None = None
+    max_in_flight_tokens: int | None = None
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
                     max_model_len=self.max_model_len, use_eagle=self.use_eagle,
                     uncached_first=self.uncached_first, enable_caching=self.enable_caching,
                     enable_kv_cache_events=self.enable_kv_cache_events,
-                    reserve_full_isl=self.reserve_full_isl, watermark=self.watermark)
+                    reserve_full_isl=self.reserve_full_isl, watermark=self.watermark,
+                    sliding_window=self.sliding_window,
+                    max_in_flight_tokens=self.max_in_flight_tokens)
 
 
 @st.composite
@@ -80,9 +89,15 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
     enable_caching = draw(st.integers(0, 7)) != 7
     enable_kv_cache_events = draw(st.integers(0, 7)) != 7
     requests = [_with_kind(r, draw(st.integers(0, 11))) for r in requests]
+    # A third of the worlds have one sliding-window group; the scheduler then steps at most
+    # ``max_in_flight_tokens`` tokens of a request at once, where it is set.
+    sliding_window = max_in_flight_tokens = None
+    if draw(st.integers(0, 2)) == 2:
+        sliding_window = draw(st.sampled_from(SLIDING_WINDOWS))
+        max_in_flight_tokens = draw(st.sampled_from(IN_FLIGHT_TOKENS))
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
-                            reserve_full_isl, watermark)
+                            reserve_full_isl, watermark, sliding_window, max_in_flight_tokens)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

@@ -33,14 +33,26 @@ def _valid(cache) -> None:
     getattr(cache, "check_valid", lambda: None)()
 
 
-def _stored(cache, keys: tuple, parent, token_ids: tuple, first_extra=None) -> BlockStored:
+def _stored(cache, keys: tuple, parent, token_ids: tuple, first_extra=None,
+            window=None) -> BlockStored:
     """The ``BlockStored`` event the cache must report: one extra-keys entry per block (the
     first block's given, the others none), the pool's block size, the GPU medium, group 0 of
-    kind full attention with no window; each field where the target's release has it."""
+    kind full attention with no window (or sliding window with ``window``); each field where
+    the target's release has it."""
     extra = (first_extra,) + (None,) * (len(keys) - 1)
+    kind = "full_attention" if window is None else "sliding_window"
     return in_release_shape(BlockStored(keys, parent, token_ids, extra, cache.block_size,
-                                        "GPU", 0, "full_attention", None),
+                                        "GPU", 0, kind, window),
                             cache.event_fields)
+
+
+def _sliding(target: str, **config):
+    """A cache of one sliding-window group; skipped where the release is not driven so."""
+    cache = make_or_skip(target, "prefix_cache", **config)
+    if cache.sliding_window is None:
+        pytest.skip(f"{cache!r} is not driven with a sliding-window group (a release "
+                    f"before 0.33.0): prefix_cache_compat.sliding_window")
+    return cache
 
 
 def _removed(cache, key: tuple) -> BlockRemoved:
@@ -223,4 +235,54 @@ def test_with_events_off_no_event_is_queued(target):
     cache.free("r1")
     agrees(RESET, cache.reset_prefix_cache(), True)
     agrees(EVENTS, cache.take_events(), ())
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_sliding_window_gives_back_blocks_behind_it_and_a_hit_skips_them(target):
+    """Scenario: blocks of 2 tokens, a window of 3. r0 computes three blocks and samples a
+    token: its next step gives back its first two blocks (wholly behind the window; the
+    last given back first, cached, so at the queue's back) and its table holds the null
+    block there. r1, with r0's prompt and another last token, hits all three blocks, but
+    only the last is looked up: the two before are the null block, and admitting r1 takes
+    one new block."""
+    cache = _sliding(target, num_blocks=8, block_size=2, max_model_len=12, sliding_window=3)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5, 6)), (1, 2, 3))
+    agrees(EVENTS, cache.take_events(), (_stored(
+        cache, ((1, 2), (1, 2, 3, 4), (1, 2, 3, 4, 5, 6)), None, (1, 2, 3, 4, 5, 6),
+        window=3),))
+    cache.append_token_ids("r0", (7,))
+    agrees(FIT, cache.allocate_slots("r0", 1), (4,))
+    agrees(TABLES, cache.get_block_ids("r0"), (0, 0, 3, 4))
+    agrees(FREEQ, cache.free_queue(), (5, 6, 7, 2, 1))
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 5, 6, 8)))
+    hit = cache.get_computed_blocks("r1")
+    agrees(HIT, hit, Hit((0, 0, 3), 6))
+    agrees(FIT, cache.allocate_slots("r1", 1, hit=hit), (5,))
+    agrees(TABLES, cache.get_block_ids("r1"), (0, 0, 3, 5))
+    agrees(REFS, [cache.ref_cnt(b) for b in range(8)], [0, 0, 0, 2, 1, 1, 0, 0])
+    agrees(EVENTS, cache.take_events(), ())
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_sliding_window_admission_is_capped_at_what_a_request_holds_at_once(target):
+    """Scenario: blocks of one token, a window of 2, one token in flight, the whole sequence
+    must fit. r0's six tokens need six blocks and four are free, but a request of this
+    group never holds more than the window and one step's tokens plus one block (3): r0 is
+    admitted. Its third step gives back its first block (behind the window, cached: the
+    queue's back) before taking one."""
+    cache = _sliding(target, num_blocks=5, block_size=1, max_model_len=8, sliding_window=2,
+                     max_in_flight_tokens=1, reserve_full_isl=True)
+    cache.add_request(PrefixRequest("r0", (1, 2, 3, 4, 5, 6)))
+    agrees(HIT, cache.get_computed_blocks("r0"), Hit())
+    agrees(FIT, cache.allocate_slots("r0", 1), (1,))
+    agrees(FIT, cache.allocate_slots("r0", 1), (2,))
+    agrees(FIT, cache.allocate_slots("r0", 1), (3,))
+    agrees(TABLES, cache.get_block_ids("r0"), (0, 2, 3))
+    agrees(FREEQ, cache.free_queue(), (4, 1))
+    agrees(EVENTS, cache.take_events(), (
+        _stored(cache, ((1,),), None, (1,), window=2),
+        _stored(cache, ((1, 2),), (1,), (2,), window=2),
+        _stored(cache, ((1, 2, 3),), (1, 2), (3,), window=2)))
     _valid(cache)

@@ -9,7 +9,8 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                         use_eagle: bool = False, uncached_first: bool = True,
                         enable_caching: bool = True,
                         enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
-                        watermark: float = 0.0) -> dict:
+                        watermark: float = 0.0, sliding_window: int | None = None,
+                        max_in_flight_tokens: int | None = None) -> dict:
     """A pool of ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens;
     ``uncached_first``: where a block released without a cached hash goes in the free queue
     (vLLM's target takes its release's answer and ignores it); ``enable_caching`` and
@@ -17,7 +18,11 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     switches; ``reserve_full_isl`` and ``watermark``: the admission gates of vLLM's
     ``SchedulerConfig`` (``scheduler_reserve_full_isl``: a waiting request is admitted only
     if its whole sequence fits; ``watermark``: that fraction of the pool's blocks is kept
-    free when a waiting request is admitted while others run)."""
+    free when a waiting request is admitted while others run); ``sliding_window``: the one
+    group is a sliding-window group of that many tokens (None: full attention);
+    ``max_in_flight_tokens``: what the scheduler passes (``max_concurrent_batches *
+    max_num_batched_tokens``; None: left out, as vLLM's own tests leave it), which caps a
+    sliding-window admission."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -25,8 +30,16 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     if not isinstance(watermark, (int, float)) or not 0.0 <= watermark < 1.0:
         raise HarnessError(f"watermark must be a fraction in [0.0, 1.0) as vLLM's "
                            f"SchedulerConfig takes it, got {watermark!r}")
+    # A window of one token attends to nothing before it: no model has one, and vLLM's hit
+    # search asks for no cached block then.
+    for name, value, minimum in (("sliding_window", sliding_window, 2),
+                                 ("max_in_flight_tokens", max_in_flight_tokens, 1)):
+        if value is not None and (not isinstance(value, int) or value < minimum):
+            raise HarnessError(f"{name} must be None or an integer >= {minimum}, got "
+                               f"{value!r}")
     return dict(num_blocks=num_blocks, block_size=block_size, max_model_len=max_model_len,
                 use_eagle=bool(use_eagle), uncached_first=bool(uncached_first),
                 enable_caching=bool(enable_caching),
                 enable_kv_cache_events=bool(enable_kv_cache_events),
-                reserve_full_isl=bool(reserve_full_isl), watermark=float(watermark))
+                reserve_full_isl=bool(reserve_full_isl), watermark=float(watermark),
+                sliding_window=sliding_window, max_in_flight_tokens=max_in_flight_tokens)

@@ -14,6 +14,8 @@ class PrefixCachePort(Protocol):
     event_fields: frozenset    # the optional event fields the release's events carry
     reserve_full_isl: bool     # the admission gates in force (a release may lack them)
     watermark: float
+    sliding_window: int | None        # the group driven (a release may lack the window)
+    max_in_flight_tokens: int | None
 
     def add_request(self, request: PrefixRequest) -> None: ...
     def get_computed_blocks(self, request_id: str) -> Hit: ...

@@ -6,7 +6,10 @@ from both ends, a hash map from prefix to the blocks caching it, and per request
 table with a count of its blocks already cached, all updated in place; so the model, which
 recomputes everything from facts, is a second opinion. The KV contents are a torch tensor
 (one token id per slot), written as tokens are computed, so a hash cached on a block whose
-contents changed is seen as wrong data. Catalogued bugs (``fixtures/known_bugs.py``) can be
+contents changed is seen as wrong data. A sliding-window pool scans for a hit from the right
+(the first run of cached blocks as long as the window wins) and drops a running request's
+blocks behind the window into the null block's slot before it counts what a step needs.
+Catalogued bugs (``fixtures/known_bugs.py``) can be
 switched back on:
 
 - ``pc-evict-keeps-hash``: a cached block reused for new tokens keeps its map entry.
@@ -17,6 +20,7 @@ switched back on:
 - ``pc-removed-not-reported``: an eviction emits no ``BlockRemoved`` event.
 - ``pc-reset-counts-null``: the reset takes the null block for a held one: never succeeds.
 - ``pc-eagle-keeps-last``: an EAGLE hit keeps its last block.
+- ``pc-window-keeps-skipped``: a sliding-window request keeps the blocks behind its window.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from models.prefix_cache_values import (
     EVENT_FIELDS,
     FULL_ATTENTION,
     MEDIUM_GPU,
+    SLIDING_WINDOW,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -37,6 +42,7 @@ from models.prefix_cache_values import (
 )
 
 EMPTY_SLOT = -1
+NULL = 0            # the null block: stands in a table for a block behind the window
 
 
 class NativePrefixCache:
@@ -46,6 +52,7 @@ class NativePrefixCache:
                  use_eagle: bool = False, uncached_first: bool = True,
                  enable_caching: bool = True, enable_kv_cache_events: bool = True,
                  reserve_full_isl: bool = False, watermark: float = 0.0,
+                 sliding_window: int | None = None, max_in_flight_tokens: int | None = None,
                  bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
@@ -53,6 +60,14 @@ class NativePrefixCache:
         self.enable_caching, self.enable_kv_cache_events = enable_caching, enable_kv_cache_events
         self.reserve_full_isl, self.watermark = reserve_full_isl, watermark
         self.headroom = int(watermark * num_blocks)    # kept free by admissions while others run
+        self.sliding_window, self.max_in_flight_tokens = sliding_window, max_in_flight_tokens
+        # A sliding-window hit must end in this many cached blocks (EAGLE: one more, dropped).
+        self.window_blocks = None if sliding_window is None else \
+            -(-(sliding_window - 1) // block_size) + use_eagle
+        # The most blocks one sliding-window request holds at once: what admissions reserve.
+        self.most_held = None if sliding_window is None else -(-min(
+            sliding_window - 1 + (max_in_flight_tokens or max_model_len), max_model_len)
+            // block_size) + 1
         self.refs = [0] * num_blocks
         self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.hash_of: list[tuple | None] = [None] * num_blocks
@@ -81,36 +96,64 @@ class NativePrefixCache:
         if not self.enable_caching or self.sent[request_id].prompt_logprobs:
             return Hit()
         limit = len(tokens) if "pc-hit-last-token" in self.bugs else len(tokens) - 1
-        found: list[int] = []
-        for n in range(limit // size):
-            blocks = self.by_hash.get(self._key(request_id, (n + 1) * size))
-            if not blocks:
-                break
-            found.append(blocks[0])
+        if self.window_blocks is not None:
+            found = self._window_hit(request_id, limit // size)
+        else:
+            found = []
+            for n in range(limit // size):
+                blocks = self.by_hash.get(self._key(request_id, (n + 1) * size))
+                if not blocks:
+                    break
+                found.append(blocks[0])
         if self.use_eagle and found and "pc-eagle-keeps-last" not in self.bugs:
             found.pop()
         return Hit(tuple(found), len(found) * size)
+
+    def _window_hit(self, request_id: str, num_blocks: int) -> list[int]:
+        """From the right, the first run of ``window_blocks`` cached blocks, the null block
+        before it; failing that, the (shorter) cached run from the first block."""
+        run: list[int] = []
+        for n in range(num_blocks - 1, -1, -1):
+            blocks = self.by_hash.get(self._key(request_id, (n + 1) * self.block_size))
+            run = [blocks[0], *run] if blocks else []
+            if len(run) == self.window_blocks:
+                return [NULL] * n + run
+        return run          # the scan ended at the first block: the run from it
+
+    def _behind_window(self, num_computed: int) -> int:
+        if self.sliding_window is None:
+            return 0
+        return max(0, num_computed - self.sliding_window + 1) // self.block_size
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
                        num_lookahead_tokens: int = 0) -> tuple[int, ...] | None:
         hit = hit or Hit()
         table = self.table.get(request_id, [])
-        end = min(self.computed[request_id] + hit.num_computed_tokens + num_new_tokens
-                  + num_lookahead_tokens, self.max_model_len)
-        revived = sum(self.refs[b] == 0 for b in hit.block_ids) \
+        done = min(self.computed[request_id] + hit.num_computed_tokens, self.max_model_len)
+        end = min(done + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+        skipped = 0 if table else self._behind_window(hit.num_computed_tokens)
+        revived = sum(b != NULL and self.refs[b] == 0 for b in hit.block_ids[skipped:]) \
             if "pc-revived-uncounted" not in self.bugs else 0
-        room, ends = len(self.queue), [end]
+        room = len(self.queue)
         if not table:       # an admission: gated as the scheduler's waiting queue gates it
             if any(self.table.values()):
                 room -= self.headroom
             if self.reserve_full_isl:       # the whole sequence must fit too
-                ends.append(min(len(self.tokens[request_id]), self.max_model_len))
-        for upto in ends:
-            if max(-(-upto // self.block_size) - len(table) - len(hit.block_ids), 0) \
-                    + revived > room:
-                return None
+                whole = -(-min(len(self.tokens[request_id]), self.max_model_len)
+                          // self.block_size)
+                if self.most_held is not None:
+                    whole = min(whole, self.most_held)
+                if max(whole - max(skipped, len(hit.block_ids)), 0) + revived > room:
+                    return None
+        elif self.sliding_window is not None and "pc-window-keeps-skipped" not in self.bugs:
+            room += self._drop_behind_window(request_id, done)
+        held = len(table) if table else max(skipped, len(hit.block_ids))
+        if max(-(-end // self.block_size) - held, 0) + (0 if table else revived) > room:
+            return None
         table = self.table.setdefault(request_id, table)
         for block in hit.block_ids:
+            if block == NULL:
+                continue
             if self.refs[block] == 0 and "pc-touch-keeps-queued" not in self.bugs:
                 del self.queue[block]
             self.refs[block] += 1
@@ -137,9 +180,26 @@ class NativePrefixCache:
     def _release(self, request_id: str) -> None:
         table = self.table.pop(request_id, [])
         self.num_cached.pop(request_id, None)
-        order = table if "pc-free-head-first" in self.bugs else table[::-1]
+        self._give_back(table if "pc-free-head-first" in self.bugs else table[::-1])
+
+    def _drop_behind_window(self, request_id: str, done: int) -> int:
+        """Give back the running request's blocks behind the window, the last first, leaving
+        the null block in their slots; returns how many became free."""
+        table, before = self.table[request_id], len(self.queue)
+        dropped = []
+        for i in range(min(self._behind_window(done), len(table)) - 1, -1, -1):
+            if table[i] == NULL:
+                break
+            dropped.append(table[i])
+            table[i] = NULL
+        self._give_back(dropped)
+        return len(self.queue) - before
+
+    def _give_back(self, order: list[int]) -> None:
         to_front = []
         for block in order:
+            if block == NULL:
+                continue
             self.refs[block] -= 1
             if self.refs[block] > 0:
                 continue
@@ -222,7 +282,7 @@ class NativePrefixCache:
         done = self.computed[request_id]
         for i, block in enumerate(self.table[request_id]):
             row = tokens[i * size:min((i + 1) * size, done)]
-            if row:
+            if row and block != NULL:
                 self.kv[block, :len(row)] = torch.tensor(row, dtype=torch.long)
 
     def _commit(self, request_id: str) -> None:
@@ -231,18 +291,24 @@ class NativePrefixCache:
         full = min(self.computed[request_id], len(tokens)) // size
         if full <= start or not self.enable_caching:
             return
-        keys, salt = [], self.sent[request_id].cache_salt
+        keys, extra, salt = [], [], self.sent[request_id].cache_salt
         for i in range(start, full):
+            if table[i] == NULL:
+                continue
             key = self._key(request_id, (i + 1) * size)
             self.hash_of[table[i]] = key
             self.by_hash.setdefault(key, []).append(table[i])
             keys.append(key)
-        parent = self._key(request_id, start * size) if start else None
-        extra = ((salt,) if salt and start == 0 else None,) + (None,) * (full - start - 1)
-        self._emit(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size]),
-                               extra, block_size=size, medium=MEDIUM_GPU, group_idx=0,
-                               kv_cache_spec_kind=FULL_ATTENTION))
+            extra.append((salt,) if salt and i == 0 else None)
         self.num_cached[request_id] = full
+        if not keys:
+            return
+        parent = self._key(request_id, start * size) if start else None
+        kind = FULL_ATTENTION if self.sliding_window is None else SLIDING_WINDOW
+        self._emit(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size]),
+                               tuple(extra), block_size=size, medium=MEDIUM_GPU, group_idx=0,
+                               kv_cache_spec_kind=kind,
+                               kv_cache_spec_sliding_window=self.sliding_window))
 
     def _key(self, request_id: str, end: int) -> tuple:
         """The hash of the request's first ``end`` tokens (the salt first, where it has one)."""

@@ -1,6 +1,8 @@
 """The ``vllm`` target's prefix cache: the installed vLLM's real ``KVCacheManager``.
 
-One full-attention group (a ``KVCacheConfig`` as vLLM's own tests build it), prefix caching
+One group (a ``KVCacheConfig`` as vLLM's own tests build it): full attention, or a sliding
+window where the release's manager is read for it (``prefix_cache_compat.sliding_window``;
+the coordinator is then vLLM's unitary one over a ``SlidingWindowManager``), prefix caching
 and KV events on or off as the world says (a keyword equal to the constructor's default is
 left out, as a caller relying on it leaves it), driven the way the scheduler drives it:
 ``get_computed_blocks`` for a waiting request, ``allocate_slots`` with that hit, the
@@ -43,12 +45,13 @@ def _sha256(value: Any) -> bytes:
 
 
 class VllmPrefixCache:
-    """The prefix-cache port over a real ``KVCacheManager`` with one full-attention group."""
+    """The prefix-cache port over a real ``KVCacheManager`` with one group."""
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
                  use_eagle: bool = False, enable_caching: bool = True,
                  enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
-                 watermark: float = 0.0):
+                 watermark: float = 0.0, sliding_window: int | None = None,
+                 max_in_flight_tokens: int | None = None):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -63,9 +66,15 @@ class VllmPrefixCache:
         # connector): without it a request has no block hashes.
         self._hasher = prefix_cache_compat.block_hasher(self._utils, block_size, _sha256) \
             if enable_caching else None
-        config = kv.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-            kv.KVCacheGroupSpec(["layer"], _full_attention(kv, block_size, torch.float32))])
         cls = manager_mod.KVCacheManager
+        # The group the release is driven with (the model takes it, as it takes the gates).
+        self.sliding_window, self.max_in_flight_tokens = \
+            prefix_cache_compat.sliding_window(cls, sliding_window, max_in_flight_tokens)
+        spec = _full_attention(kv, block_size, torch.float32)
+        if self.sliding_window is not None:
+            spec = _sliding_window(kv, spec, self.sliding_window)
+        config = kv.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
+            kv.KVCacheGroupSpec(["layer"], spec)])
         self._blocks_cls = manager_mod.KVCacheBlocks
         # The admission gates the release has (the model takes these, as it takes the
         # free-queue order): a gate the release lacks is off, as its scheduler has none.
@@ -76,6 +85,8 @@ class VllmPrefixCache:
                         enable_kv_cache_events=enable_kv_cache_events)
         if self.watermark:
             switches["watermark"] = self.watermark
+        if self.max_in_flight_tokens is not None:
+            switches["max_in_flight_tokens"] = self.max_in_flight_tokens
         self.manager = cls(config, **prefix_cache_compat.manager_kwargs(
             cls, block_size, max_model_len, **switches))
         self.pool = self.manager.block_pool
@@ -267,10 +278,20 @@ def _full_attention(kv: Any, block_size: int, dtype: Any) -> Any:
                                block_size=block_size)
 
 
+def _sliding_window(kv: Any, full: Any, window: int) -> Any:
+    """The full-attention spec ``full`` as a sliding-window spec of ``window`` tokens."""
+    shared = {g.name for g in dataclasses.fields(kv.SlidingWindowSpec)} - {"sliding_window"}
+    fields = {f.name: getattr(full, f.name) for f in dataclasses.fields(full)
+              if f.name in shared}
+    return kv.SlidingWindowSpec(**fields, sliding_window=window)
+
+
 def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       use_eagle: bool = False, enable_caching: bool = True,
                       enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
-                      watermark: float = 0.0) -> VllmPrefixCache:
+                      watermark: float = 0.0, sliding_window: int | None = None,
+                      max_in_flight_tokens: int | None = None) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
-                           enable_kv_cache_events, reserve_full_isl, watermark)
+                           enable_kv_cache_events, reserve_full_isl, watermark,
+                           sliding_window, max_in_flight_tokens)

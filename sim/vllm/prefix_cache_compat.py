@@ -11,12 +11,13 @@ import inspect
 from typing import Any
 
 from models.prefix_cache_values import REMOVED_OPTIONAL, STORED_OPTIONAL
+from sim.vllm import release
 
 # The constructor's documented defaults of the switches (the same in every release read):
 # a switch equal to its default is left out, as a caller relying on it leaves it out. Read
 # from here, not from the signature, so a changed default in the code is seen.
 MANAGER_DEFAULTS = {"enable_caching": True, "use_eagle": False, "enable_kv_cache_events": False,
-                    "watermark": 0.0}
+                    "watermark": 0.0, "max_in_flight_tokens": None}
 
 
 def manager_kwargs(manager_cls: type, block_size: int, max_model_len: int,
@@ -58,6 +59,26 @@ def admission_gates(manager_cls: type) -> frozenset[str]:
     if "watermark" in init and "has_scheduled_reqs" in alloc:
         gates.add("watermark")
     return frozenset(gates)
+
+
+def sliding_window(manager_cls: type, window: int | None,
+                   max_in_flight_tokens: int | None) -> tuple[int | None, int | None]:
+    """The group the release is driven with: ``(sliding_window, max_in_flight_tokens)``.
+
+    # vLLM 0.33.0 (read): a ``SlidingWindowSpec`` group goes to the unitary coordinator's
+    #   ``SlidingWindowManager`` (hit from the right, blocks behind the window given back in
+    #   ``allocate_slots``, admissions capped by ``max_admission_blocks_per_request``, which
+    #   ``max_in_flight_tokens`` sizes). Releases before 0.33.0 were not read for the
+    #   sliding window (it changed: the admission cap, when skipped blocks are given back):
+    #   they are driven with the full-attention group, and ``max_in_flight_tokens`` left out.
+    #   Told by the constructor's ``max_in_flight_tokens`` keyword (0.26.0 on) and the
+    #   release number, as the keyword alone does not tell 0.26.0-0.32.x apart.
+    """
+    params = inspect.signature(manager_cls.__init__).parameters
+    if window is None or "max_in_flight_tokens" not in params or \
+            not release.at_least("0.33.0"):
+        return None, None
+    return window, max_in_flight_tokens
 
 
 def computed_blocks(answer: tuple) -> tuple[Any, int]:
