@@ -6,7 +6,7 @@ request holds, the longest cached prefix a new request can reuse, whether ``allo
 fits, the order free blocks are reused in, the hashes left cached, the KV events, and when
 ``reset_prefix_cache`` may succeed. Not in scope: KV tensors, more than one group (hybrid
 models), chunked-local and Mamba groups, partial-block hashes (``hash_block_size`` below the
-block size), KV connectors.
+block size), asynchronous KV connector loads (``delay_cache_blocks``, ``reserved_blocks``).
 
 A sliding-window group (``sliding_window``: the window in tokens) attends to the last
 ``sliding_window`` tokens only. So a hit needs only the blocks the window covers at its end
@@ -22,7 +22,9 @@ the moment (and end) at which it was released. Reference counts, the free-block 
 free queue's order and the hash-to-block map are computed from those facts on demand, never
 kept as a second free list.
 
-World options (vLLM's ``CacheConfig`` and ``KVEventsConfig`` switches): ``enable_caching``
+A KV connector's tokens (``num_external_computed_tokens``, loaded synchronously on a
+request's first step) are computed tokens past the hit held in new blocks, cached as they
+are. World options (vLLM's ``CacheConfig`` and ``KVEventsConfig`` switches): ``enable_caching``
 off: no lookup finds anything, nothing is cached, every released block is uncached;
 ``enable_kv_cache_events`` off: no event is queued. Admission (vLLM's ``SchedulerConfig``): a
 request that holds no blocks (arrived, or preempted) is admitted only if, past the
@@ -81,6 +83,7 @@ class PrefixCacheModel:
     watermark: float = 0.0
     sliding_window: int | None = None
     max_in_flight_tokens: int | None = None
+    kv_connector: bool = False      # the world has one (its loads are allocate_slots' to take)
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[int]] = field(factory=dict)     # request -> blocks it holds
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
@@ -187,12 +190,15 @@ class PrefixCacheModel:
         return -(-most // self.block_size) + 1
 
     def blocks_needed(self, request_id: str, num_new_tokens: int, hit: Hit,
-                      num_lookahead_tokens: int) -> int:
+                      num_lookahead_tokens: int, num_external_computed_tokens: int = 0) -> int:
         """Free blocks ``allocate_slots`` takes: new blocks for every slot past the held and
-        hit blocks, and each hit block that is free now (holding it takes it off the queue)."""
+        hit blocks (the KV connector's tokens need blocks too), and each hit block that is
+        free now (holding it takes it off the queue)."""
         state = self.requests[request_id]
         return self._blocks_for(request_id, state.num_computed_tokens + hit.num_computed_tokens
-                                + num_new_tokens + num_lookahead_tokens, hit)
+                                + num_external_computed_tokens + num_new_tokens
+                                + num_lookahead_tokens, hit,
+                                external=num_external_computed_tokens)
 
     def blocks_kept_free(self, request_id: str) -> int:
         """Blocks an admission of the request must leave free: the watermark's share of the
@@ -201,7 +207,8 @@ class PrefixCacheModel:
         return int(self.watermark * self.num_blocks) if others else 0
 
     def admission_refused(self, request_id: str, num_new_tokens: int, hit: Hit,
-                          num_lookahead_tokens: int, whole_only: bool = False) -> bool:
+                          num_lookahead_tokens: int, whole_only: bool = False,
+                          num_external_computed_tokens: int = 0) -> bool:
         """Whether ``allocate_slots`` refuses: the step does not fit, or for a request that
         holds no blocks, the step or (with ``reserve_full_isl``) its whole sequence (capped at
         ``admission_cap``) does not fit beside the blocks the watermark keeps free.
@@ -211,35 +218,52 @@ class PrefixCacheModel:
         if not self.tables.get(request_id):
             kept = self.blocks_kept_free(request_id)
             whole = min(self.num_tokens(request_id), self.max_model_len)
-            if self.reserve_full_isl and \
-                    self._blocks_for(request_id, whole, hit, capped=True) + kept > free:
+            if self.reserve_full_isl and self._blocks_for(
+                    request_id, whole, hit, capped=True,
+                    external=num_external_computed_tokens) + kept > free:
                 return True
         if whole_only:
             return False
-        return self.blocks_needed(request_id, num_new_tokens, hit, num_lookahead_tokens) \
-            + kept > free
+        return self.blocks_needed(request_id, num_new_tokens, hit, num_lookahead_tokens,
+                                  num_external_computed_tokens) + kept > free
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
-                       num_lookahead_tokens: int = 0) -> tuple[int, ...] | None:
-        hit = hit or Hit()
+                       num_lookahead_tokens: int = 0,
+                       num_external_computed_tokens: int = 0) -> tuple[int, ...] | None:
+        """Slots for the step; ``num_external_computed_tokens``: tokens past the hit whose KV
+        a KV connector loads into new blocks this step (a request's first step only). The
+        new blocks for the step's own tokens are returned, not the connector's."""
+        hit, external = hit or Hit(), num_external_computed_tokens
         state = self.requests[request_id]
+        gate = dict(num_external_computed_tokens=external)
         if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens,
-                                  whole_only=True):
+                                  whole_only=True, **gate):
             return None
+        reused = hit.num_computed_tokens + external
         # Given back even if the step is refused next (so it evicts fewer cached blocks).
-        self._give_back_skipped(request_id, min(state.num_computed_tokens
-                                                + hit.num_computed_tokens, self.max_model_len))
-        if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens):
+        self._give_back_skipped(request_id, min(state.num_computed_tokens + reused,
+                                                self.max_model_len))
+        if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens,
+                                  **gate):
             return None
         table = self.tables.setdefault(request_id, [])
-        for block in hit.block_ids:
-            self.released.pop(block, None)
-            table.append(block)
-        slots = min(state.num_computed_tokens + hit.num_computed_tokens + num_new_tokens
+        if hit.block_ids or external:
+            # An admission: the hit's blocks behind the window (the connector's tokens move
+            # it) are the null block, the others are held.
+            behind = self.skipped_blocks(reused)
+            for i, block in enumerate(hit.block_ids):
+                if i >= behind:
+                    self.released.pop(block, None)
+                table.append(NULL_BLOCK if i < behind else block)
+            table.extend([NULL_BLOCK] * (behind - len(table)))
+        if external:
+            table.extend(self._take(max(-(-(state.num_computed_tokens + reused)
+                                          // self.block_size) - len(table), 0)))
+        slots = min(state.num_computed_tokens + reused + num_new_tokens
                     + num_lookahead_tokens, self.max_model_len)
         new = self._take(max(-(-slots // self.block_size) - len(table), 0))
         table.extend(new)
-        state.num_computed_tokens += hit.num_computed_tokens + num_new_tokens
+        state.num_computed_tokens += reused + num_new_tokens
         self._write(request_id)
         self._cache_full_blocks(request_id)
         return tuple(new)
@@ -302,17 +326,19 @@ class PrefixCacheModel:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _blocks_for(self, request_id: str, slots: int, hit: Hit, capped: bool = False) -> int:
-        """Free blocks holding ``slots`` slots (up to the length cap) takes with ``hit``: the
-        blocks past those held, hit, or (an admission) behind the window, and each hit
-        block inside the window that is free now. ``capped``: at most ``admission_cap``."""
+    def _blocks_for(self, request_id: str, slots: int, hit: Hit, capped: bool = False,
+                    external: int = 0) -> int:
+        """Free blocks holding ``slots`` slots (up to the length cap) takes with ``hit`` and
+        ``external`` connector tokens after it: the blocks past those held, hit, or (an
+        admission) behind the window, and each hit block inside the window that is free
+        now. ``capped``: at most ``admission_cap``."""
         held = self.tables.get(request_id, [])
         required = -(-min(slots, self.max_model_len) // self.block_size)
         if capped and self.admission_cap() is not None:
             required = min(required, self.admission_cap())
         if held:
             return max(required - len(held), 0)
-        behind = self.skipped_blocks(hit.num_computed_tokens)
+        behind = self.skipped_blocks(hit.num_computed_tokens + external)
         revived = sum(b != NULL_BLOCK and self.ref_cnt(b) == 0 for b in hit.block_ids[behind:])
         return max(required - max(behind, len(hit.block_ids)), 0) + revived
 

@@ -59,6 +59,7 @@ HAZARDS = (
     "sliding window: hit past blocks behind it",
     "sliding window: blocks behind it given back",
     "sliding window: admission capped below the whole sequence",
+    "KV connector loaded tokens past the hit",
 )
 
 PROPERTIES = {
@@ -95,13 +96,22 @@ class PrefixCacheMachine(HarnessMachine):
         args = ", ".join(f"{k}={config[k]!r}" for k in (
             "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first",
             "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark",
-            "sliding_window", "max_in_flight_tokens"))
+            "sliding_window", "max_in_flight_tokens", "kv_connector"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
     def setup(self, world):
-        self.world = world
         self.cache = targets.make(self.target_name, "prefix_cache", **world.config())
+        # An option the target's release is not driven with: noted, and the world runs
+        # without it (the target was built so; the model and the reproducer follow).
+        for option, off in (("sliding_window", dict(sliding_window=None,
+                                                    max_in_flight_tokens=None)),
+                            ("kv_connector", dict(kv_connector=False))):
+            if getattr(world, option) and not getattr(self.cache, f"drives_{option}", True):
+                self.recorder.note_missing(getattr(self.cache, f"why_no_{option}")
+                                           .removeprefix("absent: "))
+                world = evolve(world, **off)
+        self.world = world
         # The model takes the free-queue order and the event shape of the target's release
         # (native: the world's order).
         # The admission gates likewise: a release without one has it off.
@@ -110,7 +120,8 @@ class PrefixCacheMachine(HarnessMachine):
                   "reserve_full_isl": self.cache.reserve_full_isl,
                   "watermark": self.cache.watermark,
                   "sliding_window": self.cache.sliding_window,
-                  "max_in_flight_tokens": self.cache.max_in_flight_tokens}
+                  "max_in_flight_tokens": self.cache.max_in_flight_tokens,
+                  "kv_connector": self.cache.kv_connector}
         self.model = PrefixCacheModel(**config, event_fields=self.cache.event_fields)
         self.arrived = 0
         self.finished: set[int] = set()
@@ -141,7 +152,11 @@ class PrefixCacheMachine(HarnessMachine):
         # draw (each draw costs Hypothesis more than a step costs the cache).
         chunk, lookahead = divmod(draw_integer(data, 0, 2 * left * (MAX_LOOKAHEAD + 1) - 1),
                                   MAX_LOOKAHEAD + 1)
-        self.act("schedule_waiting", r, min(left, chunk + 1, self._step_cap()), lookahead)
+        # With a KV connector, half the admissions load some tokens past the hit.
+        external = max(0, draw_integer(data, 0, 2 * left - 1) - left) \
+            if self.model.kv_connector else 0
+        self.act("schedule_waiting", r, min(left, chunk + 1, self._step_cap()), lookahead,
+                 external)
 
     @precondition(lambda self: self._running(pending=True))
     @rule(data=st.data())
@@ -223,9 +238,12 @@ class PrefixCacheMachine(HarnessMachine):
         self.apply("add_request", req, shown=f"cache.add_request({shown})",
                    effect=f"{len(req.prompt)} prompt tokens")
 
-    def do_schedule_waiting(self, r: int, num_new_tokens: int, lookahead: int):
-        if r not in self._waiting() or num_new_tokens > self._step_cap():
-            raise InvalidAction("schedule_waiting: not a waiting request, or past one step")
+    def do_schedule_waiting(self, r: int, num_new_tokens: int, lookahead: int,
+                            external: int = 0):
+        if r not in self._waiting() or num_new_tokens > self._step_cap() or \
+                (external and not self.model.kv_connector):
+            raise InvalidAction("schedule_waiting: not a waiting request, past one step, or "
+                                "a load with no connector")
         rid = self._rid(r)
         preempted = r in self.preempted
         hit = self.call("hit-agrees", "get_computed_blocks", rid,
@@ -234,9 +252,12 @@ class PrefixCacheMachine(HarnessMachine):
                         if h.block_ids else "no cached prefix")
         self._note_hit(rid, hit, preempted)
         left = self.model.num_tokens(rid) - hit.num_computed_tokens
-        if num_new_tokens > left:
-            num_new_tokens = left      # the hit took part of the chunk
-        self._allocate(rid, max(1, num_new_tokens), hit, lookahead)
+        external = min(external, left - 1)      # the connector leaves a token to compute
+        if num_new_tokens > left - external:
+            num_new_tokens = left - external    # the hit and the load took part of the chunk
+        if external:
+            self.hazard("KV connector loaded tokens past the hit")
+        self._allocate(rid, max(1, num_new_tokens), hit, lookahead, external)
 
     def do_allocate_slots(self, r: int, num_new_tokens: int, lookahead: int):
         if r not in self._running(pending=True) or num_new_tokens > self._uncomputed(r) \
@@ -305,15 +326,19 @@ class PrefixCacheMachine(HarnessMachine):
         if not hasattr(self, "model"):
             return
         model, cache = self.model, self.cache
-        refs = [cache.ref_cnt(b) for b in range(model.num_blocks)]
+        # The pool's blocks: the null block is never pooled, and its count is kept by no
+        # release's promise (0.33.0 skips it on free; 0.32.0 counts it down past zero).
+        blocks = range(1, model.num_blocks)
+        refs = [cache.ref_cnt(b) for b in blocks]
         queue = cache.free_queue()
-        unreferenced = {b for b in range(1, model.num_blocks) if refs[b] == 0}
+        unreferenced = {b for b, n in zip(blocks, refs, strict=True) if n == 0}
         self.check("free-is-unreferenced", set(queue) == unreferenced and
                    len(queue) == cache.num_free_blocks,
                    lambda: f"free queue {list(queue)} ({cache.num_free_blocks} free), "
                    f"unreferenced {sorted(unreferenced)}")
-        expect = [model.ref_cnt(b) for b in range(model.num_blocks)]
-        self.check("refs-agree", refs == expect, lambda: f"ref counts {refs}, model {expect}")
+        expect = [model.ref_cnt(b) for b in blocks]
+        self.check("refs-agree", refs == expect,
+                   lambda: f"ref counts of blocks 1.. {refs}, model {expect}")
         for r in self._live():
             rid = self._rid(r)
             got, want = cache.get_block_ids(rid), model.get_block_ids(rid)
@@ -349,8 +374,8 @@ class PrefixCacheMachine(HarnessMachine):
     def state_checks(self) -> list[str]:
         model = self.model
         lines = [f"assert cache.free_queue() == {model.free_queue()!r}",
-                 f"assert [cache.ref_cnt(b) for b in range({model.num_blocks})] == "
-                 f"{[model.ref_cnt(b) for b in range(model.num_blocks)]!r}"]
+                 f"assert [cache.ref_cnt(b) for b in range(1, {model.num_blocks})] == "
+                 f"{[model.ref_cnt(b) for b in range(1, model.num_blocks)]!r}"]
         lines += [f"assert cache.get_block_ids({self._rid(r)!r}) == "
                   f"{model.get_block_ids(self._rid(r))!r}" for r in self._live()]
         lines.append(f"assert cache.cached_blocks() == {model.cached_blocks()!r}")
@@ -358,9 +383,10 @@ class PrefixCacheMachine(HarnessMachine):
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _allocate(self, rid: str, num_new_tokens: int, hit: Hit | None, lookahead: int):
+    def _allocate(self, rid: str, num_new_tokens: int, hit: Hit | None, lookahead: int,
+                  external: int = 0):
         model = self.model
-        needed = model.blocks_needed(rid, num_new_tokens, hit or Hit(), lookahead)
+        needed = model.blocks_needed(rid, num_new_tokens, hit or Hit(), lookahead, external)
         cached_before = set(model.key_of)
         computed = model.requests[rid].num_computed_tokens + (hit.num_computed_tokens
                                                               if hit else 0)
@@ -368,6 +394,8 @@ class PrefixCacheMachine(HarnessMachine):
             self.hazard("lookahead slots cut at max_model_len")
         shown_hit = f", hit={hit!r}" if hit and hit.block_ids else ""
         shown_look = f", num_lookahead_tokens={lookahead}" if lookahead else ""
+        shown_look += f", num_external_computed_tokens={external}" if external else ""
+        loads = dict(num_external_computed_tokens=external) if external else {}
         stored_before = sum(isinstance(e, BlockStored) for e in model.events)
         running, behind_before = bool(model.tables.get(rid)), \
             model.get_block_ids(rid).count(NULL_BLOCK)
@@ -376,7 +404,7 @@ class PrefixCacheMachine(HarnessMachine):
                 model.admission_cap() is not None and model.admission_cap() < whole:
             self.hazard("sliding window: admission capped below the whole sequence")
         new = self.call("fit-agrees", "allocate_slots", rid, num_new_tokens, hit=hit,
-                        num_lookahead_tokens=lookahead,
+                        num_lookahead_tokens=lookahead, **loads,
                         shown=f"cache.allocate_slots({rid!r}, {num_new_tokens}{shown_hit}"
                               f"{shown_look})",
                         effect=lambda new: f"refused: {needed} blocks needed, "

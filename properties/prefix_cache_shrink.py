@@ -14,15 +14,16 @@ from properties.shrink_steps import without_request
 
 REQUEST_ACTIONS = ("add_request", "schedule_waiting", "allocate_slots", "append_token_ids",
                    "free", "preempt")
-SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")      # (r, num_new_tokens, lookahead)
+# (r, num_new_tokens, lookahead), and for schedule_waiting the connector's tokens after them
+SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")
 
 
 def simpler_worlds(world, actions: list[tuple]):
     """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
     prompt logprobs, shrink the pool or the length cap, turn EAGLE off, turn caching and
-    events back on and the admission gates off, full attention for a sliding window (the
-    default world), make a resent prompt a
-    fresh request, lower a step's chunk or lookahead."""
+    events back on and the admission gates off, full attention for a sliding window, no KV
+    connector (the default world), make a resent prompt a fresh request, merge a request's
+    two steps, lower a step's chunk, lookahead or connector load."""
     requests = world.requests
     for k in range(len(requests)):
         if len(requests) > 1:
@@ -50,15 +51,18 @@ def simpler_worlds(world, actions: list[tuple]):
         yield evolve(world, reserve_full_isl=False), actions
     if world.watermark:
         yield evolve(world, watermark=0.0), actions
+    if world.kv_connector:
+        yield evolve(world, kv_connector=False), _without_loads(actions)
     if world.max_in_flight_tokens is not None:
         yield evolve(world, max_in_flight_tokens=None), actions
     if world.sliding_window is not None:
         yield evolve(world, sliding_window=None, max_in_flight_tokens=None), actions
     yield from _resends_made_fresh(world, actions)
+    yield from _steps_merged(world, actions)
     for j, action in enumerate(actions):
         if action[0] in SIZED_ACTIONS:
-            for pos in (3, 2):
-                if action[pos] > (0 if pos == 3 else 1):
+            for pos in (4, 3, 2)[5 - len(action):]:
+                if action[pos] > (0 if pos > 2 else 1):
                     lower = (*action[:pos], action[pos] - 1, *action[pos + 1:])
                     yield world, [*actions[:j], lower, *actions[j + 1:]]
 
@@ -87,6 +91,23 @@ def _resends_made_fresh(world, actions: list[tuple]):
         yield (evolve(world, requests=(*world.requests, fresh)),
                [a for j, a in enumerate(actions[:i]) if j != free_at]
                + [("add_request", n)] + later)
+
+
+def _steps_merged(world, actions: list[tuple]):
+    """A request's step and the ``allocate_slots`` right after it become one step of both
+    chunks (the later one's lookahead): what a request computes over two steps, in one. The
+    chunk lowering alone cannot reach it, and a bug met after a request's prompt is computed
+    is then met in fewer calls."""
+    for j in range(len(actions) - 1):
+        first, then = actions[j], actions[j + 1]
+        if first[0] in SIZED_ACTIONS and then[0] == "allocate_slots" and first[1] == then[1]:
+            merged = (first[0], first[1], first[2] + then[2], then[3], *first[4:])
+            yield world, [*actions[:j], merged, *actions[j + 2:]]
+
+
+def _without_loads(actions: list[tuple]) -> list[tuple]:
+    """The steps with no connector load (a scheduling step's last argument)."""
+    return [(*a[:4], 0) if a[0] == "schedule_waiting" else a for a in actions]
 
 
 def _renamed(requests: tuple[PrefixRequest, ...]) -> tuple[PrefixRequest, ...]:

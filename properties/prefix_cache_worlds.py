@@ -45,6 +45,8 @@ class PrefixCacheWorld:
     # One sliding-window group instead of full attention, and the scheduler's in-flight tokens.
     sliding_window: int | None = None
     max_in_flight_tokens: int | None = None
+    # A KV connector that loads tokens past a request's hit on its first step.
+    kv_connector: bool = False
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -53,7 +55,8 @@ class PrefixCacheWorld:
                     enable_kv_cache_events=self.enable_kv_cache_events,
                     reserve_full_isl=self.reserve_full_isl, watermark=self.watermark,
                     sliding_window=self.sliding_window,
-                    max_in_flight_tokens=self.max_in_flight_tokens)
+                    max_in_flight_tokens=self.max_in_flight_tokens,
+                    kv_connector=self.kv_connector)
 
 
 @st.composite
@@ -95,9 +98,11 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
     if draw(st.integers(0, 2)) == 2:
         sliding_window = draw(st.sampled_from(SLIDING_WINDOWS))
         max_in_flight_tokens = draw(st.sampled_from(IN_FLIGHT_TOKENS))
+    kv_connector = draw(st.integers(0, 3)) == 3       # a quarter of the worlds
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
-                            reserve_full_isl, watermark, sliding_window, max_in_flight_tokens)
+                            reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,
+                            kv_connector)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

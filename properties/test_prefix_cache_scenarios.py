@@ -47,12 +47,9 @@ def _stored(cache, keys: tuple, parent, token_ids: tuple, first_extra=None,
 
 
 def _sliding(target: str, **config):
-    """A cache of one sliding-window group; skipped where the release is not driven so."""
-    cache = make_or_skip(target, "prefix_cache", **config)
-    if cache.sliding_window is None:
-        pytest.skip(f"{cache!r} is not driven with a sliding-window group (a release "
-                    f"before 0.33.0): prefix_cache_compat.sliding_window")
-    return cache
+    """A cache of one sliding-window group; skipped where the release is not driven so
+    (``prefix_cache_compat.sliding_window``)."""
+    return make_or_skip(target, "prefix_cache", drives="sliding_window", **config)
 
 
 def _removed(cache, key: tuple) -> BlockRemoved:
@@ -285,4 +282,23 @@ def test_a_sliding_window_admission_is_capped_at_what_a_request_holds_at_once(ta
         _stored(cache, ((1,),), None, (1,), window=2),
         _stored(cache, ((1, 2),), (1,), (2,), window=2),
         _stored(cache, ((1, 2, 3),), (1, 2), (3,), window=2)))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_connector_load_takes_blocks_before_the_step_and_is_cached_with_it(target):
+    """Scenario: a KV connector loads r0's first two tokens (one block) on its first step:
+    that block is taken first and is not among the step's new blocks; the step's four tokens
+    take the next two. All three blocks are computed, so all three are cached in one event,
+    and r1 with the same prompt hits the first two."""
+    cache = make_or_skip(target, "prefix_cache", drives="kv_connector", num_blocks=6,
+                         block_size=2, max_model_len=8, kv_connector=True)
+    cache.add_request(PrefixRequest("r0", (1, 2, 3, 4, 5, 6)))
+    agrees(HIT, cache.get_computed_blocks("r0"), Hit())
+    agrees(FIT, cache.allocate_slots("r0", 4, num_external_computed_tokens=2), (2, 3))
+    agrees(TABLES, cache.get_block_ids("r0"), (1, 2, 3))
+    agrees(EVENTS, cache.take_events(), (_stored(
+        cache, ((1, 2), (1, 2, 3, 4), (1, 2, 3, 4, 5, 6)), None, (1, 2, 3, 4, 5, 6)),))
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 5, 6)))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit((1, 2), 4))
     _valid(cache)

@@ -10,7 +10,8 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                         enable_caching: bool = True,
                         enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
                         watermark: float = 0.0, sliding_window: int | None = None,
-                        max_in_flight_tokens: int | None = None) -> dict:
+                        max_in_flight_tokens: int | None = None,
+                        kv_connector: bool = False) -> dict:
     """A pool of ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens;
     ``uncached_first``: where a block released without a cached hash goes in the free queue
     (vLLM's target takes its release's answer and ignores it); ``enable_caching`` and
@@ -22,7 +23,8 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     group is a sliding-window group of that many tokens (None: full attention);
     ``max_in_flight_tokens``: what the scheduler passes (``max_concurrent_batches *
     max_num_batched_tokens``; None: left out, as vLLM's own tests leave it), which caps a
-    sliding-window admission."""
+    sliding-window admission; ``kv_connector``: a KV connector loads some requests' tokens
+    past their hit (synchronously, on their first step)."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -42,4 +44,5 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                 enable_caching=bool(enable_caching),
                 enable_kv_cache_events=bool(enable_kv_cache_events),
                 reserve_full_isl=bool(reserve_full_isl), watermark=float(watermark),
-                sliding_window=sliding_window, max_in_flight_tokens=max_in_flight_tokens)
+                sliding_window=sliding_window, max_in_flight_tokens=max_in_flight_tokens,
+                kv_connector=bool(kv_connector))

@@ -53,7 +53,7 @@ class NativePrefixCache:
                  enable_caching: bool = True, enable_kv_cache_events: bool = True,
                  reserve_full_isl: bool = False, watermark: float = 0.0,
                  sliding_window: int | None = None, max_in_flight_tokens: int | None = None,
-                 bugs: frozenset[str] = frozenset()):
+                 kv_connector: bool = False, bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
@@ -61,6 +61,7 @@ class NativePrefixCache:
         self.reserve_full_isl, self.watermark = reserve_full_isl, watermark
         self.headroom = int(watermark * num_blocks)    # kept free by admissions while others run
         self.sliding_window, self.max_in_flight_tokens = sliding_window, max_in_flight_tokens
+        self.kv_connector = kv_connector
         # A sliding-window hit must end in this many cached blocks (EAGLE: one more, dropped).
         self.window_blocks = None if sliding_window is None else \
             -(-(sliding_window - 1) // block_size) + use_eagle
@@ -126,12 +127,14 @@ class NativePrefixCache:
         return max(0, num_computed - self.sliding_window + 1) // self.block_size
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
-                       num_lookahead_tokens: int = 0) -> tuple[int, ...] | None:
-        hit = hit or Hit()
+                       num_lookahead_tokens: int = 0,
+                       num_external_computed_tokens: int = 0) -> tuple[int, ...] | None:
+        hit, external = hit or Hit(), num_external_computed_tokens
         table = self.table.get(request_id, [])
-        done = min(self.computed[request_id] + hit.num_computed_tokens, self.max_model_len)
+        done = min(self.computed[request_id] + hit.num_computed_tokens + external,
+                   self.max_model_len)
         end = min(done + num_new_tokens + num_lookahead_tokens, self.max_model_len)
-        skipped = 0 if table else self._behind_window(hit.num_computed_tokens)
+        skipped = 0 if table else self._behind_window(hit.num_computed_tokens + external)
         revived = sum(b != NULL and self.refs[b] == 0 for b in hit.block_ids[skipped:]) \
             if "pc-revived-uncounted" not in self.bugs else 0
         room = len(self.queue)
@@ -151,17 +154,21 @@ class NativePrefixCache:
         if max(-(-end // self.block_size) - held, 0) + (0 if table else revived) > room:
             return None
         table = self.table.setdefault(request_id, table)
-        for block in hit.block_ids:
-            if block == NULL:
-                continue
+        # The hit's blocks behind the window stay out (the null block in their slots).
+        kept = hit.block_ids[skipped:]
+        for block in kept:
             if self.refs[block] == 0 and "pc-touch-keeps-queued" not in self.bugs:
                 del self.queue[block]
             self.refs[block] += 1
-        table.extend(hit.block_ids)
+        table.extend([NULL] * skipped)
+        table.extend(kept)
         self.num_cached.setdefault(request_id, len(table))
+        if external:        # the connector's tokens land in blocks of their own first
+            table.extend(self._pop_free() for _ in range(-(-done // self.block_size)
+                                                          - len(table)))
         new = [self._pop_free() for _ in range(max(-(-end // self.block_size) - len(table), 0))]
         table.extend(new)
-        self.computed[request_id] += hit.num_computed_tokens + num_new_tokens
+        self.computed[request_id] += hit.num_computed_tokens + external + num_new_tokens
         self._write(request_id)
         self._commit(request_id)
         return tuple(new)

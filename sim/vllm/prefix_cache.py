@@ -51,7 +51,7 @@ class VllmPrefixCache:
                  use_eagle: bool = False, enable_caching: bool = True,
                  enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
                  watermark: float = 0.0, sliding_window: int | None = None,
-                 max_in_flight_tokens: int | None = None):
+                 max_in_flight_tokens: int | None = None, kv_connector: bool = False):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -70,6 +70,15 @@ class VllmPrefixCache:
         # The group the release is driven with (the model takes it, as it takes the gates).
         self.sliding_window, self.max_in_flight_tokens = \
             prefix_cache_compat.sliding_window(cls, sliding_window, max_in_flight_tokens)
+        self.kv_connector = prefix_cache_compat.connector_loads(cls, kv_connector)
+        # A world option the release is not driven with (its rules were not read): the
+        # machine notes it and runs the world without it, a scenario needing it is skipped.
+        self.drives_sliding_window = sliding_window is None or self.sliding_window is not None
+        self.drives_kv_connector = not kv_connector or self.kv_connector
+        self.why_no_sliding_window = "absent: no sliding-window group of vLLM 0.33.0's rules " \
+            f"(vLLM {self.release}: releases before 0.33.0 not read for it)"
+        self.why_no_kv_connector = "absent: no KV connector loads of vLLM 0.33.0's rules " \
+            f"(vLLM {self.release}: releases before 0.33.0 not read for them)"
         spec = _full_attention(kv, block_size, torch.float32)
         if self.sliding_window is not None:
             spec = _sliding_window(kv, spec, self.sliding_window)
@@ -130,14 +139,18 @@ class VllmPrefixCache:
         return Hit(tuple(blocks.get_block_ids()[0]) if blocks.blocks[0] else (), num_tokens)
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
-                       num_lookahead_tokens: int = 0) -> tuple[int, ...] | None:
+                       num_lookahead_tokens: int = 0,
+                       num_external_computed_tokens: int = 0) -> tuple[int, ...] | None:
+        """The scheduler's call for one step; ``num_external_computed_tokens``: a KV
+        connector's synchronous load past the hit (``delay_cache_blocks`` off)."""
         hit = hit or Hit()
         req = self.requests[request_id]
         computed = None if not hit.block_ids else \
             self._blocks_cls(([self.pool.blocks[b] for b in hit.block_ids],))
         # Keywords at their defaults are left out (a caller relying on them leaves them out).
         given = dict(num_new_computed_tokens=hit.num_computed_tokens,
-                     new_computed_blocks=computed, num_lookahead_tokens=num_lookahead_tokens)
+                     new_computed_blocks=computed, num_lookahead_tokens=num_lookahead_tokens,
+                     num_external_computed_tokens=num_external_computed_tokens)
         given = {k: v for k, v in given.items() if v}
         if self.reserve_full_isl and req.status != self._running:
             # The scheduler's waiting loop asks every admission (a new or preempted request)
@@ -153,7 +166,8 @@ class VllmPrefixCache:
             return None
         # What the scheduler does after a step is scheduled: the hit and the new tokens count
         # as computed (their KV is written by the forward pass), and the request runs.
-        req.num_computed_tokens += hit.num_computed_tokens + num_new_tokens
+        req.num_computed_tokens += hit.num_computed_tokens + num_external_computed_tokens \
+            + num_new_tokens
         req.status = prefix_cache_compat.request_status(self._request_mod, "RUNNING")
         return tuple(new.get_block_ids()[0]) if new.blocks[0] else ()
 
@@ -290,8 +304,9 @@ def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       use_eagle: bool = False, enable_caching: bool = True,
                       enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
                       watermark: float = 0.0, sliding_window: int | None = None,
-                      max_in_flight_tokens: int | None = None) -> VllmPrefixCache:
+                      max_in_flight_tokens: int | None = None,
+                      kv_connector: bool = False) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
                            enable_kv_cache_events, reserve_full_isl, watermark,
-                           sliding_window, max_in_flight_tokens)
+                           sliding_window, max_in_flight_tokens, kv_connector)

@@ -81,6 +81,20 @@ def sliding_window(manager_cls: type, window: int | None,
     return window, max_in_flight_tokens
 
 
+def connector_loads(manager_cls: type, kv_connector: bool) -> bool:
+    """Whether the release is driven with a KV connector's synchronous loads
+    (``allocate_slots(num_external_computed_tokens=...)``).
+
+    # vLLM 0.33.0 (read): the connector's tokens past the hit get new blocks after the hit's
+    #   (``allocate_external_computed_blocks``), move the window's skipped blocks, and are
+    #   cached with the step's. Releases before 0.33.0 were not read for it: driven without
+    #   a connector (the keyword's presence alone does not say they behave so).
+    """
+    params = inspect.signature(manager_cls.allocate_slots).parameters
+    return kv_connector and "num_external_computed_tokens" in params \
+        and release.at_least("0.33.0")
+
+
 def computed_blocks(answer: tuple) -> tuple[Any, int]:
     """``get_computed_blocks(request)``'s blocks and hit length.
 
