@@ -46,6 +46,7 @@ from models.prefix_cache_values import (
     EVENT_FIELDS,
     FULL_ATTENTION,
     MEDIUM_GPU,
+    NULL_BLOCK,
     SLIDING_WINDOW,
     AllBlocksCleared,
     BlockKey,
@@ -56,8 +57,6 @@ from models.prefix_cache_values import (
     PrefixRequest,
     in_release_shape,
 )
-
-NULL_BLOCK = 0      # block 0 is vLLM's null block: never free, never held, never cached
 
 
 @define
@@ -235,16 +234,15 @@ class PrefixCacheModel:
         new blocks for the step's own tokens are returned, not the connector's."""
         hit, external = hit or Hit(), num_external_computed_tokens
         state = self.requests[request_id]
-        gate = dict(num_external_computed_tokens=external)
         if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens,
-                                  whole_only=True, **gate):
+                                  whole_only=True, num_external_computed_tokens=external):
             return None
         reused = hit.num_computed_tokens + external
         # Given back even if the step is refused next (so it evicts fewer cached blocks).
         self._give_back_skipped(request_id, min(state.num_computed_tokens + reused,
                                                 self.max_model_len))
         if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens,
-                                  **gate):
+                                  num_external_computed_tokens=external):
             return None
         table = self.tables.setdefault(request_id, [])
         if hit.block_ids or external:

@@ -16,6 +16,9 @@ BlockKey = tuple       # the prefix a block hash names: (salt, tokens...) or (to
 # What the one group's events name besides the blocks (vLLM's spelling): the device pool's
 # medium, the group's index and its spec kind (full attention or sliding window).
 MEDIUM_GPU = "GPU"
+# Block 0 is vLLM's null block: never free, never held, never cached; a table holds it in
+# place of a block behind a sliding window.
+NULL_BLOCK = 0
 FULL_ATTENTION = "full_attention"
 SLIDING_WINDOW = "sliding_window"
 # The optional fields of the events; a release's events carry some of them (a target's

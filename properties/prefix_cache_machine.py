@@ -24,8 +24,9 @@ from attrs import evolve
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from models.prefix_cache import NULL_BLOCK, PrefixCacheModel
+from models.prefix_cache import PrefixCacheModel
 from models.prefix_cache_values import (
+    NULL_BLOCK,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,

@@ -33,6 +33,7 @@ from models.prefix_cache_values import (
     EVENT_FIELDS,
     FULL_ATTENTION,
     MEDIUM_GPU,
+    NULL_BLOCK,
     SLIDING_WINDOW,
     AllBlocksCleared,
     BlockRemoved,
@@ -42,7 +43,6 @@ from models.prefix_cache_values import (
 )
 
 EMPTY_SLOT = -1
-NULL = 0            # the null block: stands in a table for a block behind the window
 
 
 class NativePrefixCache:
@@ -118,7 +118,7 @@ class NativePrefixCache:
             blocks = self.by_hash.get(self._key(request_id, (n + 1) * self.block_size))
             run = [blocks[0], *run] if blocks else []
             if len(run) == self.window_blocks:
-                return [NULL] * n + run
+                return [NULL_BLOCK] * n + run
         return run          # the scan ended at the first block: the run from it
 
     def _behind_window(self, num_computed: int) -> int:
@@ -135,7 +135,7 @@ class NativePrefixCache:
                    self.max_model_len)
         end = min(done + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         skipped = 0 if table else self._behind_window(hit.num_computed_tokens + external)
-        revived = sum(b != NULL and self.refs[b] == 0 for b in hit.block_ids[skipped:]) \
+        revived = sum(b != NULL_BLOCK and self.refs[b] == 0 for b in hit.block_ids[skipped:]) \
             if "pc-revived-uncounted" not in self.bugs else 0
         room = len(self.queue)
         if not table:       # an admission: gated as the scheduler's waiting queue gates it
@@ -151,7 +151,7 @@ class NativePrefixCache:
         elif self.sliding_window is not None and "pc-window-keeps-skipped" not in self.bugs:
             room += self._drop_behind_window(request_id, done)
         held = len(table) if table else max(skipped, len(hit.block_ids))
-        if max(-(-end // self.block_size) - held, 0) + (0 if table else revived) > room:
+        if max(-(-end // self.block_size) - held, 0) + revived > room:
             return None
         table = self.table.setdefault(request_id, table)
         # The hit's blocks behind the window stay out (the null block in their slots).
@@ -160,7 +160,7 @@ class NativePrefixCache:
             if self.refs[block] == 0 and "pc-touch-keeps-queued" not in self.bugs:
                 del self.queue[block]
             self.refs[block] += 1
-        table.extend([NULL] * skipped)
+        table.extend([NULL_BLOCK] * skipped)
         table.extend(kept)
         self.num_cached.setdefault(request_id, len(table))
         if external:        # the connector's tokens land in blocks of their own first
@@ -195,17 +195,17 @@ class NativePrefixCache:
         table, before = self.table[request_id], len(self.queue)
         dropped = []
         for i in range(min(self._behind_window(done), len(table)) - 1, -1, -1):
-            if table[i] == NULL:
+            if table[i] == NULL_BLOCK:
                 break
             dropped.append(table[i])
-            table[i] = NULL
+            table[i] = NULL_BLOCK
         self._give_back(dropped)
         return len(self.queue) - before
 
     def _give_back(self, order: list[int]) -> None:
         to_front = []
         for block in order:
-            if block == NULL:
+            if block == NULL_BLOCK:
                 continue
             self.refs[block] -= 1
             if self.refs[block] > 0:
@@ -289,7 +289,7 @@ class NativePrefixCache:
         done = self.computed[request_id]
         for i, block in enumerate(self.table[request_id]):
             row = tokens[i * size:min((i + 1) * size, done)]
-            if row and block != NULL:
+            if row and block != NULL_BLOCK:
                 self.kv[block, :len(row)] = torch.tensor(row, dtype=torch.long)
 
     def _commit(self, request_id: str) -> None:
@@ -300,7 +300,7 @@ class NativePrefixCache:
             return
         keys, extra, salt = [], [], self.sent[request_id].cache_salt
         for i in range(start, full):
-            if table[i] == NULL:
+            if table[i] == NULL_BLOCK:
                 continue
             key = self._key(request_id, (i + 1) * size)
             self.hash_of[table[i]] = key
