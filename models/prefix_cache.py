@@ -269,6 +269,16 @@ class PrefixCacheModel:
     def append_token_ids(self, request_id: str, token_ids: tuple[int, ...]) -> None:
         self.requests[request_id].tokens.extend(token_ids)
 
+    def connector_finished(self, request_id: str) -> tuple[int, ...]:
+        """A finishing request's blocks as the scheduler hands them to its KV connector
+        (before they are freed): first the blocks wholly behind the window of its computed
+        tokens are given back (the null block in their slots), then the blocks holding its
+        computed tokens are the answer; blocks taken for lookahead slots past them are not."""
+        state = self.requests[request_id]
+        self._give_back_skipped(request_id, min(state.num_computed_tokens, self.max_model_len))
+        computed = -(-state.num_computed_tokens // self.block_size)
+        return tuple(self.tables.get(request_id, [])[:computed])
+
     def free(self, request_id: str) -> None:
         """The request finished: its blocks are released and it is forgotten."""
         self._release(request_id)

@@ -61,6 +61,7 @@ HAZARDS = (
     "sliding window: blocks behind it given back",
     "sliding window: admission capped below the whole sequence",
     "KV connector loaded tokens past the hit",
+    "KV connector handed a finished request's blocks",
 )
 
 PROPERTIES = {
@@ -79,6 +80,8 @@ PROPERTIES = {
     "block-hash-is-cached": "a block carries a hash exactly while the cached set names it "
                             "under that hash: none survives an eviction or a reset",
     "free-lists-held-blocks": "no free_blocks call lists a block twice or one not held",
+    "connector-blocks-agree": "a finishing request hands its KV connector the blocks of its "
+                              "computed tokens, those behind the window given back first",
 }
 
 
@@ -280,6 +283,16 @@ class PrefixCacheMachine(HarnessMachine):
             raise InvalidAction("free: not a live request")
         rid = self._rid(r)
         self._note_release(rid)
+        if self.model.kv_connector:
+            # The scheduler hands a finishing request's blocks to its KV connector first.
+            behind = self.model.get_block_ids(rid).count(NULL_BLOCK)
+            handed = self.call("connector-blocks-agree", "connector_finished", rid,
+                               shown=f"cache.connector_finished({rid!r})",
+                               effect=lambda b: f"{len(b)} blocks handed to the connector")
+            if handed:
+                self.hazard("KV connector handed a finished request's blocks")
+            if self.model.get_block_ids(rid).count(NULL_BLOCK) > behind:
+                self.hazard("sliding window: blocks behind it given back")
         self.apply("free", rid, shown=f"cache.free({rid!r})", effect="finished")
         self.finished.add(r)
 

@@ -89,10 +89,10 @@ def holds(property: str, ok: object, detail: str | Callable[[], str]) -> None:
         raise PropertyFailed(property, detail() if callable(detail) else detail)
 
 
-def make_or_skip(target: str, subsystem: str, drives: str | None = None,
+def make_or_skip(target: str, subsystem: str, drives: str | tuple[str, ...] | None = None,
                  calls: tuple[str, ...] = (), **config: Any) -> Any:
     """``make(target, subsystem, **config)``, or a skip naming why the target cannot run the
-    scenario: it is missing here, it reports that it does not drive the world's option
+    scenario: it is missing here, it reports that it does not drive a world option of
     ``drives`` (its ``drives_<option>`` is false, ``why_no_<option>`` says why), or one of the
     ``calls`` the scenario makes is one the target's release lacks or the harness does not
     map there (its ``missing_calls``, which a machine's rules leave out the same way)."""
@@ -100,8 +100,9 @@ def make_or_skip(target: str, subsystem: str, drives: str | None = None,
         port = make(target, subsystem, **config)
     except TargetUnavailable as why:
         unavailable(target, why)     # a skip, or a failure where targets are required
-    if drives and not getattr(port, f"drives_{drives}", True):
-        pytest.skip(getattr(port, f"why_no_{drives}", f"{target} does not drive {drives}"))
+    for option in (drives,) if isinstance(drives, str) else drives or ():
+        if not getattr(port, f"drives_{option}", True):
+            pytest.skip(getattr(port, f"why_no_{option}", f"{target} does not drive {option}"))
     for call in calls:
         reason = getattr(port, "missing_calls", {}).get(call)
         if reason is not None:

@@ -330,3 +330,19 @@ def test_in_a_mutation_campaign_a_shape_error_inside_vllm_is_the_mutant_s(monkey
     assert verdict.kind == "divergence" and "mutant m110" in verdict.why
     adapter = raised(lambda: tiered_lookup_compat.store_output(object()))
     assert classify(adapter).kind == "unavailable"      # the adapter's own error still is
+
+
+def test_in_a_mutation_campaign_a_constructor_raising_inside_vllm_is_the_mutant_s(monkeypatch):
+    """Outside a campaign, a vLLM constructor whose own check rejects the harness's arguments
+    is a world the release does not build (``AdapterError``, never a finding); inside one the
+    unmutated constructor accepted the same arguments, so the raise is a divergence
+    (``no-raise``): KVCacheManager's watermark assertion made strict by a mutant is one."""
+    def factory(target, cache_size):
+        in_vllm("def f(watermark=0.0):\n    assert watermark > 0.0, 'watermark'\n", "f")()
+    monkeypatch.setitem(targets._FACTORIES, ("vllm", "encoder_cache"), factory)
+    with pytest.raises(AdapterError, match="building the vllm encoder_cache .*AssertionError"):
+        targets.make("vllm", "encoder_cache", cache_size=2)
+    monkeypatch.setenv("LCH_MUTANT", "m033")
+    with pytest.raises(AssertionError, match="watermark") as raised_error:
+        targets.make("vllm", "encoder_cache", cache_size=2)
+    assert "mutant m033" in classify(raised_error.value).why

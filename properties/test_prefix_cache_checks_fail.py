@@ -105,6 +105,14 @@ def test_free_lists_held_blocks_can_fail(monkeypatch, tmp_path):
     _fails(tmp_path, "free-lists-held-blocks")
 
 
+def test_connector_blocks_agree_can_fail(monkeypatch, tmp_path):
+    # The connector is handed every block the finishing request holds, lookahead slots past
+    # its computed tokens included (get_block_ids where the clipped read belongs).
+    monkeypatch.setattr(NativePrefixCache, "connector_finished",
+                        lambda self, rid: tuple(self.table.get(rid, ())))
+    _fails(tmp_path, "connector-blocks-agree", max_examples=300)
+
+
 def test_duplicate_listings_names_each_wrong_call():
     assert duplicate_listings([((1, 2), {1: 1, 2: 1})]) == []
     assert duplicate_listings([((3, 3), {3: 2})]) == [

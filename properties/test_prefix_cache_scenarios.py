@@ -24,6 +24,7 @@ from properties.scenarios import agrees, make_or_skip
 HIT, FIT, RESET, EVENTS = "hit-agrees", "fit-agrees", "reset-agrees", "events-agree"
 REFS, TABLES = "refs-agree", "tables-agree"
 FREEQ, CACHED = "free-queue-agrees", "cached-set-agrees"
+CONNECTOR = "connector-blocks-agree"
 
 TARGETS = ["model", "native", "vllm"]
 
@@ -301,4 +302,24 @@ def test_a_connector_load_takes_blocks_before_the_step_and_is_cached_with_it(tar
         cache, ((1, 2), (1, 2, 3, 4), (1, 2, 3, 4, 5, 6)), None, (1, 2, 3, 4, 5, 6)),))
     cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 5, 6)))
     agrees(HIT, cache.get_computed_blocks("r1"), Hit((1, 2), 4))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_finishing_request_hands_its_connector_only_the_blocks_inside_its_window(target):
+    """Scenario: blocks of one token, a window of 2, a KV connector. r0 computes its three
+    tokens in one step (nothing is behind its window before that step). When it finishes
+    the scheduler first gives back the blocks wholly behind the window of its three
+    computed tokens (2, then 1: the last first, both cached, so at the queue's back), then
+    hands the connector its table (the null block twice, then 3); freeing r0 releases 3."""
+    cache = make_or_skip(target, "prefix_cache", drives=("sliding_window", "kv_connector"),
+                         num_blocks=6, block_size=1, max_model_len=4, sliding_window=2,
+                         kv_connector=True)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3)), (1, 2, 3))
+    agrees(CONNECTOR, cache.connector_finished("r0"), (0, 0, 3))
+    agrees(FREEQ, cache.free_queue(), (4, 5, 2, 1))
+    cache.free("r0")
+    agrees(FREEQ, cache.free_queue(), (4, 5, 2, 1, 3))
+    agrees(EVENTS, cache.take_events(), (_stored(
+        cache, ((1,), (1, 2), (1, 2, 3)), None, (1, 2, 3), window=2),))
     _valid(cache)

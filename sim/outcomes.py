@@ -207,10 +207,15 @@ def classify(error: BaseException) -> Verdict:
         if own:
             return Verdict("divergence", where, detail, own)
         mutant = os.environ.get(MUTANT_ENV)
-        if mutant and isinstance(error, SHAPE_ERRORS) and not isinstance(error, ImportError):
+        if mutant and not isinstance(error, ImportError):
+            # Whatever the type: the unmutated class was built and ran these calls in this
+            # campaign, so neither a shape error nor a constructor's own check (an assertion
+            # on the arguments, which ``targets.make`` would otherwise take for a world the
+            # release rejects) can be the harness's.
             return Verdict("divergence", where, detail,
                            f"mutant {mutant} changed only method bodies, and the unmutated "
-                           "class ran these calls in this campaign: the shape is the mutant's")
+                           "class was built and ran these calls in this campaign: the raise "
+                           "is the mutant's")
         kind = "unavailable" if isinstance(error, SHAPE_ERRORS) else "divergence"
         return Verdict(kind, where, detail)
     if area in ("properties", "harness") and not isinstance(error, AssertionError):

@@ -176,6 +176,14 @@ class NativePrefixCache:
     def append_token_ids(self, request_id: str, token_ids: tuple[int, ...]) -> None:
         self.tokens[request_id].extend(token_ids)
 
+    def connector_finished(self, request_id: str) -> tuple[int, ...]:
+        """The blocks a KV connector is handed at finish: the window's dropped first."""
+        done = self.computed[request_id]
+        if request_id in self.table and self.sliding_window is not None and \
+                "pc-window-keeps-skipped" not in self.bugs:
+            self._drop_behind_window(request_id, done)
+        return tuple(self.table.get(request_id, ())[:-(-done // self.block_size)])
+
     def free(self, request_id: str) -> None:
         self._release(request_id)
         del self.tokens[request_id], self.computed[request_id], self.sent[request_id]

@@ -98,7 +98,7 @@ class VllmPrefixCache:
             switches["max_in_flight_tokens"] = self.max_in_flight_tokens
         self.manager = cls(config, **prefix_cache_compat.manager_kwargs(
             cls, block_size, max_model_len, **switches))
-        self.pool = self.manager.block_pool
+        self.pool = prefix_cache_compat.block_pool(self.manager)
         self.uncached_first = prefix_cache_compat.uncached_first(self._utils,
                                                                  type(self.pool))
         self.event_fields = prefix_cache_compat.event_fields(events)
@@ -133,9 +133,14 @@ class VllmPrefixCache:
         self.sent[request.request_id] = request
         self._learn(req)
 
-    def get_computed_blocks(self, request_id: str) -> Hit:
-        blocks, num_tokens = prefix_cache_compat.computed_blocks(
-            self.manager.get_computed_blocks(self.requests[request_id]))
+    def get_computed_blocks(self, request_id: str) -> Hit | Any:
+        """The hit as a ``Hit``; an answer not of the release's shape as it came (the
+        machine compares it with the model's and reports it)."""
+        answer = self.manager.get_computed_blocks(self.requests[request_id])
+        unpacked = prefix_cache_compat.computed_blocks(answer)
+        if unpacked is None:
+            return answer
+        blocks, num_tokens = unpacked
         return Hit(tuple(blocks.get_block_ids()[0]) if blocks.blocks[0] else (), num_tokens)
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
@@ -176,6 +181,16 @@ class VllmPrefixCache:
         req.append_output_token_ids(list(token_ids))
         self._learn(req)
 
+    def connector_finished(self, request_id: str) -> tuple[int, ...]:
+        """``Scheduler._connector_finished``'s part for the KV cache: the blocks behind the
+        window of the processed tokens are given back (no step is in flight here), then
+        the connector is handed the blocks covering the computed tokens."""
+        req = self.requests[request_id]
+        self.manager.remove_skipped_blocks(request_id, req.num_computed_tokens,
+                                           num_prompt_tokens=req.num_prompt_tokens)
+        return tuple(self.manager.get_block_ids_for_computed_tokens(
+            request_id, req.num_computed_tokens)[0])
+
     def free(self, request_id: str) -> None:
         """The request finished: its blocks go back (``Scheduler._free_request``)."""
         req = self.requests.pop(request_id)
@@ -193,8 +208,13 @@ class VllmPrefixCache:
     def reset_prefix_cache(self) -> bool:
         return bool(self.manager.reset_prefix_cache())
 
-    def take_events(self) -> tuple:
-        return tuple(self._event(e) for e in self.manager.take_events())
+    def take_events(self) -> tuple | Any:
+        """The events translated; an answer that is not a list of them as it came (the
+        machine compares it with the model's and reports it)."""
+        events = self.manager.take_events()
+        if not isinstance(events, list):
+            return events
+        return tuple(self._event(e) for e in events)
 
     # -- reads for the checks -----------------------------------------------------------------
 

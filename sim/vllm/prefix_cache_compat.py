@@ -95,14 +95,29 @@ def connector_loads(manager_cls: type, kv_connector: bool) -> bool:
         and release.at_least("0.33.0")
 
 
-def computed_blocks(answer: tuple) -> tuple[Any, int]:
-    """``get_computed_blocks(request)``'s blocks and hit length.
+def computed_blocks(answer: Any) -> tuple[Any, int] | None:
+    """``get_computed_blocks(request)``'s blocks and hit length; None when the answer is not
+    of the release's shape (the adapter then reports the answer itself: a scheduler
+    unpacking it would fail, so it is a wrong answer, not an adapter error).
 
     # vLLM >=0.26.0: ``(blocks, num_computed_tokens, shared_prefix_boundary)``; the boundary
     #   is 0 with one group (no sparse group can lag the hit).
     # vLLM 0.10.2-0.24.x: ``(blocks, num_computed_tokens)``.
     """
+    if not isinstance(answer, tuple) or len(answer) not in (2, 3):
+        return None
     return answer[0], answer[1]
+
+
+def block_pool(manager: Any) -> Any:
+    """The pool the manager's coordinator built, read for the checks.
+
+    # vLLM 0.10.2-0.33.0 (read in both): ``KVCacheCoordinator.__init__`` builds the
+    #   ``BlockPool``; ``KVCacheManager.block_pool`` is an alias the manager's own methods
+    #   and the scheduler read. The adapter reads the coordinator's, so a manager that lost
+    #   its alias fails in its own methods (a finding), not in the adapter's reads.
+    """
+    return manager.coordinator.block_pool
 
 
 def uncached_first(utils: Any, pool_cls: Any) -> bool:
