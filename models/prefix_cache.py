@@ -22,14 +22,25 @@ the moment (and end) at which it was released. Reference counts, the free-block 
 free queue's order and the hash-to-block map are computed from those facts on demand, never
 kept as a second free list.
 
-A KV connector's tokens (``num_external_computed_tokens``, loaded synchronously on a
-request's first step) are computed tokens past the hit held in new blocks, cached as they
-are. World options (vLLM's ``CacheConfig`` and ``KVEventsConfig`` switches): ``enable_caching``
+A KV connector's tokens (``num_external_computed_tokens``, loaded on a request's first
+step) are computed tokens past the hit held in new blocks. A synchronous load is cached with
+the step. An asynchronous one (``delay_cache_blocks``) takes the blocks for the hit and the
+load and nothing else, caches nothing, and leaves the request out of both queues until the
+load finishes (``finish_load``): then its blocks are cached and it waits to be scheduled
+again, holding them; its admission keeps ``reserved_blocks`` free for the prefills in
+flight. World options (vLLM's ``CacheConfig`` and ``KVEventsConfig`` switches): ``enable_caching``
 off: no lookup finds anything, nothing is cached, every released block is uncached;
 ``enable_kv_cache_events`` off: no event is queued. Admission (vLLM's ``SchedulerConfig``): a
-request that holds no blocks (arrived, or preempted) is admitted only if, past the
-``watermark`` share of the pool kept free while another request runs, the free blocks hold
-this step, and with ``reserve_full_isl`` the whole sequence (up to the length cap).
+waiting request (arrived, preempted, or back from an asynchronous load) is admitted only
+if, past the ``watermark`` share of the pool kept free while another request runs, the free
+blocks hold this step, and with ``reserve_full_isl`` the whole sequence (up to the length
+cap).
+
+Lookahead block hashes (``hash_lookahead``: vLLM's ``num_hash_lookahead_tokens``, 1 for an
+EAGLE drafter by default from vLLM 0.33.0): a block's hash also covers the token after it, so
+a block can be found, and is cached, only once that token exists (a decode that samples it
+lets the next step cache the block); the hit then needs no EAGLE drop. A ``BlockStored``
+lists each block's lookahead tokens.
 
 Release differences are options (``sim/vllm/prefix_cache_compat.py`` reads them):
 ``uncached_first``: a block released without a cached prefix goes to the front of the free
@@ -83,8 +94,11 @@ class PrefixCacheModel:
     sliding_window: int | None = None
     max_in_flight_tokens: int | None = None
     kv_connector: bool = False      # the world has one (its loads are allocate_slots' to take)
+    hash_lookahead: int = 0         # tokens past a block its hash covers
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[int]] = field(factory=dict)     # request -> blocks it holds
+    waiting: set[str] = field(factory=set)     # in the scheduler's waiting queue
+    loading: set[str] = field(factory=set)     # an asynchronous connector load in flight
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
     cached_at: dict[int, int] = field(factory=dict)        # block -> when it was cached
     released: dict[int, int] = field(factory=dict)         # free block -> queue position
@@ -134,10 +148,16 @@ class PrefixCacheModel:
         return len(self.requests[request_id].tokens)
 
     def block_keys(self, request_id: str) -> list[BlockKey]:
-        """The request's full-block prefixes, in order (vLLM's ``request.block_hashes``)."""
-        state, size = self.requests[request_id], self.block_size
-        return [state.request.key(state.tokens[:end])
-                for end in range(size, len(state.tokens) + 1, size)]
+        """The keys of the request's full blocks whose hashes exist, in order (vLLM's
+        ``request.block_hashes``): each block's prefix, and its lookahead tokens after it
+        (a block whose lookahead tokens are not there yet has none)."""
+        state, size, ahead = self.requests[request_id], self.block_size, self.hash_lookahead
+        return [state.request.key(state.tokens[:end + ahead])
+                for end in range(size, len(state.tokens) - ahead + 1, size)]
+
+    def contents_of(self, key: BlockKey) -> BlockKey:
+        """The prefix a block cached under ``key`` holds: the key without its lookahead."""
+        return key[:len(key) - self.hash_lookahead]
 
     # -- the API ------------------------------------------------------------------------------
 
@@ -145,6 +165,7 @@ class PrefixCacheModel:
         if request.request_id in self.requests:
             raise ValueError(f"request {request.request_id!r} added twice")
         self.requests[request.request_id] = RequestState(request, list(request.prompt))
+        self.waiting.add(request.request_id)
 
     def get_computed_blocks(self, request_id: str) -> Hit:
         """The longest prefix of the request's blocks whose blocks a lookup must find are all
@@ -199,22 +220,35 @@ class PrefixCacheModel:
                                 + num_lookahead_tokens, hit,
                                 external=num_external_computed_tokens)
 
+    def runs(self, request_id: str) -> bool:
+        """Scheduled: holding blocks, neither waiting nor loading."""
+        return bool(self.tables.get(request_id)) and request_id not in self.waiting \
+            and request_id not in self.loading
+
+    def blocks_to_finish(self, request_id: str) -> int:
+        """Free blocks the request still needs to hold its whole sequence (up to the length
+        cap, at most ``admission_cap``) beside those it holds."""
+        whole = min(self.num_tokens(request_id), self.max_model_len)
+        return self._blocks_for(request_id, whole, Hit(), capped=True)
+
     def blocks_kept_free(self, request_id: str) -> int:
         """Blocks an admission of the request must leave free: the watermark's share of the
-        pool while another request holds blocks (runs), else none."""
-        others = any(table for rid, table in self.tables.items() if rid != request_id)
+        pool while another request runs, else none."""
+        others = any(self.runs(rid) for rid in self.tables if rid != request_id)
         return int(self.watermark * self.num_blocks) if others else 0
 
     def admission_refused(self, request_id: str, num_new_tokens: int, hit: Hit,
                           num_lookahead_tokens: int, whole_only: bool = False,
-                          num_external_computed_tokens: int = 0) -> bool:
-        """Whether ``allocate_slots`` refuses: the step does not fit, or for a request that
-        holds no blocks, the step or (with ``reserve_full_isl``) its whole sequence (capped at
-        ``admission_cap``) does not fit beside the blocks the watermark keeps free.
-        ``whole_only``: the whole-sequence gate alone (vLLM asks it before a running
-        request gives back the blocks behind its window)."""
+                          num_external_computed_tokens: int = 0,
+                          reserved_blocks: int = 0) -> bool:
+        """Whether ``allocate_slots`` refuses: the step does not fit beside the
+        ``reserved_blocks`` kept for prefills in flight, or for a waiting request, the step
+        or (with ``reserve_full_isl``) its whole sequence (capped at ``admission_cap``) does
+        not fit beside the blocks the watermark keeps free (the whole sequence ignores the
+        reservation). ``whole_only``: the whole-sequence gate alone (vLLM asks it before a
+        running request gives back the blocks behind its window)."""
         free, kept = self.num_free_blocks, 0
-        if not self.tables.get(request_id):
+        if request_id in self.waiting:
             kept = self.blocks_kept_free(request_id)
             whole = min(self.num_tokens(request_id), self.max_model_len)
             if self.reserve_full_isl and self._blocks_for(
@@ -224,14 +258,17 @@ class PrefixCacheModel:
         if whole_only:
             return False
         return self.blocks_needed(request_id, num_new_tokens, hit, num_lookahead_tokens,
-                                  num_external_computed_tokens) + kept > free
+                                  num_external_computed_tokens) + kept > free - reserved_blocks
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
-                       num_lookahead_tokens: int = 0,
-                       num_external_computed_tokens: int = 0) -> tuple[int, ...] | None:
+                       num_lookahead_tokens: int = 0, num_external_computed_tokens: int = 0,
+                       delay_cache_blocks: bool = False,
+                       reserved_blocks: int = 0) -> tuple[int, ...] | None:
         """Slots for the step; ``num_external_computed_tokens``: tokens past the hit whose KV
         a KV connector loads into new blocks this step (a request's first step only). The
-        new blocks for the step's own tokens are returned, not the connector's."""
+        new blocks for the step's own tokens are returned, not the connector's.
+        ``delay_cache_blocks``: the load is asynchronous (no tokens of the step's own): the
+        blocks are taken, nothing is cached until ``finish_load``."""
         hit, external = hit or Hit(), num_external_computed_tokens
         state = self.requests[request_id]
         if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens,
@@ -242,7 +279,8 @@ class PrefixCacheModel:
         self._give_back_skipped(request_id, min(state.num_computed_tokens + reused,
                                                 self.max_model_len))
         if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens,
-                                  num_external_computed_tokens=external):
+                                  num_external_computed_tokens=external,
+                                  reserved_blocks=reserved_blocks):
             return None
         table = self.tables.setdefault(request_id, [])
         if hit.block_ids or external:
@@ -262,9 +300,24 @@ class PrefixCacheModel:
         new = self._take(max(-(-slots // self.block_size) - len(table), 0))
         table.extend(new)
         state.num_computed_tokens += reused + num_new_tokens
+        self.waiting.discard(request_id)
+        if delay_cache_blocks:
+            self.loading.add(request_id)
+            return tuple(new)
         self._write(request_id)
         self._cache_full_blocks(request_id)
         return tuple(new)
+
+    def finish_load(self, request_id: str) -> None:
+        """The asynchronous load finished: the loaded KV is in the blocks and they are
+        cached; the request waits to be scheduled again (a load that reached its last token
+        leaves that token to compute)."""
+        state = self.requests[request_id]
+        self.loading.discard(request_id)
+        self.waiting.add(request_id)
+        self._write(request_id)
+        self._cache_full_blocks(request_id)
+        state.num_computed_tokens = min(state.num_computed_tokens, len(state.tokens) - 1)
 
     def append_token_ids(self, request_id: str, token_ids: tuple[int, ...]) -> None:
         self.requests[request_id].tokens.extend(token_ids)
@@ -283,11 +336,13 @@ class PrefixCacheModel:
         """The request finished: its blocks are released and it is forgotten."""
         self._release(request_id)
         del self.requests[request_id]
+        self.waiting.discard(request_id)
 
     def preempt(self, request_id: str) -> None:
         """The scheduler's preemption: blocks released, nothing computed, waiting again."""
         self._release(request_id)
         self.requests[request_id].num_computed_tokens = 0
+        self.waiting.add(request_id)
 
     def _release(self, request_id: str) -> None:
         """Release the request's blocks, its last block first (a chain's tail is evicted
@@ -377,7 +432,8 @@ class PrefixCacheModel:
         if not self.enable_caching:
             return
         state, table = self.requests[request_id], self.tables[request_id]
-        full = min(state.num_computed_tokens, len(state.tokens)) // self.block_size
+        full = min(state.num_computed_tokens, len(state.tokens) - self.hash_lookahead) \
+            // self.block_size
         keys = self.block_keys(request_id)
         first = next((i for i in range(full)
                       if table[i] != NULL_BLOCK and table[i] not in self.key_of), full)
@@ -390,10 +446,12 @@ class PrefixCacheModel:
         size, salt = self.block_size, state.request.cache_salt
         extra = tuple((salt,) if i == 0 and salt else None for i in stored)
         kind = FULL_ATTENTION if self.sliding_window is None else SLIDING_WINDOW
+        ahead = tuple(tuple(state.tokens[(i + 1) * size:(i + 1) * size + self.hash_lookahead])
+                      for i in stored) if self.hash_lookahead else None
         self._event(BlockStored(tuple(keys[i] for i in stored),
                                 keys[first - 1] if first else None,
                                 tuple(state.tokens[first * size:full * size]), extra,
-                                size, MEDIUM_GPU, 0, kind, self.sliding_window))
+                                size, MEDIUM_GPU, 0, kind, self.sliding_window, ahead))
 
     def _event(self, event: Event) -> None:
         if self.enable_kv_cache_events:

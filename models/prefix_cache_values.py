@@ -1,10 +1,10 @@
 """Values of the prefix-caching KV block cache, shared by model, targets and reproducers.
 
 A cached block's hash is named by what it hashes: the request's tokens from the first one to
-the block's last, after the request's cache salt where it has one (``BlockKey``), so a failure
-says which prefix a block was found under, and a hash can be checked against the tokens its
-block holds. Targets translate their own hashes (vLLM's chained sha256 values) into these
-keys.
+the block's last (and, with lookahead block hashes, the tokens after it that its hash
+covers), after the request's cache salt where it has one (``BlockKey``), so a failure says
+which prefix a block was found under, and a hash can be checked against the tokens its block
+holds. Targets translate their own hashes (vLLM's chained sha256 values) into these keys.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ SLIDING_WINDOW = "sliding_window"
 # The optional fields of the events; a release's events carry some of them (a target's
 # ``event_fields`` lists which, a removal's with a ``removed.`` prefix), the rest are None.
 STORED_OPTIONAL = ("extra_keys", "block_size", "medium", "group_idx", "kv_cache_spec_kind",
-                   "kv_cache_spec_sliding_window")
+                   "kv_cache_spec_sliding_window", "lookahead_token_ids")
 REMOVED_OPTIONAL = ("medium", "group_idx")
 EVENT_FIELDS = frozenset(STORED_OPTIONAL) | {f"removed.{f}" for f in REMOVED_OPTIONAL}
 
@@ -64,8 +64,9 @@ class BlockStored:
     (None: from the prompt's start), holding ``token_ids``; ``extra_keys``: what else each
     block's hash covers, one entry per block (the salt on a salted request's first block,
     else None); ``block_size``, ``medium``, ``group_idx`` and the group's spec kind and
-    sliding window: what a consumer classifies the blocks by. Each optional field is None
-    where the release's events carry no such field."""
+    sliding window: what a consumer classifies the blocks by; ``lookahead_token_ids``: with
+    lookahead block hashes, the tokens past each block its hash covers (one tuple per block),
+    else None. Each optional field is None where the release's events carry no such field."""
 
     keys: tuple[BlockKey, ...]
     parent: BlockKey | None
@@ -76,6 +77,7 @@ class BlockStored:
     group_idx: int | None = None
     kv_cache_spec_kind: str | None = None
     kv_cache_spec_sliding_window: int | None = None
+    lookahead_token_ids: tuple[tuple[int, ...], ...] | None = None
 
 
 @frozen

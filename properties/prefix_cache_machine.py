@@ -32,7 +32,7 @@ from models.prefix_cache_values import (
     BlockStored,
     Hit,
 )
-from properties.harness import HarnessMachine, InvalidAction, draw_integer, pick
+from properties.harness import HarnessMachine, InvalidAction, draw_bool, draw_integer, pick
 from properties.prefix_cache_shrink import simpler_worlds
 from properties.prefix_cache_worlds import ALPHABET, prefix_cache_worlds
 from sim import targets
@@ -62,6 +62,10 @@ HAZARDS = (
     "sliding window: admission capped below the whole sequence",
     "KV connector loaded tokens past the hit",
     "KV connector handed a finished request's blocks",
+    "KV connector loads asynchronously",
+    "admission refused: blocks reserved for prefills in flight",
+    "asynchronous load finished: blocks cached, request waits",
+    "lookahead hash: a computed block waits for its next token",
 )
 
 PROPERTIES = {
@@ -100,7 +104,7 @@ class PrefixCacheMachine(HarnessMachine):
         args = ", ".join(f"{k}={config[k]!r}" for k in (
             "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first",
             "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark",
-            "sliding_window", "max_in_flight_tokens", "kv_connector"))
+            "sliding_window", "max_in_flight_tokens", "kv_connector", "hash_lookahead"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
@@ -110,7 +114,8 @@ class PrefixCacheMachine(HarnessMachine):
         # without it (the target was built so; the model and the reproducer follow).
         for option, off in (("sliding_window", dict(sliding_window=None,
                                                     max_in_flight_tokens=None)),
-                            ("kv_connector", dict(kv_connector=False))):
+                            ("kv_connector", dict(kv_connector=False)),
+                            ("hash_lookahead", dict(hash_lookahead=0))):
             if getattr(world, option) and not getattr(self.cache, f"drives_{option}", True):
                 self.recorder.note_missing(getattr(self.cache, f"why_no_{option}")
                                            .removeprefix("absent: "))
@@ -125,7 +130,8 @@ class PrefixCacheMachine(HarnessMachine):
                   "watermark": self.cache.watermark,
                   "sliding_window": self.cache.sliding_window,
                   "max_in_flight_tokens": self.cache.max_in_flight_tokens,
-                  "kv_connector": self.cache.kv_connector}
+                  "kv_connector": self.cache.kv_connector,
+                  "hash_lookahead": self.cache.hash_lookahead}
         self.model = PrefixCacheModel(**config, event_fields=self.cache.event_fields)
         self.arrived = 0
         self.finished: set[int] = set()
@@ -151,16 +157,25 @@ class PrefixCacheMachine(HarnessMachine):
     @rule(data=st.data())
     def schedule_waiting(self, data):
         r = pick(data, self._waiting())
-        left = self.model.num_tokens(self._rid(r))
+        left = self._uncomputed(r)
         # Half the time the whole prompt (no chunking), else a chunk; lookahead 0..3 in one
         # draw (each draw costs Hypothesis more than a step costs the cache).
         chunk, lookahead = divmod(draw_integer(data, 0, 2 * left * (MAX_LOOKAHEAD + 1) - 1),
                                   MAX_LOOKAHEAD + 1)
-        # With a KV connector, half the admissions load some tokens past the hit.
-        external = max(0, draw_integer(data, 0, 2 * left - 1) - left) \
-            if self.model.kv_connector else 0
+        # With a KV connector, half the first admissions load some tokens past the hit, half
+        # of those asynchronously.
+        external = asynchronous = 0
+        if self.model.kv_connector and not self._holds(r):
+            external = max(0, draw_integer(data, 0, 2 * left - 1) - left)
+            asynchronous = int(external > 0 and draw_bool(data))
         self.act("schedule_waiting", r, min(left, chunk + 1, self._step_cap()), lookahead,
-                 external)
+                 external, asynchronous)
+
+    # The test finishes a load when it chooses (the connector's transfer completes).
+    @precondition(lambda self: getattr(self, "model", None) is not None and self.model.loading)
+    @rule(data=st.data())
+    def finish_load(self, data):
+        self.act("finish_load", pick(data, self._loading()))
 
     @precondition(lambda self: self._running(pending=True))
     @rule(data=st.data())
@@ -243,12 +258,18 @@ class PrefixCacheMachine(HarnessMachine):
                    effect=f"{len(req.prompt)} prompt tokens")
 
     def do_schedule_waiting(self, r: int, num_new_tokens: int, lookahead: int,
-                            external: int = 0):
+                            external: int = 0, asynchronous: int = 0):
         if r not in self._waiting() or num_new_tokens > self._step_cap() or \
-                (external and not self.model.kv_connector):
+                ((external or asynchronous) and (not self.model.kv_connector
+                                                 or self._holds(r))):
             raise InvalidAction("schedule_waiting: not a waiting request, past one step, or "
-                                "a load with no connector")
+                                "a load with no connector or after one")
         rid = self._rid(r)
+        if self._holds(r):
+            # Back from an asynchronous load, holding its blocks: the scheduler looks up no
+            # hit for a request with computed tokens.
+            self._allocate(rid, min(num_new_tokens, self._uncomputed(r)), None, lookahead)
+            return
         preempted = r in self.preempted
         hit = self.call("hit-agrees", "get_computed_blocks", rid,
                         shown=f"cache.get_computed_blocks({rid!r})",
@@ -261,7 +282,20 @@ class PrefixCacheMachine(HarnessMachine):
             num_new_tokens = left - external    # the hit and the load took part of the chunk
         if external:
             self.hazard("KV connector loaded tokens past the hit")
+        if external and asynchronous:
+            # The scheduler's asynchronous load: no tokens of its own, no lookahead, and the
+            # blocks the prefills in flight still need kept free.
+            self._allocate(rid, 0, hit, 0, external, asynchronous=True)
+            return
         self._allocate(rid, max(1, num_new_tokens), hit, lookahead, external)
+
+    def do_finish_load(self, r: int):
+        if r not in self._loading():
+            raise InvalidAction("finish_load: no load in flight for this request")
+        rid = self._rid(r)
+        self.apply("finish_load", rid, shown=f"cache.finish_load({rid!r})",
+                   effect="the load is done: its blocks cached, the request waits")
+        self.hazard("asynchronous load finished: blocks cached, request waits")
 
     def do_allocate_slots(self, r: int, num_new_tokens: int, lookahead: int):
         if r not in self._running(pending=True) or num_new_tokens > self._uncomputed(r) \
@@ -370,7 +404,7 @@ class PrefixCacheMachine(HarnessMachine):
         for key, blocks in got.items():
             for block in blocks:
                 holds = self.model.written.get(block)
-                if holds != key:
+                if holds != self.model.contents_of(key):
                     self.fail("cached-hash-names-contents",
                               f"block {block} is cached under {key} but holds {holds}")
         self.check("cached-set-agrees", got == want, lambda: f"hash map {got}, model {want}")
@@ -398,9 +432,10 @@ class PrefixCacheMachine(HarnessMachine):
     # -- helpers ------------------------------------------------------------------------------
 
     def _allocate(self, rid: str, num_new_tokens: int, hit: Hit | None, lookahead: int,
-                  external: int = 0):
+                  external: int = 0, asynchronous: bool = False):
         model = self.model
         needed = model.blocks_needed(rid, num_new_tokens, hit or Hit(), lookahead, external)
+        admission = rid in model.waiting
         cached_before = set(model.key_of)
         computed = model.requests[rid].num_computed_tokens + (hit.num_computed_tokens
                                                               if hit else 0)
@@ -410,11 +445,15 @@ class PrefixCacheMachine(HarnessMachine):
         shown_look = f", num_lookahead_tokens={lookahead}" if lookahead else ""
         shown_look += f", num_external_computed_tokens={external}" if external else ""
         loads = dict(num_external_computed_tokens=external) if external else {}
+        if asynchronous:
+            reserved = self._reserved_blocks(rid)
+            loads.update(delay_cache_blocks=True, reserved_blocks=reserved)
+            shown_look += f", delay_cache_blocks=True, reserved_blocks={reserved}"
+            self.hazard("KV connector loads asynchronously")
         stored_before = sum(isinstance(e, BlockStored) for e in model.events)
-        running, behind_before = bool(model.tables.get(rid)), \
-            model.get_block_ids(rid).count(NULL_BLOCK)
+        running, behind_before = model.runs(rid), model.get_block_ids(rid).count(NULL_BLOCK)
         whole = -(-min(model.num_tokens(rid), model.max_model_len) // model.block_size)
-        if not model.tables.get(rid) and model.reserve_full_isl and \
+        if admission and model.reserve_full_isl and \
                 model.admission_cap() is not None and model.admission_cap() < whole:
             self.hazard("sliding window: admission capped below the whole sequence")
         new = self.call("fit-agrees", "allocate_slots", rid, num_new_tokens, hit=hit,
@@ -428,13 +467,21 @@ class PrefixCacheMachine(HarnessMachine):
             self.hazard("sliding window: blocks behind it given back")
         if new is None:
             self.hazard("allocate_slots refused")
-            if not model.tables.get(rid) and needed <= model.num_free_blocks:
+            if asynchronous and needed + model.blocks_kept_free(rid) <= \
+                    model.num_free_blocks < needed + model.blocks_kept_free(rid) + reserved:
+                self.hazard("admission refused: blocks reserved for prefills in flight")
+            elif admission and needed <= model.num_free_blocks:
                 self.hazard("admission refused: the whole sequence does not fit"
                             if needed + model.blocks_kept_free(rid) <= model.num_free_blocks
                             else "admission refused: the watermark kept blocks free")
             return
         if cached_before - set(model.key_of):
             self.hazard("allocate_slots evicted a cached block")
+        state = model.requests[rid]
+        if model.hash_lookahead and model.enable_caching and \
+                min(state.num_computed_tokens, len(state.tokens)) // model.block_size > \
+                (len(state.tokens) - model.hash_lookahead) // model.block_size:
+            self.hazard("lookahead hash: a computed block waits for its next token")
         if any(len(b) > 1 for b in model.cached_blocks().values()):
             self.hazard("prefix cached by two blocks")
         stored = [e for e in model.events if isinstance(e, BlockStored)][stored_before:]
@@ -500,11 +547,29 @@ class PrefixCacheMachine(HarnessMachine):
         return [r for r in range(self.arrived) if r not in self.finished]
 
     def _finishable(self) -> list[int]:
-        return [r for r in self._live() if (r in self.preempted and r in self._waiting())
-                or (self.model.tables.get(self._rid(r)) and not self._uncomputed(r))]
+        return [r for r in self._live() if (r in self.preempted and r in self._waiting()
+                                             and not self._holds(r))
+                or (self.model.runs(self._rid(r)) and not self._uncomputed(r))]
 
     def _waiting(self) -> list[int]:
-        return [r for r in self._live() if not self.model.tables.get(self._rid(r))]
+        """Requests in the scheduler's waiting queue: arrived, preempted, or back from an
+        asynchronous load (holding its blocks)."""
+        return [r for r in self._live() if self._rid(r) in self.model.waiting]
+
+    def _loading(self) -> list[int]:
+        return [r for r in self._live() if self._rid(r) in self.model.loading]
+
+    def _holds(self, r: int) -> bool:
+        return bool(self.model.tables.get(self._rid(r)))
+
+    def _reserved_blocks(self, rid: str) -> int:
+        """The scheduler's reservation for an asynchronous load: the blocks each other
+        prefill in flight (holding blocks, prompt tokens left; loading ones included) still
+        needs to hold its whole sequence."""
+        model = self.model
+        return sum(model.blocks_to_finish(other) for other in model.tables
+                   if other != rid and model.tables[other] and
+                   model.requests[other].num_computed_tokens < model.num_tokens(other))
 
     def _uncomputed(self, r: int) -> int:
         state = self.model.requests[self._rid(r)]
@@ -515,7 +580,7 @@ class PrefixCacheMachine(HarnessMachine):
         computed and below the length cap (False), either (None)."""
         out = []
         for r in self._live():
-            if not self.model.tables.get(self._rid(r)):
+            if not self.model.runs(self._rid(r)):
                 continue
             left = self._uncomputed(r)
             if pending is None or (pending and left > 0) or (

@@ -10,17 +10,21 @@ from __future__ import annotations
 from attrs import evolve
 
 from models.prefix_cache_values import PrefixRequest
+from properties.prefix_cache_worlds import BLOCK_SIZES
 from properties.shrink_steps import without_request
 
 REQUEST_ACTIONS = ("add_request", "schedule_waiting", "allocate_slots", "append_token_ids",
-                   "free", "preempt")
-# (r, num_new_tokens, lookahead), and for schedule_waiting the connector's tokens after them
+                   "free", "preempt", "finish_load")
+# (r, num_new_tokens, lookahead), and for schedule_waiting the connector's tokens and whether
+# it loads them asynchronously after them
 SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")
 
 
 def simpler_worlds(world, actions: list[tuple]):
     """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
-    prompt logprobs, shrink the pool or the length cap, turn EAGLE off, turn caching and
+    prompt logprobs, shrink the pool, the block size or the length cap, turn EAGLE or its
+    lookahead hashes
+    off, turn caching and
     events back on and the admission gates off, full attention for a sliding window, no KV
     connector (the default world), make a resent prompt a fresh request, merge a request's
     two steps, lower a step's chunk, lookahead or connector load."""
@@ -40,10 +44,18 @@ def simpler_worlds(world, actions: list[tuple]):
             yield evolve(world, requests=requests[:k] + (plain,) + requests[k + 1:]), actions
     if world.num_blocks > 2:
         yield evolve(world, num_blocks=world.num_blocks - 1), actions
+    # A smaller block size with the same room in tokens: the steps keep their meaning (they
+    # count tokens), and a one-token block reaches a block boundary with fewer tokens.
+    for smaller in (size for size in BLOCK_SIZES if size < world.block_size):
+        factor = world.block_size // smaller
+        yield evolve(world, block_size=smaller,
+                     num_blocks=1 + (world.num_blocks - 1) * factor), actions
     if world.max_model_len > max(len(r.prompt) for r in requests):
         yield evolve(world, max_model_len=world.max_model_len - 1), actions
     if world.use_eagle:
         yield evolve(world, use_eagle=False), actions
+    if world.hash_lookahead:
+        yield evolve(world, hash_lookahead=0), actions
     for switch in ("enable_caching", "enable_kv_cache_events"):
         if not getattr(world, switch):
             yield evolve(world, **{switch: True}), actions
@@ -61,7 +73,7 @@ def simpler_worlds(world, actions: list[tuple]):
     yield from _steps_merged(world, actions)
     for j, action in enumerate(actions):
         if action[0] in SIZED_ACTIONS:
-            for pos in (4, 3, 2)[5 - len(action):]:
+            for pos in (5, 4, 3, 2)[6 - len(action):]:
                 if action[pos] > (0 if pos > 2 else 1):
                     lower = (*action[:pos], action[pos] - 1, *action[pos + 1:])
                     yield world, [*actions[:j], lower, *actions[j + 1:]]
@@ -106,8 +118,10 @@ def _steps_merged(world, actions: list[tuple]):
 
 
 def _without_loads(actions: list[tuple]) -> list[tuple]:
-    """The steps with no connector load (a scheduling step's last argument)."""
-    return [(*a[:4], 0) if a[0] == "schedule_waiting" else a for a in actions]
+    """The steps with no connector load (a scheduling step's last two arguments), and no
+    load finishing."""
+    return [(*a[:4], 0, 0) if a[0] == "schedule_waiting" else a for a in actions
+            if a[0] != "finish_load"]
 
 
 def _renamed(requests: tuple[PrefixRequest, ...]) -> tuple[PrefixRequest, ...]:

@@ -47,6 +47,8 @@ class PrefixCacheWorld:
     max_in_flight_tokens: int | None = None
     # A KV connector that loads tokens past a request's hit on its first step.
     kv_connector: bool = False
+    # Lookahead block hashes (vLLM's num_hash_lookahead_tokens) in place of the EAGLE drop.
+    hash_lookahead: int = 0
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -56,7 +58,7 @@ class PrefixCacheWorld:
                     reserve_full_isl=self.reserve_full_isl, watermark=self.watermark,
                     sliding_window=self.sliding_window,
                     max_in_flight_tokens=self.max_in_flight_tokens,
-                    kv_connector=self.kv_connector)
+                    kv_connector=self.kv_connector, hash_lookahead=self.hash_lookahead)
 
 
 @st.composite
@@ -99,10 +101,15 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
         sliding_window = draw(st.sampled_from(SLIDING_WINDOWS))
         max_in_flight_tokens = draw(st.sampled_from(IN_FLIGHT_TOKENS))
     kv_connector = draw(st.integers(0, 3)) == 3       # a quarter of the worlds
+    # Half the EAGLE worlds hash each block with the token after it, as vLLM 0.33.0's config
+    # does for EAGLE by default (prefix caching on, no KV connector): no block is dropped.
+    hash_lookahead = 0
+    if use_eagle and enable_caching and not kv_connector and draw(st.booleans()):
+        use_eagle, hash_lookahead = False, 1
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
                             reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,
-                            kv_connector)
+                            kv_connector, hash_lookahead)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

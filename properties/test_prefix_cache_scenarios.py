@@ -35,15 +35,16 @@ def _valid(cache) -> None:
 
 
 def _stored(cache, keys: tuple, parent, token_ids: tuple, first_extra=None,
-            window=None) -> BlockStored:
+            window=None, ahead=None) -> BlockStored:
     """The ``BlockStored`` event the cache must report: one extra-keys entry per block (the
     first block's given, the others none), the pool's block size, the GPU medium, group 0 of
-    kind full attention with no window (or sliding window with ``window``); each field where
-    the target's release has it."""
+    kind full attention with no window (or sliding window with ``window``), each block's
+    lookahead tokens (``ahead``, with lookahead hashes); each field where the target's
+    release has it."""
     extra = (first_extra,) + (None,) * (len(keys) - 1)
     kind = "full_attention" if window is None else "sliding_window"
     return in_release_shape(BlockStored(keys, parent, token_ids, extra, cache.block_size,
-                                        "GPU", 0, kind, window),
+                                        "GPU", 0, kind, window, ahead),
                             cache.event_fields)
 
 
@@ -322,4 +323,75 @@ def test_a_finishing_request_hands_its_connector_only_the_blocks_inside_its_wind
     agrees(FREEQ, cache.free_queue(), (4, 5, 2, 1, 3))
     agrees(EVENTS, cache.take_events(), (_stored(
         cache, ((1,), (1, 2), (1, 2, 3)), None, (1, 2, 3), window=2),))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_asynchronous_load_holds_its_blocks_and_caches_them_when_done(target):
+    """Scenario: blocks of 2 tokens, a KV connector. r0's first four tokens are loaded
+    asynchronously: the step takes two blocks for them and none of its own, caches nothing
+    and returns no new block. When the load is done both blocks are cached (one event) and
+    r0 waits, holding them; its next step computes its last two tokens in a third block,
+    cached with that step."""
+    cache = make_or_skip(target, "prefix_cache", drives="kv_connector", num_blocks=6,
+                         block_size=2, max_model_len=8, kv_connector=True)
+    cache.add_request(PrefixRequest("r0", (1, 2, 3, 4, 5, 6)))
+    agrees(HIT, cache.get_computed_blocks("r0"), Hit())
+    agrees(FIT, cache.allocate_slots("r0", 0, num_external_computed_tokens=4,
+                                     delay_cache_blocks=True), ())
+    agrees(TABLES, cache.get_block_ids("r0"), (1, 2))
+    agrees(EVENTS, cache.take_events(), ())
+    cache.finish_load("r0")
+    agrees(EVENTS, cache.take_events(), (_stored(cache, ((1, 2), (1, 2, 3, 4)), None,
+                                                 (1, 2, 3, 4)),))
+    agrees(FIT, cache.allocate_slots("r0", 2), (3,))
+    agrees(FREEQ, cache.free_queue(), (4, 5))
+    agrees(EVENTS, cache.take_events(), (_stored(cache, ((1, 2, 3, 4, 5, 6),), (1, 2, 3, 4),
+                                                 (5, 6)),))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_asynchronous_load_leaves_the_blocks_reserved_for_prefills_in_flight(target):
+    """Scenario: blocks of 2 tokens, four usable. r0 computes two of its six tokens (one
+    block) and needs two more blocks to finish its prefill. r1's asynchronous load of three
+    tokens needs two blocks: three are free, but with r0's two reserved one is left, and it
+    is refused; with one block reserved it is admitted."""
+    cache = make_or_skip(target, "prefix_cache", drives="kv_connector", num_blocks=5,
+                         block_size=2, max_model_len=8, kv_connector=True)
+    cache.add_request(PrefixRequest("r0", (1, 2, 3, 4, 5, 6)))
+    agrees(HIT, cache.get_computed_blocks("r0"), Hit())
+    agrees(FIT, cache.allocate_slots("r0", 2), (1,))
+    cache.add_request(PrefixRequest("r1", (7, 8, 9, 10)))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit())
+    agrees(FIT, cache.allocate_slots("r1", 0, num_external_computed_tokens=3,
+                                     delay_cache_blocks=True, reserved_blocks=2), None)
+    agrees(FIT, cache.allocate_slots("r1", 0, num_external_computed_tokens=3,
+                                     delay_cache_blocks=True, reserved_blocks=1), ())
+    agrees(TABLES, cache.get_block_ids("r1"), (2, 3))
+    agrees(FREEQ, cache.free_queue(), (4,))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_lookahead_hash_caches_a_block_once_the_token_after_it_exists(target):
+    """Scenario: blocks of 2 tokens, each block's hash covering the token after it (vLLM
+    0.33.0's default for an EAGLE drafter). r0's five prompt tokens fill two blocks, both
+    cached at once (the tokens after them exist), each listed with its lookahead token. The
+    third block is full once r0 has sampled 6, but is cached only after 7 exists. r1, with
+    those seven tokens and one more, hits all three blocks: no block is dropped for EAGLE."""
+    cache = make_or_skip(target, "prefix_cache", drives="hash_lookahead", num_blocks=8,
+                         block_size=2, max_model_len=10, hash_lookahead=1)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5)), (1, 2, 3))
+    agrees(EVENTS, cache.take_events(), (_stored(
+        cache, ((1, 2, 3), (1, 2, 3, 4, 5)), None, (1, 2, 3, 4), ahead=((3,), (5,))),))
+    cache.append_token_ids("r0", (6,))
+    agrees(FIT, cache.allocate_slots("r0", 1), ())
+    agrees(EVENTS, cache.take_events(), ())
+    cache.append_token_ids("r0", (7,))
+    agrees(FIT, cache.allocate_slots("r0", 1), (4,))
+    agrees(EVENTS, cache.take_events(), (_stored(
+        cache, ((1, 2, 3, 4, 5, 6, 7),), (1, 2, 3, 4, 5), (5, 6), ahead=((7,),)),))
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 5, 6, 7, 8)))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit((1, 2, 3), 6))
     _valid(cache)

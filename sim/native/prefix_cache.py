@@ -9,6 +9,8 @@ recomputes everything from facts, is a second opinion. The KV contents are a tor
 contents changed is seen as wrong data. A sliding-window pool scans for a hit from the right
 (the first run of cached blocks as long as the window wins) and drops a running request's
 blocks behind the window into the null block's slot before it counts what a step needs.
+With lookahead block hashes a block's key runs on past its last token, so a block whose
+next token does not exist yet has no key: it is neither found nor cached.
 Catalogued bugs (``fixtures/known_bugs.py``) can be
 switched back on:
 
@@ -53,7 +55,8 @@ class NativePrefixCache:
                  enable_caching: bool = True, enable_kv_cache_events: bool = True,
                  reserve_full_isl: bool = False, watermark: float = 0.0,
                  sliding_window: int | None = None, max_in_flight_tokens: int | None = None,
-                 kv_connector: bool = False, bugs: frozenset[str] = frozenset()):
+                 kv_connector: bool = False, hash_lookahead: int = 0,
+                 bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
@@ -61,7 +64,7 @@ class NativePrefixCache:
         self.reserve_full_isl, self.watermark = reserve_full_isl, watermark
         self.headroom = int(watermark * num_blocks)    # kept free by admissions while others run
         self.sliding_window, self.max_in_flight_tokens = sliding_window, max_in_flight_tokens
-        self.kv_connector = kv_connector
+        self.kv_connector, self.hash_lookahead = kv_connector, hash_lookahead
         # A sliding-window hit must end in this many cached blocks (EAGLE: one more, dropped).
         self.window_blocks = None if sliding_window is None else \
             -(-(sliding_window - 1) // block_size) + use_eagle
@@ -80,6 +83,10 @@ class NativePrefixCache:
         self.table: dict[str, list[int]] = {}
         self.num_cached: dict[str, int] = {}
         self.pending: list = []
+        # The scheduler's queues as the gates see them: admissions are of waiting requests;
+        # a request loading asynchronously neither waits nor runs.
+        self.waiting: set[str] = set()
+        self.loading: set[str] = set()
 
     # -- the port -----------------------------------------------------------------------------
 
@@ -91,6 +98,7 @@ class NativePrefixCache:
         self.tokens[request.request_id] = list(request.prompt)
         self.computed[request.request_id] = 0
         self.sent[request.request_id] = request
+        self.waiting.add(request.request_id)
 
     def get_computed_blocks(self, request_id: str) -> Hit:
         tokens, size = self.tokens[request_id], self.block_size
@@ -127,8 +135,9 @@ class NativePrefixCache:
         return max(0, num_computed - self.sliding_window + 1) // self.block_size
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
-                       num_lookahead_tokens: int = 0,
-                       num_external_computed_tokens: int = 0) -> tuple[int, ...] | None:
+                       num_lookahead_tokens: int = 0, num_external_computed_tokens: int = 0,
+                       delay_cache_blocks: bool = False,
+                       reserved_blocks: int = 0) -> tuple[int, ...] | None:
         hit, external = hit or Hit(), num_external_computed_tokens
         table = self.table.get(request_id, [])
         done = min(self.computed[request_id] + hit.num_computed_tokens + external,
@@ -138,20 +147,22 @@ class NativePrefixCache:
         revived = sum(b != NULL_BLOCK and self.refs[b] == 0 for b in hit.block_ids[skipped:]) \
             if "pc-revived-uncounted" not in self.bugs else 0
         room = len(self.queue)
-        if not table:       # an admission: gated as the scheduler's waiting queue gates it
-            if any(self.table.values()):
+        held = len(table) if table else max(skipped, len(hit.block_ids))
+        if request_id in self.waiting:     # gated as the scheduler's waiting queue gates it
+            if any(rid not in self.waiting and rid not in self.loading
+                   for rid, blocks in self.table.items() if blocks and rid != request_id):
                 room -= self.headroom
             if self.reserve_full_isl:       # the whole sequence must fit too
                 whole = -(-min(len(self.tokens[request_id]), self.max_model_len)
                           // self.block_size)
                 if self.most_held is not None:
                     whole = min(whole, self.most_held)
-                if max(whole - max(skipped, len(hit.block_ids)), 0) + revived > room:
+                if max(whole - held, 0) + revived > room:
                     return None
-        elif self.sliding_window is not None and "pc-window-keeps-skipped" not in self.bugs:
+        if table and self.sliding_window is not None and \
+                "pc-window-keeps-skipped" not in self.bugs:
             room += self._drop_behind_window(request_id, done)
-        held = len(table) if table else max(skipped, len(hit.block_ids))
-        if max(-(-end // self.block_size) - held, 0) + revived > room:
+        if max(-(-end // self.block_size) - held, 0) + revived > room - reserved_blocks:
             return None
         table = self.table.setdefault(request_id, table)
         # The hit's blocks behind the window stay out (the null block in their slots).
@@ -169,9 +180,21 @@ class NativePrefixCache:
         new = [self._pop_free() for _ in range(max(-(-end // self.block_size) - len(table), 0))]
         table.extend(new)
         self.computed[request_id] += hit.num_computed_tokens + external + num_new_tokens
+        self.waiting.discard(request_id)
+        if delay_cache_blocks:          # the connector writes them; cached when it is done
+            self.loading.add(request_id)
+            return tuple(new)
         self._write(request_id)
         self._commit(request_id)
         return tuple(new)
+
+    def finish_load(self, request_id: str) -> None:
+        self.loading.remove(request_id)
+        self.waiting.add(request_id)
+        self._write(request_id)
+        self._commit(request_id)
+        self.computed[request_id] = min(self.computed[request_id],
+                                        len(self.tokens[request_id]) - 1)
 
     def append_token_ids(self, request_id: str, token_ids: tuple[int, ...]) -> None:
         self.tokens[request_id].extend(token_ids)
@@ -187,10 +210,12 @@ class NativePrefixCache:
     def free(self, request_id: str) -> None:
         self._release(request_id)
         del self.tokens[request_id], self.computed[request_id], self.sent[request_id]
+        self.waiting.discard(request_id)
 
     def preempt(self, request_id: str) -> None:
         self._release(request_id)
         self.computed[request_id] = 0
+        self.waiting.add(request_id)
 
     def _release(self, request_id: str) -> None:
         table = self.table.pop(request_id, [])
@@ -303,10 +328,10 @@ class NativePrefixCache:
     def _commit(self, request_id: str) -> None:
         tokens, size, table = self.tokens[request_id], self.block_size, self.table[request_id]
         start = self.num_cached[request_id]
-        full = min(self.computed[request_id], len(tokens)) // size
+        full = min(self.computed[request_id], len(tokens) - self.hash_lookahead) // size
         if full <= start or not self.enable_caching:
             return
-        keys, extra, salt = [], [], self.sent[request_id].cache_salt
+        keys, extra, ahead, salt = [], [], [], self.sent[request_id].cache_salt
         for i in range(start, full):
             if table[i] == NULL_BLOCK:
                 continue
@@ -315,6 +340,7 @@ class NativePrefixCache:
             self.by_hash.setdefault(key, []).append(table[i])
             keys.append(key)
             extra.append((salt,) if salt and i == 0 else None)
+            ahead.append(tuple(tokens[(i + 1) * size:(i + 1) * size + self.hash_lookahead]))
         self.num_cached[request_id] = full
         if not keys:
             return
@@ -323,11 +349,14 @@ class NativePrefixCache:
         self._emit(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size]),
                                tuple(extra), block_size=size, medium=MEDIUM_GPU, group_idx=0,
                                kv_cache_spec_kind=kind,
-                               kv_cache_spec_sliding_window=self.sliding_window))
+                               kv_cache_spec_sliding_window=self.sliding_window,
+                               lookahead_token_ids=tuple(ahead) if self.hash_lookahead
+                               else None))
 
     def _key(self, request_id: str, end: int) -> tuple:
-        """The hash of the request's first ``end`` tokens (the salt first, where it has one)."""
-        return self.sent[request_id].key(self.tokens[request_id][:end])
+        """The hash of the request's first ``end`` tokens and the lookahead tokens after them
+        (the salt first, where it has one)."""
+        return self.sent[request_id].key(self.tokens[request_id][:end + self.hash_lookahead])
 
     def _emit(self, event) -> None:
         if self.enable_kv_cache_events:

@@ -51,7 +51,8 @@ class VllmPrefixCache:
                  use_eagle: bool = False, enable_caching: bool = True,
                  enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
                  watermark: float = 0.0, sliding_window: int | None = None,
-                 max_in_flight_tokens: int | None = None, kv_connector: bool = False):
+                 max_in_flight_tokens: int | None = None, kv_connector: bool = False,
+                 hash_lookahead: int = 0):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -62,11 +63,12 @@ class VllmPrefixCache:
         self.release = release.release()
         self.block_size, self.max_model_len = block_size, max_model_len
         self._utils.init_none_hash(_sha256)
+        cls = manager_mod.KVCacheManager
+        self.hash_lookahead = prefix_cache_compat.hash_lookahead(cls, hash_lookahead)
         # The engine builds a request block hasher only with prefix caching on (or a KV
         # connector): without it a request has no block hashes.
-        self._hasher = prefix_cache_compat.block_hasher(self._utils, block_size, _sha256) \
-            if enable_caching else None
-        cls = manager_mod.KVCacheManager
+        self._hasher = prefix_cache_compat.block_hasher(
+            self._utils, block_size, _sha256, self.hash_lookahead) if enable_caching else None
         # The group the release is driven with (the model takes it, as it takes the gates).
         self.sliding_window, self.max_in_flight_tokens = \
             prefix_cache_compat.sliding_window(cls, sliding_window, max_in_flight_tokens)
@@ -75,6 +77,9 @@ class VllmPrefixCache:
         # machine notes it and runs the world without it, a scenario needing it is skipped.
         self.drives_sliding_window = sliding_window is None or self.sliding_window is not None
         self.drives_kv_connector = not kv_connector or self.kv_connector
+        self.drives_hash_lookahead = not hash_lookahead or bool(self.hash_lookahead)
+        self.why_no_hash_lookahead = "absent: no lookahead block hashes of vLLM 0.33.0's " \
+            f"rules (vLLM {self.release}: releases before 0.33.0 not read for them)"
         self.why_no_sliding_window = "absent: no sliding-window group of vLLM 0.33.0's rules " \
             f"(vLLM {self.release}: releases before 0.33.0 not read for it)"
         self.why_no_kv_connector = "absent: no KV connector loads of vLLM 0.33.0's rules " \
@@ -96,6 +101,8 @@ class VllmPrefixCache:
             switches["watermark"] = self.watermark
         if self.max_in_flight_tokens is not None:
             switches["max_in_flight_tokens"] = self.max_in_flight_tokens
+        if self.hash_lookahead:
+            switches["num_hash_lookahead_tokens"] = self.hash_lookahead
         self.manager = cls(config, **prefix_cache_compat.manager_kwargs(
             cls, block_size, max_model_len, **switches))
         self.pool = prefix_cache_compat.block_pool(self.manager)
@@ -144,10 +151,13 @@ class VllmPrefixCache:
         return Hit(tuple(blocks.get_block_ids()[0]) if blocks.blocks[0] else (), num_tokens)
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
-                       num_lookahead_tokens: int = 0,
-                       num_external_computed_tokens: int = 0) -> tuple[int, ...] | None:
+                       num_lookahead_tokens: int = 0, num_external_computed_tokens: int = 0,
+                       delay_cache_blocks: bool = False,
+                       reserved_blocks: int = 0) -> tuple[int, ...] | None:
         """The scheduler's call for one step; ``num_external_computed_tokens``: a KV
-        connector's synchronous load past the hit (``delay_cache_blocks`` off)."""
+        connector's load past the hit, synchronous, or asynchronous with
+        ``delay_cache_blocks`` (the request then waits for the remote KV, holding its
+        blocks, and ``reserved_blocks`` stay free for the prefills in flight)."""
         hit = hit or Hit()
         req = self.requests[request_id]
         computed = None if not hit.block_ids else \
@@ -155,7 +165,8 @@ class VllmPrefixCache:
         # Keywords at their defaults are left out (a caller relying on them leaves them out).
         given = dict(num_new_computed_tokens=hit.num_computed_tokens,
                      new_computed_blocks=computed, num_lookahead_tokens=num_lookahead_tokens,
-                     num_external_computed_tokens=num_external_computed_tokens)
+                     num_external_computed_tokens=num_external_computed_tokens,
+                     delay_cache_blocks=delay_cache_blocks, reserved_blocks=reserved_blocks)
         given = {k: v for k, v in given.items() if v}
         if self.reserve_full_isl and req.status != self._running:
             # The scheduler's waiting loop asks every admission (a new or preempted request)
@@ -170,11 +181,22 @@ class VllmPrefixCache:
         if new is None:
             return None
         # What the scheduler does after a step is scheduled: the hit and the new tokens count
-        # as computed (their KV is written by the forward pass), and the request runs.
+        # as computed (their KV is written by the forward pass), and the request runs; an
+        # asynchronous load counts them too, and the request waits for the remote KV.
         req.num_computed_tokens += hit.num_computed_tokens + num_external_computed_tokens \
             + num_new_tokens
-        req.status = prefix_cache_compat.request_status(self._request_mod, "RUNNING")
+        req.status = prefix_cache_compat.request_status(
+            self._request_mod, "WAITING_FOR_REMOTE_KVS" if delay_cache_blocks else "RUNNING")
         return tuple(new.get_block_ids()[0]) if new.blocks[0] else ()
+
+    def finish_load(self, request_id: str) -> None:
+        """``Scheduler._update_waiting_for_remote_kv`` after a successful load: the blocks
+        are cached up to the computed tokens, a load that reached the last token leaves it
+        to compute, and the request waits again (``_handle_blocked_waiting_request``)."""
+        req = self.requests[request_id]
+        self.manager.cache_blocks(req, req.num_computed_tokens)
+        req.num_computed_tokens = min(req.num_computed_tokens, req.num_tokens - 1)
+        req.status = prefix_cache_compat.request_status(self._request_mod, "WAITING")
 
     def append_token_ids(self, request_id: str, token_ids: tuple[int, ...]) -> None:
         req = self.requests[request_id]
@@ -275,7 +297,7 @@ class VllmPrefixCache:
         convert = self._utils.maybe_convert_block_hash
         request = self.sent[req.request_id]
         for i, block_hash in enumerate(req.block_hashes):
-            key = request.key(tokens[:(i + 1) * self.block_size])
+            key = request.key(tokens[:(i + 1) * self.block_size + self.hash_lookahead])
             self._keys[block_hash] = key
             self._keys[convert(block_hash)] = key
 
@@ -288,11 +310,14 @@ class VllmPrefixCache:
         if name == "BlockStored":
             parent = None if event.parent_block_hash is None else \
                 self._key(event.parent_block_hash)
+            ahead = getattr(event, "lookahead_token_ids", None)
             return BlockStored(tuple(self._key(h) for h in event.block_hashes), parent,
                                tuple(event.token_ids),
                                prefix_cache_compat.event_extra_keys(event),
                                **{f: getattr(event, f, None) for f in STORED_OPTIONAL
-                                  if f != "extra_keys"})
+                                  if f not in ("extra_keys", "lookahead_token_ids")},
+                               lookahead_token_ids=None if ahead is None
+                               else tuple(tuple(t) for t in ahead))
         if name == "BlockRemoved":
             keys = [self._key(h) for h in event.block_hashes]
             return BlockRemoved(keys[0] if len(keys) == 1 else tuple(keys),
@@ -325,8 +350,8 @@ def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
                       watermark: float = 0.0, sliding_window: int | None = None,
                       max_in_flight_tokens: int | None = None,
-                      kv_connector: bool = False) -> VllmPrefixCache:
+                      kv_connector: bool = False, hash_lookahead: int = 0) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
                            enable_kv_cache_events, reserve_full_isl, watermark,
-                           sliding_window, max_in_flight_tokens, kv_connector)
+                           sliding_window, max_in_flight_tokens, kv_connector, hash_lookahead)

@@ -17,7 +17,8 @@ from sim.vllm import release
 # a switch equal to its default is left out, as a caller relying on it leaves it out. Read
 # from here, not from the signature, so a changed default in the code is seen.
 MANAGER_DEFAULTS = {"enable_caching": True, "use_eagle": False, "enable_kv_cache_events": False,
-                    "watermark": 0.0, "max_in_flight_tokens": None}
+                    "watermark": 0.0, "max_in_flight_tokens": None,
+                    "num_hash_lookahead_tokens": 0}
 
 
 def manager_kwargs(manager_cls: type, block_size: int, max_model_len: int,
@@ -137,14 +138,37 @@ def uncached_first(utils: Any, pool_cls: Any) -> bool:
     return hasattr(utils.FreeKVCacheBlockQueue, "prepend_n") and not caller_chooses
 
 
-def block_hasher(utils: Any, block_size: int, hash_fn: Any) -> Any:
-    """The request block hasher for blocks of ``block_size`` tokens.
+def block_hasher(utils: Any, block_size: int, hash_fn: Any, lookahead: int = 0) -> Any:
+    """The request block hasher for blocks of ``block_size`` tokens, each hash covering
+    ``lookahead`` tokens past its block (only asked of a release that has them:
+    ``hash_lookahead``).
 
-    # vLLM >=0.33.0: ``get_request_block_hasher(hash_block_size, fn, num_hash_lookahead=0)``.
+    # vLLM >=0.33.0: ``get_request_block_hasher(hash_block_size, fn,
+    #   num_hash_lookahead_tokens=0)``.
     # vLLM 0.10.2-0.32.x: ``get_request_block_hasher(block_size, fn)``.
     Both take the size and the function first, by position.
     """
+    if lookahead:
+        return utils.get_request_block_hasher(block_size, hash_fn,
+                                              num_hash_lookahead_tokens=lookahead)
     return utils.get_request_block_hasher(block_size, hash_fn)
+
+
+def hash_lookahead(manager_cls: type, lookahead: int) -> int:
+    """The lookahead block hashes the release is driven with (0: none).
+
+    # vLLM 0.33.0 (read): ``KVCacheManager(num_hash_lookahead_tokens=...)`` and the request
+    #   hasher's keyword of that name; a hash covers its block and the tokens after it, a
+    #   block is cached once they exist, ``BlockStored.lookahead_token_ids`` lists them; the
+    #   scheduler uses them for EAGLE by default (``VllmConfig.num_hash_lookahead_tokens``)
+    #   and then drops no hit block. Releases before 0.33.0 were not read for them: driven
+    #   without (the EAGLE block drop stays off in such a world).
+    """
+    params = inspect.signature(manager_cls.__init__).parameters
+    if not lookahead or "num_hash_lookahead_tokens" not in params or \
+            not release.at_least("0.33.0"):
+        return 0
+    return lookahead
 
 
 def cached_entries(pool: Any) -> list[tuple[bytes, list[Any]]]:
