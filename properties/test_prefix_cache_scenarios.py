@@ -395,3 +395,20 @@ def test_a_lookahead_hash_caches_a_block_once_the_token_after_it_exists(target):
     cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 5, 6, 7, 8)))
     agrees(HIT, cache.get_computed_blocks("r1"), Hit((1, 2, 3), 6))
     _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_connector_load_moves_the_window_before_the_step_is_counted(target):
+    """Scenario: blocks of one token, a window of 2, two free blocks. A KV connector loads
+    r0's first four tokens and the step computes the fifth: five slots, but the window of
+    the fifth token covers only the fourth, so the three blocks behind it are the null block
+    and the step needs two: one for the loaded fourth token, one for its own. It fits."""
+    cache = make_or_skip(target, "prefix_cache", drives=("sliding_window", "kv_connector"),
+                         num_blocks=3, block_size=1, max_model_len=8, sliding_window=2,
+                         kv_connector=True)
+    cache.add_request(PrefixRequest("r0", (1, 2, 3, 4, 5, 6)))
+    agrees(HIT, cache.get_computed_blocks("r0"), Hit())
+    agrees(FIT, cache.allocate_slots("r0", 1, num_external_computed_tokens=4), (2,))
+    agrees(TABLES, cache.get_block_ids("r0"), (0, 0, 0, 1, 2))
+    agrees(FREEQ, cache.free_queue(), ())
+    _valid(cache)
