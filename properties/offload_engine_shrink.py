@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from attrs import evolve
 
-from properties.offload_engine_worlds import OffloadWorld
+from properties.offload_engine_worlds import DELAY_CYCLES, OffloadWorld
 
 
 def simpler_worlds(world: OffloadWorld, actions: list[tuple]):
-    """Fewer layers, slots or CPU blocks, a smaller block, no delays, synchronous copies,
-    dense uids, shorter prompts, no reuse, fewer chunks per prefill call, fewer copies run."""
+    """Fewer layers, slots or CPU blocks, a smaller block, the longest delays, checks after
+    every step, synchronous copies, dense uids, shorter prompts, no reuse, fewer chunks per
+    prefill call, fewer copies run."""
     for name, low in (("num_layers", 1), ("num_slots", 1), ("num_cpu_blocks", 1)):
         if getattr(world, name) > low:
             yield evolve(world, **{name: getattr(world, name) - 1}), actions
@@ -24,8 +25,14 @@ def simpler_worlds(world: OffloadWorld, actions: list[tuple]):
         yield evolve(world, block_size=world.block_size // 2), [
             (n, a[0], -(-a[1] // 2), *a[2:]) if n == "add_request" else (n, *a)
             for n, *a in actions]
-    if world.copy_delay_cycles:
-        yield evolve(world, copy_delay_cycles=()), actions
+    # On a real GPU a race shows only while its copy still sleeps: the simpler world is the
+    # one where every side stream sleeps longest (a replay then meets the race every time),
+    # not one without delays, which a replay meets by the host's timing alone, or not.
+    longest = tuple((name, max(DELAY_CYCLES)) for name, _ in world.copy_delay_cycles)
+    if world.copy_delay_cycles and world.copy_delay_cycles != longest:
+        yield evolve(world, copy_delay_cycles=longest), actions
+    if not world.check_each_step:
+        yield evolve(world, check_each_step=True), actions
     if world.async_mode:      # synchronous copies, and no step that runs pending copies
         yield evolve(world, async_mode=False, copy_delay_cycles=()), \
             [a for a in actions if a[0] != "run_copies"]

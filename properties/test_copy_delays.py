@@ -31,7 +31,24 @@ def test_only_async_worlds_on_cuda_draw_delays(world):
 
 @given(world=offload_worlds(cuda=False))
 def test_worlds_on_cpu_never_draw_delays(world):
-    assert world.copy_delay_cycles == ()
+    assert world.copy_delay_cycles == () and world.check_each_step
+
+
+def test_the_minimizer_keeps_a_race_s_delays_at_their_longest():
+    """Issue 25's GPU run: a slot-reuse race shrunk to a world without delays, whose reproducer
+    then passed on the buggy engine (the host's timing alone had opened the window once). The
+    minimizer now offers the longest sleep on every side stream instead of none, and a world
+    that checked the CPU pool only at its end is offered checks after every step."""
+    from properties.offload_engine_shrink import simpler_worlds
+    from properties.offload_engine_worlds import OffloadWorld
+    world = OffloadWorld(2, 1, 2, 2, async_mode=True, check_each_step=False,
+                         copy_delay_cycles=(("load", 20_000), ("store", 200_000)))
+    offered = [w for w, _ in simpler_worlds(world, [])]
+    delays = {w.copy_delay_cycles for w in offered if w.async_mode}
+    longest = max(DELAY_CYCLES)
+    assert delays == {world.copy_delay_cycles, (("load", longest), ("store", longest))}
+    assert any(w.check_each_step and w.copy_delay_cycles == world.copy_delay_cycles
+               for w in offered)
 
 
 def test_sleep_cycles_reads_the_plan():
