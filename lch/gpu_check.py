@@ -388,10 +388,24 @@ def build_record(logs: Path, probe: list[str], probe_outcome: str, probe_detail:
     record = records.envelope(
         KIND, f"gpu-check-{device_name_slug(device)}", command, vllm=vllm_under_test(),
         wall_s=wall_s, summary=summary, items=steps, started=started)
-    if harness.get("commit") is None and carried.is_file():
-        record["harness"] = {"commit": None, "dirty": None,
-                             "carried": carried.read_text().strip()}
+    if carried.is_file():
+        record["harness"] = carried_commit(carried.read_text())
+    elif harness.get("commit") is None:
+        record["harness"] = {"commit": None, "dirty": None}
     return record
+
+
+def carried_commit(text: str) -> dict:
+    """The harness commit a tree carried to a lent machine was built at, from the file
+    ``tools/gpu_carry.sh`` wrote just before it travelled. It wins over git's answer there:
+    the machine may hold a ``.git`` that is not this checkout's (the first H200 runs found
+    the session's starting commit in one, and took their tree for a dirty copy of it)."""
+    lines = dict(line.split(" ", 1) for line in text.strip().splitlines() if " " in line)
+    changed = lines.get("uncommitted", "").split(" ", 2)
+    dirty = None
+    if changed[:2] == ["changes", "to"] and len(changed) > 2:
+        dirty = changed[2].split(" ", 1)[0] != "0"
+    return {"commit": lines.get("commit"), "dirty": dirty, "carried": text.strip()}
 
 
 def combined_log(logs: Path, steps: list[dict]) -> str:

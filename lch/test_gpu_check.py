@@ -172,3 +172,12 @@ def test_the_vllm_steps_line_says_which_copy_ran():
     without = [{k: v for k, v in t.items() if k != "vllm_copy_paths"} for t in tests]
     outcome, why = judge_pytest(step, 0, "2 passed in 9.0s", without, [])
     assert outcome == FAIL and "vLLM's copy paths recorded" in why
+
+
+def test_the_commit_a_tree_was_carried_at_is_the_record_s():
+    from lch.gpu_check import carried_commit
+    clean = carried_commit("commit 1b93f40\nuncommitted changes to 0 tracked files when .whl "
+                           "was built\n")
+    assert clean["commit"] == "1b93f40" and clean["dirty"] is False
+    assert carried_commit("commit abc\nuncommitted changes to 3 tracked files when .whl was "
+                          "built")["dirty"] is True
