@@ -366,3 +366,18 @@ def _prefix_cache_outcomes(results: Path) -> tuple[dict[str, set[tuple[str, str]
 
 def _release_key(release: str) -> tuple[int, ...]:
     return tuple(int(p) for p in release.split("."))
+
+
+@renderer("gpu-runs")
+def gpu_runs(results: Path) -> str:
+    """Each run of ``tools/gpu_check.sh`` on a lent GPU: per step, its outcome and what it
+    ran (the record has each test's streams, delays and vLLM's copy paths)."""
+    rows = []
+    for r in load("gpu", results):
+        s = r["summary"]
+        where = f"`results/gpu/{r['name']}.json` ({s['device']}, torch {s['torch']}, " \
+                f"CUDA {s['cuda']}, {r['finished'][:10]})"
+        for item in r["items"]:
+            rows.append([where, item["step"], item["outcome"], item["detail"]])
+            where = ""
+    return table(("record", "step", "outcome", "what ran"), rows)
