@@ -13,6 +13,7 @@ from __future__ import annotations
 
 SCENARIOS = "properties/test_prefix_cache_scenarios.py"
 MACHINE = "properties/test_prefix_cache.py"
+QUEUE = "properties/test_prefix_cache_queue.py"     # the queue's own calls, first: it is cheap
 UPSTREAM_CORE = ("tests/v1/core/test_prefix_caching.py", "tests/v1/core/test_kv_cache_utils.py",
                  "tests/v1/core/test_single_type_kv_cache_manager.py")
 # vLLM's core tests that cannot pass offline in vLLM 0.33.0's sdist (each builds a model
@@ -47,7 +48,7 @@ def subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
         # The queue's own unit tests are in test_kv_cache_utils.py; test_prefix_caching.py
         # reaches it only through the pool, at four minutes a run (a survivor pays it).
         "vllm.v1.core.kv_cache_utils:FreeKVCacheBlockQueue": Subject(
-            harness=(SCENARIOS, MACHINE),
+            harness=(QUEUE, SCENARIOS, MACHINE),
             upstream=UPSTREAM_CORE[1:2], support=SUPPORT),
         "vllm.v1.core.kv_cache_manager:KVCacheManager": Subject(
             harness=(SCENARIOS, MACHINE),

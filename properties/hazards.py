@@ -80,6 +80,8 @@ REACHES = [
         "synchronous machine reaches it"}),
     Reach(f"{SCHEDULER_PASS}:MambaSchedulerPassMachine"),
     # The KV pool's own hazards; the synchronous machine reaches the rest.
+    # The prefix cache's free-block queue on its own (prefix_cache.free_queue).
+    Reach("properties.prefix_cache_queue_machine:FreeQueueMachine"),
     Reach(f"{SCHEDULER_PASS}:KvPressureSchedulerPassMachine", 150,
           ("preempted for KV blocks", "preempted itself for KV blocks",
            "waiting request held back for KV blocks")),

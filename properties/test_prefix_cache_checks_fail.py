@@ -9,8 +9,9 @@ from fixtures.pytest_plugin import Divergence
 from models.prefix_cache import PrefixCacheModel
 from models.prefix_cache_values import BlockRemoved
 from properties.prefix_cache_machine import PrefixCacheMachine, duplicate_listings
+from properties.prefix_cache_queue_machine import FreeQueueMachine
 from properties.run import check_machine
-from sim.native.prefix_cache import NativePrefixCache
+from sim.native.prefix_cache import NativeFreeQueue, NativePrefixCache
 
 
 def _fails(tmp_path, prop: str, max_examples: int = 100) -> dict:
@@ -111,6 +112,27 @@ def test_connector_blocks_agree_can_fail(monkeypatch, tmp_path):
     monkeypatch.setattr(NativePrefixCache, "connector_finished",
                         lambda self, rid: tuple(self.table.get(rid, ())))
     _fails(tmp_path, "connector-blocks-agree", max_examples=300)
+
+
+def _queue_fails(tmp_path, prop: str) -> None:
+    with pytest.raises(Divergence) as failed:
+        check_machine(FreeQueueMachine, "native", str(tmp_path), max_examples=100)
+    assert failed.value.info["property"] == prop, failed.value
+
+
+def test_pops_agree_can_fail(monkeypatch, tmp_path):
+    # popleft_n hands out the front blocks last first.
+    real = NativeFreeQueue.popleft_n
+    monkeypatch.setattr(NativeFreeQueue, "popleft_n", lambda self, n: real(self, n)[::-1])
+    _queue_fails(tmp_path, "pops-agree")
+
+
+def test_queue_order_agrees_can_fail(monkeypatch, tmp_path):
+    # A run given back to the front lands last first (its first block not frontmost).
+    real = NativeFreeQueue.prepend_n
+    monkeypatch.setattr(NativeFreeQueue, "prepend_n",
+                        lambda self, blocks: real(self, tuple(blocks)[::-1]))
+    _queue_fails(tmp_path, "queue-order-agrees")
 
 
 def test_duplicate_listings_names_each_wrong_call():

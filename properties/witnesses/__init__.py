@@ -87,6 +87,10 @@ TESTS: tuple[Test, ...] = (
     Test("prefix_cache", "free-lists-held-blocks",
          PREFIX_CHECKS + "test_free_lists_held_blocks_can_fail",
          "free() listing a finished request's last block twice (vLLM #42571's shape)"),
+    Test("prefix_cache", "pops-agree", PREFIX_CHECKS + "test_pops_agree_can_fail",
+         "the free queue's popleft_n handing out the front blocks last first"),
+    Test("prefix_cache", "queue-order-agrees", PREFIX_CHECKS + "test_queue_order_agrees_can_fail",
+         "a run given back to the free queue's front landing last first"),
     Test("prefix_cache", "connector-blocks-agree",
          PREFIX_CHECKS + "test_connector_blocks_agree_can_fail",
          "the connector handed every held block, lookahead slots past the computed tokens "

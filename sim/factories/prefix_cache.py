@@ -26,3 +26,19 @@ def make_vllm(target: Target, **config: Any) -> Any:
     config = prefix_cache_config(**config)
     del config["uncached_first"]          # the release's own order (the target reports it)
     return make_prefix_cache(**config)
+
+
+def make_free_queue(target: str, num_blocks: int) -> Any:
+    """The free-block queue alone (``prefix_cache.free_queue``): the model, the native queue
+    (``native:<bug>`` too: no switch acts on it) or vLLM's ``FreeKVCacheBlockQueue``."""
+    base = target.split(":", 1)[0]
+    if base == "model":
+        from models.prefix_cache_queue import FreeQueueModel
+        return FreeQueueModel(num_blocks)
+    if base == "native":
+        from sim.native.prefix_cache import NativeFreeQueue
+        return NativeFreeQueue(num_blocks)
+    if base == "vllm":
+        from sim.vllm.prefix_cache import VllmFreeQueue
+        return VllmFreeQueue(num_blocks)
+    raise ValueError(f"target {target!r} has no free queue: name model, native or vllm")

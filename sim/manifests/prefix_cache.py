@@ -21,14 +21,19 @@ SUBSYSTEM = Subsystem(
           "pc-reset-counts-null", "pc-eagle-keeps-last", "pc-window-keeps-skipped"),
     catalogue="fixtures.catalogue.prefix_cache",
     vllm_suites=("properties/test_prefix_cache.py", "properties/test_prefix_cache_scenarios.py",
-                 "properties/test_prefix_cache_free_blocks.py"),
+                 "properties/test_prefix_cache_free_blocks.py",
+                 "properties/test_prefix_cache_queue.py"),
     # Not hunted by history (it never was; hunted=True would add a hunt per release).
     history=(Column("prefix_cache", ("properties/test_prefix_cache.py",
                                      "properties/test_prefix_cache_scenarios.py")),),
     mutation_subjects="lch.prefix_cache_suites:subjects",
     tests={"fast": ("properties/test_prefix_cache_scenarios.py",
                     "properties/test_prefix_cache_free_blocks.py"),
-           "machines": ("properties/test_prefix_cache.py",),
+           "machines": ("properties/test_prefix_cache.py",
+                        "properties/test_prefix_cache_queue.py"),
            "catalogue": ("properties/test_prefix_cache_checks_fail.py",)},
     spec_page="docs/prefix-cache.md",
+    # vLLM's free-block queue on its own: the calls its API offers beyond the pool's.
+    machines={"free_queue": "properties.prefix_cache_queue_machine:FreeQueueMachine"},
+    spec_properties=("properties.prefix_cache_queue_machine",),
 )

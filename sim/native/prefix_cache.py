@@ -361,3 +361,42 @@ class NativePrefixCache:
     def _emit(self, event) -> None:
         if self.enable_kv_cache_events:
             self.pending.append(event)
+
+
+class NativeFreeQueue:
+    """The free-block queue on its own (``prefix_cache.free_queue``'s native target): an
+    ``OrderedDict`` of block ids moved from both ends, as ``NativePrefixCache`` keeps its own."""
+
+    def __init__(self, num_blocks: int, bugs: frozenset[str] = frozenset()):
+        self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.queue)
+
+    def popleft(self) -> int | None:
+        return self.queue.popitem(last=False)[0] if self.queue else None
+
+    def popleft_n(self, n: int) -> tuple[int, ...]:
+        return tuple(self.queue.popitem(last=False)[0] for _ in range(n))
+
+    def remove(self, block: int) -> None:
+        del self.queue[block]
+
+    def append(self, block: int) -> None:
+        self.queue[block] = None
+
+    def append_n(self, blocks: tuple[int, ...]) -> None:
+        self.queue.update(dict.fromkeys(blocks))
+
+    def prepend_n(self, blocks: tuple[int, ...]) -> None:
+        for block in reversed(blocks):
+            self.queue[block] = None
+            self.queue.move_to_end(block, last=False)
+
+    def get_all_free_blocks(self) -> tuple[int, ...]:
+        return tuple(self.queue)
+
+    def iter_blocks_after(self, cursor: int | None) -> tuple[int, ...]:
+        order = tuple(self.queue)
+        return order if cursor is None else order[order.index(cursor) + 1:]

@@ -270,25 +270,8 @@ class VllmPrefixCache:
         return calls
 
     def check_valid(self) -> None:
-        """The free queue's own promise (``FreeKVCacheBlockQueue``): a doubly linked list from
-        its fake head to its fake tail whose links agree both ways, as long as its count, and
-        a block taken off it keeps no links (vLLM's own queue tests assert the same). Read
-        only: the links are the queue's."""
-        queue, blocks = self.pool.free_block_queue, self.pool.blocks
-        head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
-        listed, prev, block = [], head, head.next_free_block
-        while block is not None and block is not tail and len(listed) <= len(blocks):
-            assert block.prev_free_block is prev, \
-                f"free list: block {block.block_id}'s prev link skips block {prev.block_id}"
-            listed.append(block.block_id)
-            prev, block = block, block.next_free_block
-        assert block is tail and tail.prev_free_block is prev, \
-            f"free list: {listed} does not end at its tail"
-        assert len(listed) == queue.num_free_blocks, \
-            f"free list links {len(listed)} blocks, num_free_blocks says {queue.num_free_blocks}"
-        linked = [b.block_id for b in blocks if b.block_id not in set(listed)
-                  and (b.prev_free_block is not None or b.next_free_block is not None)]
-        assert not linked, f"blocks {linked} are off the free list but keep free-list links"
+        """The free queue's own promise (``FreeKVCacheBlockQueue``): ``check_free_list``."""
+        check_free_list(self.pool.free_block_queue, self.pool.blocks)
 
     # -- translation --------------------------------------------------------------------------
 
@@ -328,6 +311,74 @@ class VllmPrefixCache:
 
     def __repr__(self) -> str:
         return f"VllmPrefixCache(vllm=={self.release}, block_size={self.block_size})"
+
+
+def check_free_list(queue: Any, blocks: list[Any]) -> None:
+    """A free queue's structure: a doubly linked list from its fake head to its fake tail
+    whose links agree both ways, as long as its count, and a block taken off it keeps no
+    links (vLLM's own queue tests assert the same). Read only: the links are the queue's."""
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    listed, prev, block = [], head, head.next_free_block
+    while block is not None and block is not tail and len(listed) <= len(blocks):
+        assert block.prev_free_block is prev, \
+            f"free list: block {block.block_id}'s prev link skips block {prev.block_id}"
+        listed.append(block.block_id)
+        prev, block = block, block.next_free_block
+    assert block is tail and tail.prev_free_block is prev, \
+        f"free list: {listed} does not end at its tail"
+    assert len(listed) == queue.num_free_blocks, \
+        f"free list links {len(listed)} blocks, num_free_blocks says {queue.num_free_blocks}"
+    linked = [b.block_id for b in blocks if b.block_id not in set(listed)
+              and (b.prev_free_block is not None or b.next_free_block is not None)]
+    assert not linked, f"blocks {linked} are off the free list but keep free-list links"
+
+
+class VllmFreeQueue:
+    """``prefix_cache.free_queue``'s vLLM target: a real ``FreeKVCacheBlockQueue`` over real
+    ``KVCacheBlock`` objects (ids 0..n-1, in id order as the pool builds it), called by block
+    id; ``popleft`` on an empty queue answers None where vLLM raises ``ValueError`` (any
+    other raise is the queue's own)."""
+
+    def __init__(self, num_blocks: int):
+        utils = release.import_module("vllm.v1.core.kv_cache_utils")
+        self.blocks = [utils.KVCacheBlock(i) for i in range(num_blocks)]
+        self.queue = utils.FreeKVCacheBlockQueue(list(self.blocks))
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.queue.num_free_blocks
+
+    def popleft(self) -> int | None:
+        try:
+            block = self.queue.popleft()
+        except ValueError:
+            return None
+        return block.block_id
+
+    def popleft_n(self, n: int) -> tuple[int, ...]:
+        return tuple(b.block_id for b in self.queue.popleft_n(n))
+
+    def remove(self, block: int) -> None:
+        self.queue.remove(self.blocks[block])
+
+    def append(self, block: int) -> None:
+        self.queue.append(self.blocks[block])
+
+    def append_n(self, blocks: tuple[int, ...]) -> None:
+        self.queue.append_n([self.blocks[b] for b in blocks])
+
+    def prepend_n(self, blocks: tuple[int, ...]) -> None:
+        self.queue.prepend_n([self.blocks[b] for b in blocks])
+
+    def get_all_free_blocks(self) -> tuple[int, ...]:
+        return tuple(b.block_id for b in self.queue.get_all_free_blocks())
+
+    def iter_blocks_after(self, cursor: int | None) -> tuple[int, ...]:
+        start = None if cursor is None else self.blocks[cursor]
+        return tuple(b.block_id for b in self.queue.iter_blocks_after(start))
+
+    def check_valid(self) -> None:
+        check_free_list(self.queue, self.blocks)
 
 
 def _full_attention(kv: Any, block_size: int, dtype: Any) -> Any:
