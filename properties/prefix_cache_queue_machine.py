@@ -56,11 +56,12 @@ class FreeQueueMachine(HarnessMachine):
     @initialize(world=st.builds(QueueWorld, st.integers(0, MAX_BLOCKS)))
     def setup(self, world: QueueWorld):
         self.world = world
+        # Recorded first: a queue that raises while it is built is the reproducer's subject.
+        self.trace.config.update(world.config(), target=self.target_name)
+        self.trace.world = world
         self.queue = make_free_queue(self.target_name, world.num_blocks)
         self.model = FreeQueueModel(world.num_blocks)
         self.emptied = False
-        self.trace.config.update(world.config(), target=self.target_name)
-        self.trace.world = world
 
     @classmethod
     def simpler_worlds(cls, world: QueueWorld, actions: list[tuple]):
@@ -167,8 +168,8 @@ class FreeQueueMachine(HarnessMachine):
         got, want = self.queue.get_all_free_blocks(), self.model.get_all_free_blocks()
         self.check("queue-order-agrees", got == want and
                    self.queue.num_free_blocks == len(want),
-                   lambda: f"free blocks {list(got)} ({self.queue.num_free_blocks} counted), "
-                   f"model {list(want)}")
+                   lambda: f"free blocks {got!r} ({self.queue.num_free_blocks} counted), "
+                   f"model {want!r}")
         self.check_valid(self.queue)
 
     def state_checks(self) -> list[str]:

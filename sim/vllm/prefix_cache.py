@@ -313,6 +313,15 @@ class VllmPrefixCache:
         return f"VllmPrefixCache(vllm=={self.release}, block_size={self.block_size})"
 
 
+def _block_ids(answer: Any) -> tuple[int, ...] | Any:
+    """The ids of the blocks a queue listed; an answer that lists nothing as it came (the
+    machine compares it with the model's and reports it)."""
+    try:
+        return tuple(b.block_id for b in answer)
+    except (TypeError, AttributeError):
+        return answer
+
+
 def check_free_list(queue: Any, blocks: list[Any]) -> None:
     """A free queue's structure: a doubly linked list from its fake head to its fake tail
     whose links agree both ways, as long as its count, and a block taken off it keeps no
@@ -370,12 +379,12 @@ class VllmFreeQueue:
     def prepend_n(self, blocks: tuple[int, ...]) -> None:
         self.queue.prepend_n([self.blocks[b] for b in blocks])
 
-    def get_all_free_blocks(self) -> tuple[int, ...]:
-        return tuple(b.block_id for b in self.queue.get_all_free_blocks())
+    def get_all_free_blocks(self) -> tuple[int, ...] | Any:
+        return _block_ids(self.queue.get_all_free_blocks())
 
-    def iter_blocks_after(self, cursor: int | None) -> tuple[int, ...]:
+    def iter_blocks_after(self, cursor: int | None) -> tuple[int, ...] | Any:
         start = None if cursor is None else self.blocks[cursor]
-        return tuple(b.block_id for b in self.queue.iter_blocks_after(start))
+        return _block_ids(self.queue.iter_blocks_after(start))
 
     def check_valid(self) -> None:
         check_free_list(self.queue, self.blocks)
