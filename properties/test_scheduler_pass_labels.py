@@ -10,6 +10,7 @@ import attrs
 import pytest
 
 from fixtures.pytest_plugin import Divergence
+from properties import scheduler_pass_machine
 from properties.run import check_machine
 from properties.scheduler_pass_machine import SchedulerPassMachine
 from sim.native.scheduler_pass import NativeSchedulerPass
@@ -50,6 +51,10 @@ def test_a_read_ahead_the_adapter_computes_is_named_as_the_harnesss(tmp_path, mo
     monkeypatch.setattr(NativeSchedulerPass, "schedule", one_more)
     monkeypatch.setattr(NativeSchedulerPass, "HARNESS_COMPUTED",
                         {"num_read_ahead_tokens": "the test's arithmetic"}, raising=False)
+    # The promises judged on the output come first and may see the extra token first (an
+    # embed read past what is held: reads-held), in whichever example the derandomized run
+    # meets first, which moves with Hypothesis's constant pool: this test is about the label.
+    monkeypatch.setattr(scheduler_pass_machine, "broken_promises", lambda *args: [])
     with pytest.raises(Divergence) as failed:
         check_machine(SchedulerPassMachine, "native", str(tmp_path))
     first = str(failed.value).splitlines()[0]
