@@ -115,7 +115,8 @@ class PrefixCacheMachine(HarnessMachine):
         for option, off in (("sliding_window", dict(sliding_window=None,
                                                     max_in_flight_tokens=None)),
                             ("kv_connector", dict(kv_connector=False)),
-                            ("hash_lookahead", dict(hash_lookahead=0))):
+                            # a release without lookahead hashes drops the EAGLE block
+                            ("hash_lookahead", dict(hash_lookahead=0, use_eagle=True))):
             if getattr(world, option) and not getattr(self.cache, f"drives_{option}", True):
                 self.recorder.note_missing(getattr(self.cache, f"why_no_{option}")
                                            .removeprefix("absent: "))

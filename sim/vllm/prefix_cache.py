@@ -65,6 +65,10 @@ class VllmPrefixCache:
         self._utils.init_none_hash(_sha256)
         cls = manager_mod.KVCacheManager
         self.hash_lookahead = prefix_cache_compat.hash_lookahead(cls, hash_lookahead)
+        # An EAGLE world of lookahead hashes on a release without them: that release's EAGLE
+        # (the block drop), as its scheduler builds it.
+        self.use_eagle = use_eagle = use_eagle or bool(hash_lookahead and
+                                                       not self.hash_lookahead)
         # The engine builds a request block hasher only with prefix caching on (or a KV
         # connector): without it a request has no block hashes.
         self._hasher = prefix_cache_compat.block_hasher(
