@@ -1,12 +1,13 @@
-"""Reference model of vLLM's prefix-caching KV block cache: one full-attention or one
-sliding-window group.
+"""Reference model of vLLM's prefix-caching KV block cache: one full-attention group, one
+sliding-window group, or both (a hybrid model: full attention in group 0, a sliding window
+in group 1, vLLM's hybrid coordinator).
 
 Scope: what ``KVCacheManager`` (over its ``BlockPool``) promises a scheduler: which blocks a
 request holds, the longest cached prefix a new request can reuse, whether ``allocate_slots``
 fits, the order free blocks are reused in, the hashes left cached, the KV events, and when
-``reset_prefix_cache`` may succeed. Not in scope: KV tensors, more than one group (hybrid
-models), chunked-local and Mamba groups, partial-block hashes (``hash_block_size`` below the
-block size), asynchronous KV connector loads (``delay_cache_blocks``, ``reserved_blocks``).
+``reset_prefix_cache`` may succeed. Not in scope: KV tensors, chunked-local and Mamba
+groups, groups of different block sizes, partial-block hashes (``hash_block_size`` below
+the block size).
 
 A sliding-window group (``sliding_window``: the window in tokens) attends to the last
 ``sliding_window`` tokens only. So a hit needs only the blocks the window covers at its end
@@ -16,11 +17,21 @@ block in their place), and an admission that must fit whole is capped at what a 
 ever hold at once: the window and one step's tokens (``max_in_flight_tokens``, vLLM's
 ``max_concurrent_batches * max_num_batched_tokens``; unset: the length cap), plus one block.
 
-The model keeps only facts: each request's block table and tokens, the prefix cached on a
-block (and when it was cached), the tokens written into each block, and for each free block
-the moment (and end) at which it was released. Reference counts, the free-block count, the
-free queue's order and the hash-to-block map are computed from those facts on demand, never
-kept as a second free list.
+With both groups (``hybrid``) every request holds a table in each, drawn from one pool, and
+each group caches its own blocks under its own hashes. A hit is the longest prefix both can
+serve: the full-attention run, then the sliding window's hit within it, and the
+full-attention blocks cut to that; where the window's hit is shorter, the full-attention
+run's end is the shared-prefix boundary vLLM reports (``Hit.shared_prefix_boundary``).
+A step takes each group's blocks in group order (the hits first, then a connector's blocks,
+then new blocks), caches group 0's blocks before group 1's, and a finished request releases
+group 0's blocks (last first) before group 1's. Tables, hits and new blocks are then one
+tuple per group; with one group, the group's own.
+
+The model keeps only facts: each request's block tables and tokens, the prefix cached on a
+block (in which group, and when it was cached), the tokens written into each block, and for
+each free block the moment (and end) at which it was released. Reference counts, the
+free-block count, the free queue's order and the hash-to-block map are computed from those
+facts on demand, never kept as a second free list.
 
 A KV connector's tokens (``num_external_computed_tokens``, loaded on a request's first
 step) are computed tokens past the hit held in new blocks. A synchronous load is cached with
@@ -95,11 +106,13 @@ class PrefixCacheModel:
     max_in_flight_tokens: int | None = None
     kv_connector: bool = False      # the world has one (its loads are allocate_slots' to take)
     hash_lookahead: int = 0         # tokens past a block its hash covers
+    hybrid: bool = False            # a full-attention group (0) beside the sliding window (1)
     requests: dict[str, RequestState] = field(factory=dict)
-    tables: dict[str, list[int]] = field(factory=dict)     # request -> blocks it holds
+    tables: dict[str, list[list[int]]] = field(factory=dict)   # request -> its blocks, by group
     waiting: set[str] = field(factory=set)     # in the scheduler's waiting queue
     loading: set[str] = field(factory=set)     # an asynchronous connector load in flight
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
+    group_of: dict[int, int] = field(factory=dict)         # cached block -> its group
     cached_at: dict[int, int] = field(factory=dict)        # block -> when it was cached
     released: dict[int, int] = field(factory=dict)         # free block -> queue position
     written: dict[int, BlockKey] = field(factory=dict)     # block -> the prefix it holds
@@ -111,15 +124,46 @@ class PrefixCacheModel:
         if self.num_blocks < 2:
             raise ValueError(f"num_blocks must be at least 2 (one is the null block), got "
                              f"{self.num_blocks}")
+        if self.hybrid and self.sliding_window is None:
+            raise ValueError("a hybrid pool pairs full attention with a sliding window: "
+                             "give sliding_window")
         self.released = {b: b for b in range(1, self.num_blocks)}   # block id order
         self.tick = self.num_blocks
+
+    # -- the groups ---------------------------------------------------------------------------
+
+    @property
+    def windows(self) -> tuple[int | None, ...]:
+        """Each group's sliding window (None: full attention), in group order."""
+        return (None, self.sliding_window) if self.hybrid else (self.sliding_window,)
+
+    def shaped(self, per_group):
+        """A per-group answer as the port gives it: one tuple per group, or, with one group,
+        that group's."""
+        per_group = tuple(tuple(g) for g in per_group)
+        return per_group if self.hybrid else per_group[0]
+
+    def by_group(self, blocks) -> tuple[tuple[int, ...], ...]:
+        """A shaped answer (a hit's blocks, say) back into one tuple per group."""
+        return tuple(blocks) if self.hybrid else (tuple(blocks),)
+
+    def map_key(self, group: int, key: BlockKey) -> BlockKey | tuple:
+        """How the hash map names ``key`` cached in ``group``: the key itself with one
+        group, ``(group, key)`` with several (each group caches its own blocks)."""
+        return (group, key) if self.hybrid else key
+
+    def contents_of(self, map_key) -> BlockKey:
+        """The prefix a block cached under ``map_key`` holds: the key without its group and
+        its lookahead."""
+        key = map_key[1] if self.hybrid else map_key
+        return key[:len(key) - self.hash_lookahead]
 
     # -- computed views (what the implementation counts) --------------------------------------
 
     def ref_cnt(self, block_id: int) -> int:
         if block_id == NULL_BLOCK:          # in tables for skipped blocks, never counted
             return 0
-        return sum(block_id in table for table in self.tables.values())
+        return sum(block_id in table for tables in self.tables.values() for table in tables)
 
     @property
     def num_free_blocks(self) -> int:
@@ -129,20 +173,34 @@ class PrefixCacheModel:
         """Free blocks in the order they are reused: the front is taken first."""
         return tuple(sorted(self.released, key=self.released.__getitem__))
 
-    def cached_blocks(self) -> dict[BlockKey, tuple[int, ...]]:
-        """Each cached prefix -> the blocks caching it (vLLM does not de-duplicate: two
-        requests computing one prefix at once both cache it), the first cached first."""
-        found: dict[BlockKey, tuple[int, ...]] = {}
+    def cached_blocks(self) -> dict:
+        """Each cached prefix (``map_key``) -> the blocks caching it (vLLM does not
+        de-duplicate: two requests computing one prefix at once both cache it), the first
+        cached first."""
+        found: dict = {}
         for block in sorted(self.key_of, key=self.cached_at.__getitem__):
-            found[self.key_of[block]] = found.get(self.key_of[block], ()) + (block,)
+            key = self.map_key(self.group_of[block], self.key_of[block])
+            found[key] = found.get(key, ()) + (block,)
         return found
 
-    def cached(self) -> dict[BlockKey, int]:
+    def cached(self) -> dict:
         """Each cached prefix -> the block a lookup finds: the first that cached it."""
         return {key: blocks[0] for key, blocks in self.cached_blocks().items()}
 
-    def get_block_ids(self, request_id: str) -> tuple[int, ...]:
-        return tuple(self.tables.get(request_id, ()))
+    def cached_in(self, group: int) -> dict[BlockKey, int]:
+        """The prefixes cached in ``group`` -> the block a lookup there finds."""
+        return {self.key_of[b]: b for b in sorted(self.key_of, key=self.cached_at.__getitem__,
+                                                  reverse=True) if self.group_of[b] == group}
+
+    def holds(self, request_id: str) -> bool:
+        return any(self.tables.get(request_id, ()))
+
+    def get_block_ids(self, request_id: str):
+        return self.shaped(self.tables.get(request_id, [[] for _ in self.windows]))
+
+    def null_slots(self, request_id: str) -> int:
+        """Slots of the request's tables that hold the null block (behind a window)."""
+        return sum(t.count(NULL_BLOCK) for t in self.tables.get(request_id, ()))
 
     def num_tokens(self, request_id: str) -> int:
         return len(self.requests[request_id].tokens)
@@ -154,10 +212,6 @@ class PrefixCacheModel:
         state, size, ahead = self.requests[request_id], self.block_size, self.hash_lookahead
         return [state.request.key(state.tokens[:end + ahead])
                 for end in range(size, len(state.tokens) - ahead + 1, size)]
-
-    def contents_of(self, key: BlockKey) -> BlockKey:
-        """The prefix a block cached under ``key`` holds: the key without its lookahead."""
-        return key[:len(key) - self.hash_lookahead]
 
     # -- the API ------------------------------------------------------------------------------
 
@@ -173,47 +227,70 @@ class PrefixCacheModel:
         at the prefix's end (sliding window; the blocks before them are the null block).
         Never the last token (it must be computed to sample from), and, for EAGLE, one block
         less (its drafter recomputes the last block's hidden states; a sliding window needs
-        one block more cached for it). Nothing with caching off, nor for a request that
-        wants its prompt's logprobs."""
+        one block more cached for it). With both groups, the window's hit within the
+        full-attention run's, which is cut to it (the run's end, where longer, is the shared
+        prefix's boundary); with EAGLE each looks one block past its bound and drops it.
+        Nothing with caching off, nor for a request that wants its prompt's logprobs."""
         state = self.requests[request_id]
         if not self.enable_caching or state.request.prompt_logprobs:
-            return Hit()
-        cached = self.cached()
-        keys = self.block_keys(request_id)[:(len(state.tokens) - 1) // self.block_size]
+            return Hit(self.shaped(() for _ in self.windows))
+        keys = self.block_keys(request_id)
+        capped = keys[:(len(state.tokens) - 1) // self.block_size]
+        if not self.hybrid:
+            blocks = self._group_hit(0, capped)
+            return Hit(tuple(blocks), len(blocks) * self.block_size)
+        # With EAGLE each group looks one block past its bound (the length cap, then the
+        # run), within the request's hashes, and drops it: a hybrid pool's hit may end at the
+        # cap itself, where one group's ends a block short of it.
+        run = self._group_hit(0, keys[:len(capped) + self.use_eagle])
+        window = self._group_hit(1, keys[:len(run) + self.use_eagle])
+        boundary = len(run) * self.block_size if len(run) > len(window) else 0
+        return Hit((tuple(run[:len(window)]), tuple(window)),
+                   len(window) * self.block_size, boundary)
+
+    def _group_hit(self, group: int, keys: list[BlockKey]) -> list[int]:
+        """``group``'s hit among ``keys``: the longest prefix whose last blocks the group
+        reads (all, or the window's) are cached in it, the null block before them; with
+        EAGLE one block less."""
+        cached = self.cached_in(group)
         end = max(e for e in range(len(keys) + 1)
-                  if all(k in cached for k in keys[self._first_read(e):e]))
-        blocks = [NULL_BLOCK if i < self._first_read(end) else cached[keys[i]]
+                  if all(k in cached for k in keys[self._first_read(group, e):e]))
+        blocks = [NULL_BLOCK if i < self._first_read(group, end) else cached[keys[i]]
                   for i in range(end)]
         if self.use_eagle and blocks:
             blocks.pop()
-        return Hit(tuple(blocks), len(blocks) * self.block_size)
+        return blocks
 
-    def _first_read(self, end: int) -> int:
-        """The first block a hit of ``end`` blocks must find cached."""
-        if self.sliding_window is None:
+    def _first_read(self, group: int, end: int) -> int:
+        """The first block a hit of ``end`` blocks must find cached in ``group``."""
+        window = self.windows[group]
+        if window is None:
             return 0
-        window = -(-(self.sliding_window - 1) // self.block_size) + self.use_eagle
-        return max(0, end - window)
+        return max(0, end - (-(-(window - 1) // self.block_size) + self.use_eagle))
 
-    def skipped_blocks(self, num_computed_tokens: int) -> int:
-        """Blocks wholly behind the window of the next token (none for full attention)."""
-        if self.sliding_window is None:
+    def skipped_blocks(self, group: int, num_computed_tokens: int) -> int:
+        """Blocks of ``group`` wholly behind the window of the next token (none for full
+        attention)."""
+        window = self.windows[group]
+        if window is None:
             return 0
-        return max(0, num_computed_tokens - self.sliding_window + 1) // self.block_size
+        return max(0, num_computed_tokens - window + 1) // self.block_size
 
-    def admission_cap(self) -> int | None:
-        """The most blocks a request of a sliding-window group holds at once (None: no cap)."""
-        if self.sliding_window is None:
+    def admission_cap(self, group: int) -> int | None:
+        """The most blocks a request holds at once in ``group``, a sliding window (None: no
+        cap, full attention)."""
+        window = self.windows[group]
+        if window is None:
             return None
         in_flight = self.max_in_flight_tokens or self.max_model_len
-        most = min(self.sliding_window - 1 + in_flight, self.max_model_len)
+        most = min(window - 1 + in_flight, self.max_model_len)
         return -(-most // self.block_size) + 1
 
     def blocks_needed(self, request_id: str, num_new_tokens: int, hit: Hit,
                       num_lookahead_tokens: int, num_external_computed_tokens: int = 0) -> int:
-        """Free blocks ``allocate_slots`` takes: new blocks for every slot past the held and
-        hit blocks (the KV connector's tokens need blocks too), and each hit block that is
-        free now (holding it takes it off the queue)."""
+        """Free blocks ``allocate_slots`` takes: in each group, new blocks for every slot past
+        the held and hit blocks (the KV connector's tokens need blocks too), and each hit
+        block that is free now (holding it takes it off the queue)."""
         state = self.requests[request_id]
         return self._blocks_for(request_id, state.num_computed_tokens + hit.num_computed_tokens
                                 + num_external_computed_tokens + num_new_tokens
@@ -222,14 +299,15 @@ class PrefixCacheModel:
 
     def runs(self, request_id: str) -> bool:
         """Scheduled: holding blocks, neither waiting nor loading."""
-        return bool(self.tables.get(request_id)) and request_id not in self.waiting \
+        return self.holds(request_id) and request_id not in self.waiting \
             and request_id not in self.loading
 
     def blocks_to_finish(self, request_id: str) -> int:
         """Free blocks the request still needs to hold its whole sequence (up to the length
-        cap, at most ``admission_cap``) beside those it holds."""
+        cap, a window's group at most ``admission_cap``) beside those it holds."""
         whole = min(self.num_tokens(request_id), self.max_model_len)
-        return self._blocks_for(request_id, whole, Hit(), capped=True)
+        return self._blocks_for(request_id, whole, Hit(self.shaped(() for _ in self.windows)),
+                                capped=True)
 
     def blocks_kept_free(self, request_id: str) -> int:
         """Blocks an admission of the request must leave free: the watermark's share of the
@@ -243,10 +321,11 @@ class PrefixCacheModel:
                           reserved_blocks: int = 0) -> bool:
         """Whether ``allocate_slots`` refuses: the step does not fit beside the
         ``reserved_blocks`` kept for prefills in flight, or for a waiting request, the step
-        or (with ``reserve_full_isl``) its whole sequence (capped at ``admission_cap``) does
-        not fit beside the blocks the watermark keeps free (the whole sequence ignores the
-        reservation). ``whole_only``: the whole-sequence gate alone (vLLM asks it before a
-        running request gives back the blocks behind its window)."""
+        or (with ``reserve_full_isl``) its whole sequence (a window's group capped at
+        ``admission_cap``) does not fit beside the blocks the watermark keeps free (the
+        whole sequence ignores the reservation). ``whole_only``: the whole-sequence gate
+        alone (vLLM asks it before a running request gives back the blocks behind its
+        window)."""
         free, kept = self.num_free_blocks, 0
         if request_id in self.waiting:
             kept = self.blocks_kept_free(request_id)
@@ -262,14 +341,14 @@ class PrefixCacheModel:
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
                        num_lookahead_tokens: int = 0, num_external_computed_tokens: int = 0,
-                       delay_cache_blocks: bool = False,
-                       reserved_blocks: int = 0) -> tuple[int, ...] | None:
+                       delay_cache_blocks: bool = False, reserved_blocks: int = 0):
         """Slots for the step; ``num_external_computed_tokens``: tokens past the hit whose KV
         a KV connector loads into new blocks this step (a request's first step only). The
-        new blocks for the step's own tokens are returned, not the connector's.
+        new blocks for the step's own tokens are returned (by group), not the connector's.
         ``delay_cache_blocks``: the load is asynchronous (no tokens of the step's own): the
         blocks are taken, nothing is cached until ``finish_load``."""
-        hit, external = hit or Hit(), num_external_computed_tokens
+        hit = hit or Hit(self.shaped(() for _ in self.windows))
+        external = num_external_computed_tokens
         state = self.requests[request_id]
         if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens,
                                   whole_only=True, num_external_computed_tokens=external):
@@ -282,31 +361,35 @@ class PrefixCacheModel:
                                   num_external_computed_tokens=external,
                                   reserved_blocks=reserved_blocks):
             return None
-        table = self.tables.setdefault(request_id, [])
-        if hit.block_ids or external:
-            # An admission: the hit's blocks behind the window (the connector's tokens move
-            # it) are the null block, the others are held.
-            behind = self.skipped_blocks(reused)
-            for i, block in enumerate(hit.block_ids):
-                if i >= behind:
-                    self.released.pop(block, None)
-                table.append(NULL_BLOCK if i < behind else block)
-            table.extend([NULL_BLOCK] * (behind - len(table)))
-        if external:
-            table.extend(self._take(max(-(-(state.num_computed_tokens + reused)
-                                          // self.block_size) - len(table), 0)))
+        tables = self.tables.setdefault(request_id, [[] for _ in self.windows])
+        hits = self.by_group(hit.block_ids)
+        # Every group's hit is held before any group takes a block (vLLM issue #33775): a hit
+        # block behind the window (the connector's tokens move it) is the null block.
+        for group, table in enumerate(tables):
+            if hits[group] or external:
+                behind = self.skipped_blocks(group, reused)
+                for i, block in enumerate(hits[group]):
+                    if i >= behind:
+                        self.released.pop(block, None)
+                    table.append(NULL_BLOCK if i < behind else block)
+                table.extend([NULL_BLOCK] * (behind - len(table)))
+        done = -(-(state.num_computed_tokens + reused) // self.block_size)
+        for table in tables if external else ():
+            table.extend(self._take(max(done - len(table), 0)))
         slots = min(state.num_computed_tokens + reused + num_new_tokens
                     + num_lookahead_tokens, self.max_model_len)
-        new = self._take(max(-(-slots // self.block_size) - len(table), 0))
-        table.extend(new)
+        new = []
+        for table in tables:
+            new.append(self._take(max(-(-slots // self.block_size) - len(table), 0)))
+            table.extend(new[-1])
         state.num_computed_tokens += reused + num_new_tokens
         self.waiting.discard(request_id)
         if delay_cache_blocks:
             self.loading.add(request_id)
-            return tuple(new)
+            return self.shaped(new)
         self._write(request_id)
         self._cache_full_blocks(request_id)
-        return tuple(new)
+        return self.shaped(new)
 
     def finish_load(self, request_id: str) -> None:
         """The asynchronous load finished: the loaded KV is in the blocks and they are
@@ -322,15 +405,17 @@ class PrefixCacheModel:
     def append_token_ids(self, request_id: str, token_ids: tuple[int, ...]) -> None:
         self.requests[request_id].tokens.extend(token_ids)
 
-    def connector_finished(self, request_id: str) -> tuple[int, ...]:
+    def connector_finished(self, request_id: str):
         """A finishing request's blocks as the scheduler hands them to its KV connector
         (before they are freed): first the blocks wholly behind the window of its computed
         tokens are given back (the null block in their slots), then the blocks holding its
-        computed tokens are the answer; blocks taken for lookahead slots past them are not."""
+        computed tokens are the answer (by group); blocks taken for lookahead slots past
+        them are not."""
         state = self.requests[request_id]
         self._give_back_skipped(request_id, min(state.num_computed_tokens, self.max_model_len))
         computed = -(-state.num_computed_tokens // self.block_size)
-        return tuple(self.tables.get(request_id, [])[:computed])
+        return self.shaped(table[:computed] for table in
+                           self.tables.get(request_id, [[] for _ in self.windows]))
 
     def free(self, request_id: str) -> None:
         """The request finished: its blocks are released and it is forgotten."""
@@ -345,19 +430,20 @@ class PrefixCacheModel:
         self.waiting.add(request_id)
 
     def _release(self, request_id: str) -> None:
-        """Release the request's blocks, its last block first (a chain's tail is evicted
-        before its head)."""
-        self._free(self.tables.pop(request_id, [])[::-1])
+        """Release the request's blocks group by group, each table's last block first (a
+        chain's tail is evicted before its head)."""
+        for table in self.tables.pop(request_id, []):
+            self._free(table[::-1])
 
     def _give_back_skipped(self, request_id: str, num_computed_tokens: int) -> None:
-        """A running request gives back its blocks behind the window (the last first); its
-        table keeps the null block in their place."""
-        table = self.tables.get(request_id, [])
-        behind = range(min(self.skipped_blocks(num_computed_tokens), len(table)))
-        given = [table[i] for i in reversed(behind) if table[i] != NULL_BLOCK]
-        for i in behind:
-            table[i] = NULL_BLOCK
-        self._free(given)
+        """A running request gives back, group by group, its blocks behind the window (the
+        last first); its table keeps the null block in their place."""
+        for group, table in enumerate(self.tables.get(request_id, [])):
+            behind = range(min(self.skipped_blocks(group, num_computed_tokens), len(table)))
+            given = [table[i] for i in reversed(behind) if table[i] != NULL_BLOCK]
+            for i in behind:
+                table[i] = NULL_BLOCK
+            self._free(given)
 
     def _free(self, blocks: list[int]) -> None:
         """Blocks no longer held by one request, in the order given: each one no request
@@ -376,9 +462,11 @@ class PrefixCacheModel:
             self.released[block] = self.tick
 
     def reset_prefix_cache(self) -> bool:
-        if any(b != NULL_BLOCK for table in self.tables.values() for b in table):
+        if any(b != NULL_BLOCK for tables in self.tables.values() for table in tables
+               for b in table):
             return False
         self.key_of.clear()
+        self.group_of.clear()
         self.cached_at.clear()
         self._event(AllBlocksCleared())
         return True
@@ -391,19 +479,25 @@ class PrefixCacheModel:
 
     def _blocks_for(self, request_id: str, slots: int, hit: Hit, capped: bool = False,
                     external: int = 0) -> int:
-        """Free blocks holding ``slots`` slots (up to the length cap) takes with ``hit`` and
-        ``external`` connector tokens after it: the blocks past those held, hit, or (an
-        admission) behind the window, and each hit block inside the window that is free
-        now. ``capped``: at most ``admission_cap``."""
-        held = self.tables.get(request_id, [])
-        required = -(-min(slots, self.max_model_len) // self.block_size)
-        if capped and self.admission_cap() is not None:
-            required = min(required, self.admission_cap())
-        if held:
-            return max(required - len(held), 0)
-        behind = self.skipped_blocks(hit.num_computed_tokens + external)
-        revived = sum(b != NULL_BLOCK and self.ref_cnt(b) == 0 for b in hit.block_ids[behind:])
-        return max(required - max(behind, len(hit.block_ids)), 0) + revived
+        """Free blocks holding ``slots`` slots (up to the length cap) takes, summed over the
+        groups, with ``hit`` and ``external`` connector tokens after it: in each group the
+        blocks past those held, hit, or (an admission) behind the window, and each hit block
+        inside the window that is free now. ``capped``: a window's group at most its
+        ``admission_cap``."""
+        tables = self.tables.get(request_id, [[] for _ in self.windows])
+        hits, total = self.by_group(hit.block_ids), 0
+        for group, held in enumerate(tables):
+            required = -(-min(slots, self.max_model_len) // self.block_size)
+            if capped and self.admission_cap(group) is not None:
+                required = min(required, self.admission_cap(group))
+            if held:
+                total += max(required - len(held), 0)
+                continue
+            behind = self.skipped_blocks(group, hit.num_computed_tokens + external)
+            revived = sum(b != NULL_BLOCK and self.ref_cnt(b) == 0
+                          for b in hits[group][behind:])
+            total += max(required - max(behind, len(hits[group])), 0) + revived
+        return total
 
     def _take(self, count: int) -> list[int]:
         """The front ``count`` free blocks, each losing the prefix cached on it."""
@@ -411,47 +505,51 @@ class PrefixCacheModel:
         for block in taken:
             del self.released[block]
             key = self.key_of.pop(block, None)
+            group = self.group_of.pop(block, 0)
             self.cached_at.pop(block, None)
             if key is not None:
-                self._event(BlockRemoved(key, MEDIUM_GPU, 0))
+                self._event(BlockRemoved(key, MEDIUM_GPU, group))
         return taken
 
     def _write(self, request_id: str) -> None:
         """The computed tokens are in the request's blocks (the forward pass writes them)."""
         state, size = self.requests[request_id], self.block_size
-        for i, block in enumerate(self.tables[request_id]):
-            end = min((i + 1) * size, state.num_computed_tokens)
-            if end > i * size and block != NULL_BLOCK:
-                self.written[block] = state.request.key(state.tokens[:end])
+        for table in self.tables[request_id]:
+            for i, block in enumerate(table):
+                end = min((i + 1) * size, state.num_computed_tokens)
+                if end > i * size and block != NULL_BLOCK:
+                    self.written[block] = state.request.key(state.tokens[:end])
 
     def _cache_full_blocks(self, request_id: str) -> None:
-        """Cache each full, computed block of the table from the first that holds no prefix
-        yet (one ``BlockStored`` for the run, over its tokens; a block behind the window is
-        the null block and caches nothing); a hit block is cached already. Nothing with
-        caching off."""
+        """Cache, group by group, each full, computed block of the table from the first that
+        holds no prefix yet (one ``BlockStored`` per group for the run, over its tokens; a
+        block behind the window is the null block and caches nothing); a hit block is
+        cached already. Nothing with caching off."""
         if not self.enable_caching:
             return
-        state, table = self.requests[request_id], self.tables[request_id]
-        full = min(state.num_computed_tokens, len(state.tokens) - self.hash_lookahead) \
-            // self.block_size
+        state, size = self.requests[request_id], self.block_size
+        full = min(state.num_computed_tokens, len(state.tokens) - self.hash_lookahead) // size
         keys = self.block_keys(request_id)
-        first = next((i for i in range(full)
-                      if table[i] != NULL_BLOCK and table[i] not in self.key_of), full)
-        stored = [i for i in range(first, full) if table[i] != NULL_BLOCK]
-        if not stored:
-            return
-        for i in stored:
-            self.tick += 1
-            self.key_of[table[i]], self.cached_at[table[i]] = keys[i], self.tick
-        size, salt = self.block_size, state.request.cache_salt
-        extra = tuple((salt,) if i == 0 and salt else None for i in stored)
-        kind = FULL_ATTENTION if self.sliding_window is None else SLIDING_WINDOW
-        ahead = tuple(tuple(state.tokens[(i + 1) * size:(i + 1) * size + self.hash_lookahead])
-                      for i in stored) if self.hash_lookahead else None
-        self._event(BlockStored(tuple(keys[i] for i in stored),
-                                keys[first - 1] if first else None,
-                                tuple(state.tokens[first * size:full * size]), extra,
-                                size, MEDIUM_GPU, 0, kind, self.sliding_window, ahead))
+        for group, table in enumerate(self.tables[request_id]):
+            first = next((i for i in range(full)
+                          if table[i] != NULL_BLOCK and table[i] not in self.key_of), full)
+            stored = [i for i in range(first, full) if table[i] != NULL_BLOCK]
+            if not stored:
+                continue
+            for i in stored:
+                self.tick += 1
+                self.key_of[table[i]], self.cached_at[table[i]] = keys[i], self.tick
+                self.group_of[table[i]] = group
+            salt, window = state.request.cache_salt, self.windows[group]
+            extra = tuple((salt,) if i == 0 and salt else None for i in stored)
+            kind = FULL_ATTENTION if window is None else SLIDING_WINDOW
+            ahead = tuple(tuple(state.tokens[(i + 1) * size:(i + 1) * size
+                                             + self.hash_lookahead])
+                          for i in stored) if self.hash_lookahead else None
+            self._event(BlockStored(tuple(keys[i] for i in stored),
+                                    keys[first - 1] if first else None,
+                                    tuple(state.tokens[first * size:full * size]), extra,
+                                    size, MEDIUM_GPU, group, kind, window, ahead))
 
     def _event(self, event: Event) -> None:
         if self.enable_kv_cache_events:

@@ -51,11 +51,14 @@ class PrefixRequest:
 
 @frozen
 class Hit:
-    """``get_computed_blocks``' answer: the cached blocks of the request's longest hit, and
-    the tokens they cover."""
+    """``get_computed_blocks``' answer: the cached blocks of the request's longest hit (one
+    tuple per group where there are several), the tokens they cover, and where a group that
+    keeps only a window's blocks reached less than full attention, the end of full
+    attention's run (vLLM's ``shared_prefix_boundary``: 0 with one group, or none)."""
 
-    block_ids: tuple[int, ...] = ()
+    block_ids: tuple = ()
     num_computed_tokens: int = 0
+    shared_prefix_boundary: int = 0
 
 
 @frozen

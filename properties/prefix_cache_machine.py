@@ -66,6 +66,7 @@ HAZARDS = (
     "admission refused: blocks reserved for prefills in flight",
     "asynchronous load finished: blocks cached, request waits",
     "lookahead hash: a computed block waits for its next token",
+    "hybrid: the window's hit shorter than full attention's",
 )
 
 PROPERTIES = {
@@ -104,7 +105,8 @@ class PrefixCacheMachine(HarnessMachine):
         args = ", ".join(f"{k}={config[k]!r}" for k in (
             "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first",
             "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark",
-            "sliding_window", "max_in_flight_tokens", "kv_connector", "hash_lookahead"))
+            "sliding_window", "max_in_flight_tokens", "kv_connector", "hash_lookahead",
+            "hybrid"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
@@ -115,6 +117,7 @@ class PrefixCacheMachine(HarnessMachine):
         for option, off in (("sliding_window", dict(sliding_window=None,
                                                     max_in_flight_tokens=None)),
                             ("kv_connector", dict(kv_connector=False)),
+                            ("hybrid", dict(hybrid=False)),
                             # a release without lookahead hashes drops the EAGLE block
                             ("hash_lookahead", dict(hash_lookahead=0, use_eagle=True))):
             if getattr(world, option) and not getattr(self.cache, f"drives_{option}", True):
@@ -132,7 +135,8 @@ class PrefixCacheMachine(HarnessMachine):
                   "sliding_window": self.cache.sliding_window,
                   "max_in_flight_tokens": self.cache.max_in_flight_tokens,
                   "kv_connector": self.cache.kv_connector,
-                  "hash_lookahead": self.cache.hash_lookahead}
+                  "hash_lookahead": self.cache.hash_lookahead,
+                  "hybrid": self.cache.hybrid}
         self.model = PrefixCacheModel(**config, event_fields=self.cache.event_fields)
         self.arrived = 0
         self.finished: set[int] = set()
@@ -320,13 +324,13 @@ class PrefixCacheMachine(HarnessMachine):
         self._note_release(rid)
         if self.model.kv_connector:
             # The scheduler hands a finishing request's blocks to its KV connector first.
-            behind = self.model.get_block_ids(rid).count(NULL_BLOCK)
+            behind = self.model.null_slots(rid)
             handed = self.call("connector-blocks-agree", "connector_finished", rid,
                                shown=f"cache.connector_finished({rid!r})",
                                effect=lambda b: f"{len(b)} blocks handed to the connector")
             if handed:
                 self.hazard("KV connector handed a finished request's blocks")
-            if self.model.get_block_ids(rid).count(NULL_BLOCK) > behind:
+            if self.model.null_slots(rid) > behind:
                 self.hazard("sliding window: blocks behind it given back")
         self.apply("free", rid, shown=f"cache.free({rid!r})", effect="finished")
         self.finished.add(r)
@@ -341,7 +345,7 @@ class PrefixCacheMachine(HarnessMachine):
         self.preempted.add(r)
 
     def do_reset_prefix_cache(self):
-        held = any(self.model.tables.values())
+        held = any(self.model.holds(rid) for rid in self.model.tables)
         cached = bool(self.model.key_of)
         ok = self.call("reset-agrees", "reset_prefix_cache", shown="cache.reset_prefix_cache()",
                        effect=lambda ok: "every hash dropped" if ok else "refused: blocks held")
@@ -354,10 +358,12 @@ class PrefixCacheMachine(HarnessMachine):
         taken = self.call("events-agree", "take_events", shown="cache.take_events()",
                           effect="the KV events since the last take")
         for event in taken:     # the target's events: the model's, or the step failed
+            # Folded by the group each names (with one group, its keys alone).
             if isinstance(event, BlockStored):
-                self.taken.update(event.keys)
+                self.taken.update(self.model.map_key(event.group_idx or 0, k)
+                                  for k in event.keys)
             elif isinstance(event, BlockRemoved):
-                self.taken[event.key] -= 1
+                self.taken[self.model.map_key(event.group_idx or 0, event.key)] -= 1
                 self.hazard("events report a removal")
             elif isinstance(event, AllBlocksCleared):
                 self.taken.clear()
@@ -452,10 +458,11 @@ class PrefixCacheMachine(HarnessMachine):
             shown_look += f", delay_cache_blocks=True, reserved_blocks={reserved}"
             self.hazard("KV connector loads asynchronously")
         stored_before = sum(isinstance(e, BlockStored) for e in model.events)
-        running, behind_before = model.runs(rid), model.get_block_ids(rid).count(NULL_BLOCK)
+        running, behind_before = model.runs(rid), model.null_slots(rid)
         whole = -(-min(model.num_tokens(rid), model.max_model_len) // model.block_size)
-        if admission and model.reserve_full_isl and \
-                model.admission_cap() is not None and model.admission_cap() < whole:
+        if admission and model.reserve_full_isl and any(
+                cap is not None and cap < whole
+                for cap in map(model.admission_cap, range(len(model.windows)))):
             self.hazard("sliding window: admission capped below the whole sequence")
         new = self.call("fit-agrees", "allocate_slots", rid, num_new_tokens, hit=hit,
                         num_lookahead_tokens=lookahead, **loads,
@@ -464,7 +471,7 @@ class PrefixCacheMachine(HarnessMachine):
                         effect=lambda new: f"refused: {needed} blocks needed, "
                         f"{model.num_free_blocks} free" if new is None
                         else f"{len(new)} new blocks")
-        if running and model.get_block_ids(rid).count(NULL_BLOCK) > behind_before:
+        if running and model.null_slots(rid) > behind_before:
             self.hazard("sliding window: blocks behind it given back")
         if new is None:
             self.hazard("allocate_slots refused")
@@ -493,17 +500,20 @@ class PrefixCacheMachine(HarnessMachine):
     def _note_hit(self, rid: str, hit: Hit, preempted) -> None:
         model = self.model
         keys = model.block_keys(rid)
-        cached = model.cached()
-        if hit.block_ids:
+        cached = model.cached_in(0)
+        blocks = [b for group in model.by_group(hit.block_ids) for b in group]
+        if blocks:
             self.hazard("prefix hit")
             if preempted:
                 self.hazard("preempted request rescheduled with a hit")
-            if any(b != NULL_BLOCK and model.ref_cnt(b) == 0 for b in hit.block_ids):
+            if any(b != NULL_BLOCK and model.ref_cnt(b) == 0 for b in blocks):
                 self.hazard("hit revived a free block")
-            if NULL_BLOCK in hit.block_ids:
+            if NULL_BLOCK in blocks:
                 self.hazard("sliding window: hit past blocks behind it")
-            if any(model.ref_cnt(b) > 0 for b in hit.block_ids):
+            if any(model.ref_cnt(b) > 0 for b in blocks):
                 self.hazard("hit shared with a running request")
+        if hit.shared_prefix_boundary:
+            self.hazard("hybrid: the window's hit shorter than full attention's")
         run = 0
         for key in keys:
             if key not in cached:
@@ -512,14 +522,14 @@ class PrefixCacheMachine(HarnessMachine):
         usable = (model.num_tokens(rid) - 1) // model.block_size
         if run > usable:
             self.hazard("hit capped at the last token")
-        if model.use_eagle and min(run, usable) > len(hit.block_ids):
+        if model.use_eagle and min(run, usable) > len(model.by_group(hit.block_ids)[0]):
             self.hazard("EAGLE dropped the last hit block")
 
     def _note_release(self, rid: str) -> None:
         model = self.model
-        table = model.tables.get(rid, [])
+        tables = model.tables.get(rid, [])
         if model.uncached_first and any(model.ref_cnt(b) == 1 and b not in model.key_of
-                                        for b in table):
+                                        for table in tables for b in table):
             self.hazard("uncached block released to the front")
 
     def _step_cap(self) -> int:
@@ -561,7 +571,7 @@ class PrefixCacheMachine(HarnessMachine):
         return [r for r in self._live() if self._rid(r) in self.model.loading]
 
     def _holds(self, r: int) -> bool:
-        return bool(self.model.tables.get(self._rid(r)))
+        return self.model.holds(self._rid(r))
 
     def _reserved_blocks(self, rid: str) -> int:
         """The scheduler's reservation for an asynchronous load: the blocks each other
@@ -569,7 +579,7 @@ class PrefixCacheMachine(HarnessMachine):
         needs to hold its whole sequence."""
         model = self.model
         return sum(model.blocks_to_finish(other) for other in model.tables
-                   if other != rid and model.tables[other] and
+                   if other != rid and model.holds(other) and
                    model.requests[other].num_computed_tokens < model.num_tokens(other))
 
     def _uncomputed(self, r: int) -> int:

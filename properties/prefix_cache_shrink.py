@@ -23,11 +23,11 @@ SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")
 def simpler_worlds(world, actions: list[tuple]):
     """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
     prompt logprobs, shrink the pool, the block size or the length cap, turn EAGLE or its
-    lookahead hashes
-    off, turn caching and
+    lookahead hashes off, one group for two, turn caching and
     events back on and the admission gates off, full attention for a sliding window, no KV
-    connector (the default world), make a resent prompt a fresh request, merge a request's
-    two steps, lower a step's chunk, lookahead or connector load."""
+    connector (the default world), make a resent prompt a fresh request, fold a sampled
+    token into the prompt, merge a request's two steps, lower a step's chunk, lookahead or
+    connector load."""
     requests = world.requests
     for k in range(len(requests)):
         if len(requests) > 1:
@@ -67,9 +67,13 @@ def simpler_worlds(world, actions: list[tuple]):
         yield evolve(world, kv_connector=False), _without_loads(actions)
     if world.max_in_flight_tokens is not None:
         yield evolve(world, max_in_flight_tokens=None), actions
+    if world.hybrid:
+        yield evolve(world, hybrid=False), actions
     if world.sliding_window is not None:
-        yield evolve(world, sliding_window=None, max_in_flight_tokens=None), actions
+        yield evolve(world, sliding_window=None, max_in_flight_tokens=None, hybrid=False), \
+            actions
     yield from _resends_made_fresh(world, actions)
+    yield from _sampled_into_prompt(world, actions)
     yield from _steps_merged(world, actions)
     for j, action in enumerate(actions):
         if action[0] in SIZED_ACTIONS:
@@ -103,6 +107,27 @@ def _resends_made_fresh(world, actions: list[tuple]):
         yield (evolve(world, requests=(*world.requests, fresh)),
                [a for j, a in enumerate(actions[:i]) if j != free_at]
                + [("add_request", n)] + later)
+
+
+def _sampled_into_prompt(world, actions: list[tuple]):
+    """A request's first sampled token becomes its prompt's last: its first step computes
+    one token more and the sampled tokens lose that one. What a decode reaches, a longer
+    prompt reaches in fewer calls (the chunk lowering and step merging cannot fold them)."""
+    requests = world.requests
+    for k, req in enumerate(requests):
+        steps = [j for j, a in enumerate(actions) if a[0] in REQUEST_ACTIONS and a[1] == k]
+        first = next((j for j in steps if actions[j][0] == "schedule_waiting"), None)
+        sample = next((j for j in steps if actions[j][0] == "append_token_ids"
+                       and first is not None and j > first), None)
+        if sample is None:
+            continue
+        token, *rest = actions[sample][2]
+        longer = evolve(req, prompt=(*req.prompt, token))
+        step = actions[first]
+        changed = {first: (*step[:2], step[2] + 1, *step[3:]),
+                   sample: ("append_token_ids", k, tuple(rest)) if rest else None}
+        yield (evolve(world, requests=requests[:k] + (longer,) + requests[k + 1:]),
+               [changed.get(j, a) for j, a in enumerate(actions) if changed.get(j, a)])
 
 
 def _steps_merged(world, actions: list[tuple]):

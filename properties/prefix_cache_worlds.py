@@ -49,6 +49,8 @@ class PrefixCacheWorld:
     kv_connector: bool = False
     # Lookahead block hashes (vLLM's num_hash_lookahead_tokens) in place of the EAGLE drop.
     hash_lookahead: int = 0
+    # A full-attention group beside the sliding window's (a hybrid model: two groups).
+    hybrid: bool = False
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -58,7 +60,8 @@ class PrefixCacheWorld:
                     reserve_full_isl=self.reserve_full_isl, watermark=self.watermark,
                     sliding_window=self.sliding_window,
                     max_in_flight_tokens=self.max_in_flight_tokens,
-                    kv_connector=self.kv_connector, hash_lookahead=self.hash_lookahead)
+                    kv_connector=self.kv_connector, hash_lookahead=self.hash_lookahead,
+                    hybrid=self.hybrid)
 
 
 @st.composite
@@ -106,10 +109,20 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
     hash_lookahead = 0
     if use_eagle and enable_caching and not kv_connector and draw(st.booleans()):
         use_eagle, hash_lookahead = False, 1
+    # Half the sliding-window worlds are a hybrid model's: full attention beside the window,
+    # each request holding blocks in both groups of one pool (which then needs more blocks).
+    hybrid = sliding_window is not None and draw(st.booleans())
+    if hybrid:
+        num_blocks += draw(st.integers(0, blocks_longest))
+        # Half of them load through a KV connector: a load leaves the window's group without
+        # the blocks behind it, so its hits lag full attention's (the hazard the hybrid
+        # coordinator's cut exists for). vLLM keeps the legacy hashes with a connector.
+        if not kv_connector and not hash_lookahead:
+            kv_connector = draw(st.booleans())
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
                             reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,
-                            kv_connector, hash_lookahead)
+                            kv_connector, hash_lookahead, hybrid)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

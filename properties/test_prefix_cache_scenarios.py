@@ -412,3 +412,69 @@ def test_a_connector_load_moves_the_window_before_the_step_is_counted(target):
     agrees(TABLES, cache.get_block_ids("r0"), (0, 0, 0, 1, 2))
     agrees(FREEQ, cache.free_queue(), ())
     _valid(cache)
+
+
+def _hybrid(target: str, drives=(), **config):
+    """A hybrid model's pool: full attention (group 0) beside a sliding window (group 1);
+    skipped where the release is not driven so."""
+    return make_or_skip(target, "prefix_cache", drives=("sliding_window", "hybrid", *drives),
+                        hybrid=True, **config)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_hybrid_pool_serves_each_group_in_group_order(target):
+    """Scenario: blocks of 2 tokens, full attention beside a window of 3. r0's eight tokens
+    take four blocks in each group, full attention's first, and each group caches its own
+    (one event each, group 0's first). r1, with those tokens and one more, hits all four
+    full-attention blocks and the window's last block (its other blocks are the null
+    block). When r0 finishes, full attention's blocks go back (the last first) before the
+    window's."""
+    cache = _hybrid(target, num_blocks=12, block_size=2, max_model_len=16, sliding_window=3)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5, 6, 7, 8)), ((1, 2, 3, 4), (5, 6, 7, 8)))
+    keys = ((1, 2), (1, 2, 3, 4), (1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 5, 6, 7, 8))
+    full, window = (in_release_shape(BlockStored(
+        keys, None, (1, 2, 3, 4, 5, 6, 7, 8), (None,) * 4, 2, "GPU", group, kind, size),
+        cache.event_fields) for group, kind, size in ((0, "full_attention", None),
+                                                     (1, "sliding_window", 3)))
+    agrees(EVENTS, cache.take_events(), (full, window))
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 5, 6, 7, 8, 9)))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit(((1, 2, 3, 4), (0, 0, 0, 8)), 8))
+    cache.free("r0")
+    agrees(FREEQ, cache.free_queue(), (9, 10, 11, 4, 3, 2, 1, 8, 7, 6, 5))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_hybrid_hit_is_the_window_s_within_full_attention_s_with_its_boundary(target):
+    """Scenario: blocks of 2 tokens, full attention beside a window of 3, a KV connector.
+    The connector loads r0's first four tokens: full attention takes blocks for all of them,
+    the window only for the two its next token sees (its first block is the null block, so
+    it never caches the prefix (1, 2)). r1 = (1, 2, 7, 8): full attention's run is one block,
+    but the window's group has nothing to end a hit in: the hit is empty and its
+    shared-prefix boundary is full attention's run, 2 tokens."""
+    cache = _hybrid(target, drives=("kv_connector",), num_blocks=9, block_size=2,
+                    max_model_len=10, sliding_window=3, kv_connector=True)
+    cache.add_request(PrefixRequest("r0", (1, 2, 3, 4, 5, 6)))
+    agrees(HIT, cache.get_computed_blocks("r0"), Hit(((), ())))
+    agrees(FIT, cache.allocate_slots("r0", 2, num_external_computed_tokens=4), ((4,), (5,)))
+    agrees(TABLES, cache.get_block_ids("r0"), ((1, 2, 4), (0, 3, 5)))
+    cache.add_request(PrefixRequest("r1", (1, 2, 7, 8)))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit(((), ()), 0, shared_prefix_boundary=2))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_eagle_hybrid_hit_may_end_at_the_length_cap(target):
+    """Scenario: blocks of one token, full attention beside a window of 5, EAGLE. r0 = (2,)
+    is computed, samples 1 and computes it: both groups cache (2,) and (2, 1). r1 = (2, 1)
+    may hit at most one token (its last must be computed), but with EAGLE each group looks
+    one block past its bound and drops it, so the hit is the first block of each group:
+    a single group's pool would stop a block short (its search stops at the cap)."""
+    cache = _hybrid(target, num_blocks=5, block_size=1, max_model_len=2, sliding_window=5,
+                    use_eagle=True)
+    agrees(FIT, _computed(cache, "r0", (2,)), ((1,), (2,)))
+    cache.append_token_ids("r0", (1,))
+    agrees(FIT, cache.allocate_slots("r0", 1), ((3,), (4,)))
+    cache.add_request(PrefixRequest("r1", (2, 1)))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit(((1,), (2,)), 1))
+    _valid(cache)

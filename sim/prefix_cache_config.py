@@ -11,7 +11,8 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                         enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
                         watermark: float = 0.0, sliding_window: int | None = None,
                         max_in_flight_tokens: int | None = None,
-                        kv_connector: bool = False, hash_lookahead: int = 0) -> dict:
+                        kv_connector: bool = False, hash_lookahead: int = 0,
+                        hybrid: bool = False) -> dict:
     """A pool of ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens;
     ``uncached_first``: where a block released without a cached hash goes in the free queue
     (vLLM's target takes its release's answer and ignores it); ``enable_caching`` and
@@ -27,7 +28,9 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     past their hit on their first step (synchronously, or asynchronously); ``hash_lookahead``:
     vLLM's ``num_hash_lookahead_tokens``, the tokens past each block its hash covers (1: an
     EAGLE drafter's lookahead block hashes, vLLM 0.33.0's default for EAGLE, which then drops
-    no hit block: ``use_eagle`` must be off)."""
+    no hit block: ``use_eagle`` must be off); ``hybrid``: a full-attention group (group 0)
+    beside the sliding window's (group 1), as a hybrid model's config has them (tables, hits
+    and new blocks are then one tuple per group)."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -47,10 +50,14 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                            f"token), and 1 only with use_eagle off (lookahead hashes replace "
                            f"the EAGLE block drop), got {hash_lookahead!r} with use_eagle="
                            f"{use_eagle!r}")
+    if hybrid and sliding_window is None:
+        raise HarnessError("hybrid pairs full attention with a sliding window: give "
+                           "sliding_window too")
     return dict(num_blocks=num_blocks, block_size=block_size, max_model_len=max_model_len,
                 use_eagle=bool(use_eagle), uncached_first=bool(uncached_first),
                 enable_caching=bool(enable_caching),
                 enable_kv_cache_events=bool(enable_kv_cache_events),
                 reserve_full_isl=bool(reserve_full_isl), watermark=float(watermark),
                 sliding_window=sliding_window, max_in_flight_tokens=max_in_flight_tokens,
-                kv_connector=bool(kv_connector), hash_lookahead=hash_lookahead)
+                kv_connector=bool(kv_connector), hash_lookahead=hash_lookahead,
+                hybrid=bool(hybrid))

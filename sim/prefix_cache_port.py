@@ -18,6 +18,7 @@ class PrefixCachePort(Protocol):
     max_in_flight_tokens: int | None
     kv_connector: bool                # whether a connector's loads are driven
     hash_lookahead: int               # tokens past each block its hash covers (0 or 1)
+    hybrid: bool                      # full attention (group 0) beside the window (group 1)
 
     def add_request(self, request: PrefixRequest) -> None: ...
     def get_computed_blocks(self, request_id: str) -> Hit: ...

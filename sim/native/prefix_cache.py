@@ -23,6 +23,8 @@ switched back on:
 - ``pc-reset-counts-null``: the reset takes the null block for a held one: never succeeds.
 - ``pc-eagle-keeps-last``: an EAGLE hit keeps its last block.
 - ``pc-window-keeps-skipped``: a sliding-window request keeps the blocks behind its window.
+- ``pc-hybrid-run-uncut``: a hybrid pool's hit keeps full attention's whole run where the
+  window's hit is shorter.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class NativePrefixCache:
                  enable_caching: bool = True, enable_kv_cache_events: bool = True,
                  reserve_full_isl: bool = False, watermark: float = 0.0,
                  sliding_window: int | None = None, max_in_flight_tokens: int | None = None,
-                 kv_connector: bool = False, hash_lookahead: int = 0,
+                 kv_connector: bool = False, hash_lookahead: int = 0, hybrid: bool = False,
                  bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
@@ -65,28 +67,35 @@ class NativePrefixCache:
         self.headroom = int(watermark * num_blocks)    # kept free by admissions while others run
         self.sliding_window, self.max_in_flight_tokens = sliding_window, max_in_flight_tokens
         self.kv_connector, self.hash_lookahead = kv_connector, hash_lookahead
-        # A sliding-window hit must end in this many cached blocks (EAGLE: one more, dropped).
-        self.window_blocks = None if sliding_window is None else \
-            -(-(sliding_window - 1) // block_size) + use_eagle
-        # The most blocks one sliding-window request holds at once: what admissions reserve.
-        self.most_held = None if sliding_window is None else -(-min(
-            sliding_window - 1 + (max_in_flight_tokens or max_model_len), max_model_len)
-            // block_size) + 1
+        self.hybrid = hybrid
+        # Per group (full attention first where there are two): its window, the cached
+        # blocks a hit must end in (EAGLE: one more, dropped), and the most blocks one
+        # request holds at once (what a whole-sequence admission reserves).
+        self.groups = [self._group(None), self._group(sliding_window)] if hybrid else \
+            [self._group(sliding_window)]
         self.refs = [0] * num_blocks
         self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
-        self.hash_of: list[tuple | None] = [None] * num_blocks
+        self.hash_of: list[tuple | None] = [None] * num_blocks     # as cached_blocks names it
         self.by_hash: dict[tuple, list[int]] = {}
         self.kv = torch.full((num_blocks, block_size), EMPTY_SLOT, dtype=torch.long)
         self.tokens: dict[str, list[int]] = {}
         self.sent: dict[str, PrefixRequest] = {}       # its salt and whether it reads
         self.computed: dict[str, int] = {}
-        self.table: dict[str, list[int]] = {}
-        self.num_cached: dict[str, int] = {}
+        self.table: dict[str, list[list[int]]] = {}    # request -> its blocks, by group
+        self.num_cached: dict[str, list[int]] = {}
         self.pending: list = []
         # The scheduler's queues as the gates see them: admissions are of waiting requests;
         # a request loading asynchronously neither waits nor runs.
         self.waiting: set[str] = set()
         self.loading: set[str] = set()
+
+    def _group(self, window: int | None) -> tuple[int | None, int | None, int | None]:
+        if window is None:
+            return None, None, None
+        hit_blocks = -(-(window - 1) // self.block_size) + self.use_eagle
+        most_held = -(-min(window - 1 + (self.max_in_flight_tokens or self.max_model_len),
+                           self.max_model_len) // self.block_size) + 1
+        return window, hit_blocks, most_held
 
     # -- the port -----------------------------------------------------------------------------
 
@@ -103,90 +112,121 @@ class NativePrefixCache:
     def get_computed_blocks(self, request_id: str) -> Hit:
         tokens, size = self.tokens[request_id], self.block_size
         if not self.enable_caching or self.sent[request_id].prompt_logprobs:
-            return Hit()
+            return Hit(self._shape([[] for _ in self.groups]))
         limit = len(tokens) if "pc-hit-last-token" in self.bugs else len(tokens) - 1
-        if self.window_blocks is not None:
-            found = self._window_hit(request_id, limit // size)
-        else:
+        if not self.hybrid:
+            found = self._dropped(self._hit_in(0, request_id, limit // size))
+            return Hit(tuple(found), len(found) * size)
+        # Full attention's run, then the window's hit within it, the run cut to that; with
+        # EAGLE each searches one block past its bound (within the hashes) and drops it.
+        hashed = (len(tokens) - self.hash_lookahead) // size
+        found = self._dropped(self._hit_in(0, request_id,
+                                           min(limit // size + self.use_eagle, hashed)))
+        window = self._dropped(self._hit_in(1, request_id,
+                                            min(len(found) + self.use_eagle, hashed)))
+        boundary = len(found) * size if len(found) > len(window) else 0
+        if "pc-hybrid-run-uncut" not in self.bugs:
+            found = found[:len(window)]
+        return Hit((tuple(found), tuple(window)), len(window) * size, boundary)
+
+    def _dropped(self, found: list[int]) -> list[int]:
+        if self.use_eagle and found and "pc-eagle-keeps-last" not in self.bugs:
+            found.pop()
+        return found
+
+    def _hit_in(self, group: int, request_id: str, num_blocks: int) -> list[int]:
+        """``group``'s cached run among the first ``num_blocks`` blocks: from the first
+        block (full attention), or from the right the first run as long as the window reads,
+        the null block before it, failing that the (shorter) run from the first block."""
+        window, hit_blocks, _ = self.groups[group]
+        if window is None:
             found = []
-            for n in range(limit // size):
-                blocks = self.by_hash.get(self._key(request_id, (n + 1) * size))
+            for n in range(num_blocks):
+                blocks = self.by_hash.get(self._named(group, request_id, (n + 1) *
+                                                      self.block_size))
                 if not blocks:
                     break
                 found.append(blocks[0])
-        if self.use_eagle and found and "pc-eagle-keeps-last" not in self.bugs:
-            found.pop()
-        return Hit(tuple(found), len(found) * size)
-
-    def _window_hit(self, request_id: str, num_blocks: int) -> list[int]:
-        """From the right, the first run of ``window_blocks`` cached blocks, the null block
-        before it; failing that, the (shorter) cached run from the first block."""
+            return found
         run: list[int] = []
         for n in range(num_blocks - 1, -1, -1):
-            blocks = self.by_hash.get(self._key(request_id, (n + 1) * self.block_size))
+            blocks = self.by_hash.get(self._named(group, request_id,
+                                                  (n + 1) * self.block_size))
             run = [blocks[0], *run] if blocks else []
-            if len(run) == self.window_blocks:
+            if len(run) == hit_blocks:
                 return [NULL_BLOCK] * n + run
         return run          # the scan ended at the first block: the run from it
 
-    def _behind_window(self, num_computed: int) -> int:
-        if self.sliding_window is None:
+    def _behind_window(self, group: int, num_computed: int) -> int:
+        window = self.groups[group][0]
+        if window is None:
             return 0
-        return max(0, num_computed - self.sliding_window + 1) // self.block_size
+        return max(0, num_computed - window + 1) // self.block_size
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
                        num_lookahead_tokens: int = 0, num_external_computed_tokens: int = 0,
-                       delay_cache_blocks: bool = False,
-                       reserved_blocks: int = 0) -> tuple[int, ...] | None:
-        hit, external = hit or Hit(), num_external_computed_tokens
-        table = self.table.get(request_id, [])
+                       delay_cache_blocks: bool = False, reserved_blocks: int = 0):
+        hit = hit or Hit(self._shape([[] for _ in self.groups]))
+        external, hits = num_external_computed_tokens, self._by_group(hit.block_ids)
+        tables = self.table.get(request_id) or [[] for _ in self.groups]
+        holding = any(tables)
         done = min(self.computed[request_id] + hit.num_computed_tokens + external,
                    self.max_model_len)
         end = min(done + num_new_tokens + num_lookahead_tokens, self.max_model_len)
-        skipped = 0 if table else self._behind_window(hit.num_computed_tokens + external)
-        revived = sum(b != NULL_BLOCK and self.refs[b] == 0 for b in hit.block_ids[skipped:]) \
+        skipped = [0 if holding else self._behind_window(g, hit.num_computed_tokens + external)
+                   for g in range(len(self.groups))]
+        revived = sum(b != NULL_BLOCK and self.refs[b] == 0
+                      for g, found in enumerate(hits) for b in found[skipped[g]:]) \
             if "pc-revived-uncounted" not in self.bugs else 0
+        held = [len(t) if holding else max(skipped[g], len(hits[g]))
+                for g, t in enumerate(tables)]
         room = len(self.queue)
-        held = len(table) if table else max(skipped, len(hit.block_ids))
         if request_id in self.waiting:     # gated as the scheduler's waiting queue gates it
             if any(rid not in self.waiting and rid not in self.loading
-                   for rid, blocks in self.table.items() if blocks and rid != request_id):
+                   for rid, blocks in self.table.items() if any(blocks) and rid != request_id):
                 room -= self.headroom
             if self.reserve_full_isl:       # the whole sequence must fit too
                 whole = -(-min(len(self.tokens[request_id]), self.max_model_len)
                           // self.block_size)
-                if self.most_held is not None:
-                    whole = min(whole, self.most_held)
-                if max(whole - held, 0) + revived > room:
+                if sum(max(min(whole, most or whole) - held[g], 0)
+                       for g, (_, _, most) in enumerate(self.groups)) + revived > room:
                     return None
-        if table and self.sliding_window is not None and \
-                "pc-window-keeps-skipped" not in self.bugs:
+        if holding and "pc-window-keeps-skipped" not in self.bugs:
             room += self._drop_behind_window(request_id, done)
-        if max(-(-end // self.block_size) - held, 0) + revived > room - reserved_blocks:
+        if sum(max(-(-end // self.block_size) - h, 0) for h in held) + revived > \
+                room - reserved_blocks:
             return None
-        table = self.table.setdefault(request_id, table)
-        # The hit's blocks behind the window stay out (the null block in their slots).
-        kept = hit.block_ids[skipped:]
-        for block in kept:
-            if self.refs[block] == 0 and "pc-touch-keeps-queued" not in self.bugs:
-                del self.queue[block]
-            self.refs[block] += 1
-        table.extend([NULL_BLOCK] * skipped)
-        table.extend(kept)
-        self.num_cached.setdefault(request_id, len(table))
+        tables = self.table.setdefault(request_id, tables)
+        cached = self.num_cached.setdefault(request_id, [0] * len(self.groups))
+        # Every group holds its hit before any takes a block; behind the window, the null.
+        for g, table in enumerate(tables):
+            if table:
+                continue
+            kept = hits[g][skipped[g]:]
+            for block in kept:
+                if self.refs[block] == 0 and "pc-touch-keeps-queued" not in self.bugs:
+                    del self.queue[block]
+                self.refs[block] += 1
+            table.extend([NULL_BLOCK] * skipped[g])
+            table.extend(kept)
+            cached[g] = len(table)
         if external:        # the connector's tokens land in blocks of their own first
-            table.extend(self._pop_free() for _ in range(-(-done // self.block_size)
-                                                          - len(table)))
-        new = [self._pop_free() for _ in range(max(-(-end // self.block_size) - len(table), 0))]
-        table.extend(new)
+            for table in tables:
+                table.extend(self._pop_free() for _ in range(-(-done // self.block_size)
+                                                              - len(table)))
+        new = []
+        for table in tables:
+            new.append([self._pop_free()
+                        for _ in range(max(-(-end // self.block_size) - len(table), 0))])
+            table.extend(new[-1])
         self.computed[request_id] += hit.num_computed_tokens + external + num_new_tokens
         self.waiting.discard(request_id)
         if delay_cache_blocks:          # the connector writes them; cached when it is done
             self.loading.add(request_id)
-            return tuple(new)
+            return self._shape(new)
         self._write(request_id)
         self._commit(request_id)
-        return tuple(new)
+        return self._shape(new)
 
     def finish_load(self, request_id: str) -> None:
         self.loading.remove(request_id)
@@ -199,13 +239,13 @@ class NativePrefixCache:
     def append_token_ids(self, request_id: str, token_ids: tuple[int, ...]) -> None:
         self.tokens[request_id].extend(token_ids)
 
-    def connector_finished(self, request_id: str) -> tuple[int, ...]:
+    def connector_finished(self, request_id: str):
         """The blocks a KV connector is handed at finish: the window's dropped first."""
         done = self.computed[request_id]
-        if request_id in self.table and self.sliding_window is not None and \
-                "pc-window-keeps-skipped" not in self.bugs:
+        if request_id in self.table and "pc-window-keeps-skipped" not in self.bugs:
             self._drop_behind_window(request_id, done)
-        return tuple(self.table.get(request_id, ())[:-(-done // self.block_size)])
+        return self._shape(t[:-(-done // self.block_size)]
+                           for t in self.table.get(request_id, [[] for _ in self.groups]))
 
     def free(self, request_id: str) -> None:
         self._release(request_id)
@@ -218,21 +258,22 @@ class NativePrefixCache:
         self.waiting.add(request_id)
 
     def _release(self, request_id: str) -> None:
-        table = self.table.pop(request_id, [])
         self.num_cached.pop(request_id, None)
-        self._give_back(table if "pc-free-head-first" in self.bugs else table[::-1])
+        for table in self.table.pop(request_id, []):
+            self._give_back(table if "pc-free-head-first" in self.bugs else table[::-1])
 
     def _drop_behind_window(self, request_id: str, done: int) -> int:
-        """Give back the running request's blocks behind the window, the last first, leaving
-        the null block in their slots; returns how many became free."""
-        table, before = self.table[request_id], len(self.queue)
-        dropped = []
-        for i in range(min(self._behind_window(done), len(table)) - 1, -1, -1):
-            if table[i] == NULL_BLOCK:
-                break
-            dropped.append(table[i])
-            table[i] = NULL_BLOCK
-        self._give_back(dropped)
+        """Give back, group by group, the request's blocks behind the window, the last
+        first, leaving the null block in their slots; returns how many became free."""
+        before = len(self.queue)
+        for g, table in enumerate(self.table[request_id]):
+            dropped = []
+            for i in range(min(self._behind_window(g, done), len(table)) - 1, -1, -1):
+                if table[i] == NULL_BLOCK:
+                    break
+                dropped.append(table[i])
+                table[i] = NULL_BLOCK
+            self._give_back(dropped)
         return len(self.queue) - before
 
     def _give_back(self, order: list[int]) -> None:
@@ -266,8 +307,8 @@ class NativePrefixCache:
 
     # -- reads for the checks -----------------------------------------------------------------
 
-    def get_block_ids(self, request_id: str) -> tuple[int, ...]:
-        return tuple(self.table.get(request_id, ()))
+    def get_block_ids(self, request_id: str):
+        return self._shape(self.table.get(request_id, [[] for _ in self.groups]))
 
     def ref_cnt(self, block_id: int) -> int:
         return self.refs[block_id]
@@ -289,10 +330,11 @@ class NativePrefixCache:
         return tuple(t for t in self.kv[block_id].tolist() if t != EMPTY_SLOT)
 
     def check_valid(self) -> None:
-        held = {b for t in self.table.values() for b in t}
+        tables = [t for per_group in self.table.values() for t in per_group]
+        held = {b for t in tables for b in t}
         assert set(self.queue) == {b for b in range(1, self.num_blocks) if self.refs[b] == 0}, \
             "free queue == unreferenced blocks"
-        assert all(self.refs[b] == sum(b in t for t in self.table.values())
+        assert all(self.refs[b] == sum(b in t for t in tables)
                    for b in range(1, self.num_blocks)), "ref counts == holders"
         assert not held & set(self.queue), "no held block is free"
         for key, blocks in self.by_hash.items():
@@ -300,19 +342,28 @@ class NativePrefixCache:
 
     # -- helpers ------------------------------------------------------------------------------
 
+    def _shape(self, per_group):
+        """One tuple per group, or, with one group, its own (the port's shape)."""
+        per_group = tuple(tuple(blocks) for blocks in per_group)
+        return per_group if self.hybrid else per_group[0]
+
+    def _by_group(self, shaped) -> tuple:
+        return tuple(shaped) if self.hybrid else (tuple(shaped),)
+
     def _pop_free(self) -> int:
         if not self.queue:
             raise RuntimeError("no free block left to allocate: the fit check let through "
                                "more than the pool holds")
         block, _ = self.queue.popitem(last=False)
-        key = self.hash_of[block]
-        if key is not None and "pc-evict-keeps-hash" not in self.bugs:
+        named = self.hash_of[block]
+        if named is not None and "pc-evict-keeps-hash" not in self.bugs:
             self.hash_of[block] = None
-            self.by_hash[key].remove(block)
-            if not self.by_hash[key]:
-                del self.by_hash[key]
+            self.by_hash[named].remove(block)
+            if not self.by_hash[named]:
+                del self.by_hash[named]
+            group, key = named if self.hybrid else (0, named)
             if "pc-removed-not-reported" not in self.bugs:
-                self._emit(BlockRemoved(key, medium=MEDIUM_GPU, group_idx=0))
+                self._emit(BlockRemoved(key, medium=MEDIUM_GPU, group_idx=group))
         self.refs[block] += 1
         self.kv[block].fill_(EMPTY_SLOT)
         return block
@@ -320,43 +371,56 @@ class NativePrefixCache:
     def _write(self, request_id: str) -> None:
         tokens, size = self.tokens[request_id], self.block_size
         done = self.computed[request_id]
-        for i, block in enumerate(self.table[request_id]):
-            row = tokens[i * size:min((i + 1) * size, done)]
-            if row and block != NULL_BLOCK:
-                self.kv[block, :len(row)] = torch.tensor(row, dtype=torch.long)
+        for table in self.table[request_id]:
+            for i, block in enumerate(table):
+                row = tokens[i * size:min((i + 1) * size, done)]
+                if row and block != NULL_BLOCK:
+                    self.kv[block, :len(row)] = torch.tensor(row, dtype=torch.long)
 
     def _commit(self, request_id: str) -> None:
-        tokens, size, table = self.tokens[request_id], self.block_size, self.table[request_id]
-        start = self.num_cached[request_id]
+        tokens, size = self.tokens[request_id], self.block_size
         full = min(self.computed[request_id], len(tokens) - self.hash_lookahead) // size
-        if full <= start or not self.enable_caching:
+        if not self.enable_caching:
             return
-        keys, extra, ahead, salt = [], [], [], self.sent[request_id].cache_salt
-        for i in range(start, full):
-            if table[i] == NULL_BLOCK:
+        salt = self.sent[request_id].cache_salt
+        for g, table in enumerate(self.table[request_id]):
+            start = self.num_cached[request_id][g]
+            if full <= start:
                 continue
-            key = self._key(request_id, (i + 1) * size)
-            self.hash_of[table[i]] = key
-            self.by_hash.setdefault(key, []).append(table[i])
-            keys.append(key)
-            extra.append((salt,) if salt and i == 0 else None)
-            ahead.append(tuple(tokens[(i + 1) * size:(i + 1) * size + self.hash_lookahead]))
-        self.num_cached[request_id] = full
-        if not keys:
-            return
-        parent = self._key(request_id, start * size) if start else None
-        kind = FULL_ATTENTION if self.sliding_window is None else SLIDING_WINDOW
-        self._emit(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size]),
-                               tuple(extra), block_size=size, medium=MEDIUM_GPU, group_idx=0,
-                               kv_cache_spec_kind=kind,
-                               kv_cache_spec_sliding_window=self.sliding_window,
-                               lookahead_token_ids=tuple(ahead) if self.hash_lookahead
-                               else None))
+            keys, extra, ahead = [], [], []
+            for i in range(start, full):
+                if table[i] == NULL_BLOCK:
+                    continue
+                key = self._key(request_id, (i + 1) * size)
+                self.hash_of[table[i]] = self._name(g, key)
+                self.by_hash.setdefault(self._name(g, key), []).append(table[i])
+                keys.append(key)
+                extra.append((salt,) if salt and i == 0 else None)
+                ahead.append(tuple(tokens[(i + 1) * size:(i + 1) * size + self.hash_lookahead]))
+            self.num_cached[request_id][g] = full
+            if not keys:
+                continue
+            parent = self._key(request_id, start * size) if start else None
+            window = self.groups[g][0]
+            kind = FULL_ATTENTION if window is None else SLIDING_WINDOW
+            self._emit(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size]),
+                                   tuple(extra), block_size=size, medium=MEDIUM_GPU,
+                                   group_idx=g, kv_cache_spec_kind=kind,
+                                   kv_cache_spec_sliding_window=window,
+                                   lookahead_token_ids=tuple(ahead) if self.hash_lookahead
+                                   else None))
 
     def _key(self, request_id: str, end: int) -> tuple:
         """The hash of the request's first ``end`` tokens and the lookahead tokens after them
         (the salt first, where it has one)."""
         return self.sent[request_id].key(self.tokens[request_id][:end + self.hash_lookahead])
+
+    def _name(self, group: int, key: tuple) -> tuple:
+        """How the hash map names ``key`` in ``group``: with several groups, with the group."""
+        return (group, key) if self.hybrid else key
+
+    def _named(self, group: int, request_id: str, end: int) -> tuple:
+        return self._name(group, self._key(request_id, end))
 
     def _emit(self, event) -> None:
         if self.enable_kv_cache_events:

@@ -45,14 +45,16 @@ def _sha256(value: Any) -> bytes:
 
 
 class VllmPrefixCache:
-    """The prefix-cache port over a real ``KVCacheManager`` with one group."""
+    """The prefix-cache port over a real ``KVCacheManager`` with one group, or with a
+    full-attention group beside the sliding window's (``hybrid``: vLLM's hybrid coordinator;
+    tables, hits and new blocks then by group)."""
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
                  use_eagle: bool = False, enable_caching: bool = True,
                  enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
                  watermark: float = 0.0, sliding_window: int | None = None,
                  max_in_flight_tokens: int | None = None, kv_connector: bool = False,
-                 hash_lookahead: int = 0):
+                 hash_lookahead: int = 0, hybrid: bool = False):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -77,22 +79,30 @@ class VllmPrefixCache:
         self.sliding_window, self.max_in_flight_tokens = \
             prefix_cache_compat.sliding_window(cls, sliding_window, max_in_flight_tokens)
         self.kv_connector = prefix_cache_compat.connector_loads(cls, kv_connector)
+        self.hybrid = prefix_cache_compat.hybrid_groups(hybrid and self.sliding_window is not None)
         # A world option the release is not driven with (its rules were not read): the
         # machine notes it and runs the world without it, a scenario needing it is skipped.
         self.drives_sliding_window = sliding_window is None or self.sliding_window is not None
         self.drives_kv_connector = not kv_connector or self.kv_connector
         self.drives_hash_lookahead = not hash_lookahead or bool(self.hash_lookahead)
+        self.drives_hybrid = not hybrid or self.hybrid
+        self.why_no_hybrid = "absent: no full-attention group beside a sliding window of " \
+            f"vLLM 0.33.0's rules (vLLM {self.release}: releases before 0.33.0 not read for " \
+            "the hybrid coordinator)"
         self.why_no_hash_lookahead = "absent: no lookahead block hashes of vLLM 0.33.0's " \
             f"rules (vLLM {self.release}: releases before 0.33.0 not read for them)"
         self.why_no_sliding_window = "absent: no sliding-window group of vLLM 0.33.0's rules " \
             f"(vLLM {self.release}: releases before 0.33.0 not read for it)"
         self.why_no_kv_connector = "absent: no KV connector loads of vLLM 0.33.0's rules " \
             f"(vLLM {self.release}: releases before 0.33.0 not read for them)"
-        spec = _full_attention(kv, block_size, torch.float32)
+        full = spec = _full_attention(kv, block_size, torch.float32)
         if self.sliding_window is not None:
             spec = _sliding_window(kv, spec, self.sliding_window)
-        config = kv.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-            kv.KVCacheGroupSpec(["layer"], spec)])
+        groups = [kv.KVCacheGroupSpec(["layer"], spec)]
+        if self.hybrid:         # full attention is group 0, as a hybrid model's config has it
+            groups = [kv.KVCacheGroupSpec(["full"], full), kv.KVCacheGroupSpec(["swa"], spec)]
+        config = kv.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
+                                  kv_cache_groups=groups)
         self._blocks_cls = manager_mod.KVCacheBlocks
         # The admission gates the release has (the model takes these, as it takes the
         # free-queue order): a gate the release lacks is off, as its scheduler has none.
@@ -151,8 +161,8 @@ class VllmPrefixCache:
         unpacked = prefix_cache_compat.computed_blocks(answer)
         if unpacked is None:
             return answer
-        blocks, num_tokens = unpacked
-        return Hit(tuple(blocks.get_block_ids()[0]) if blocks.blocks[0] else (), num_tokens)
+        blocks, num_tokens, boundary = unpacked
+        return Hit(self._shaped(blocks.get_block_ids()), num_tokens, boundary)
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
                        num_lookahead_tokens: int = 0, num_external_computed_tokens: int = 0,
@@ -162,10 +172,11 @@ class VllmPrefixCache:
         connector's load past the hit, synchronous, or asynchronous with
         ``delay_cache_blocks`` (the request then waits for the remote KV, holding its
         blocks, and ``reserved_blocks`` stay free for the prefills in flight)."""
-        hit = hit or Hit()
+        hit = hit or Hit(self._shaped([[]] * (1 + self.hybrid)))
         req = self.requests[request_id]
-        computed = None if not hit.block_ids else \
-            self._blocks_cls(([self.pool.blocks[b] for b in hit.block_ids],))
+        groups = hit.block_ids if self.hybrid else (hit.block_ids,)
+        computed = None if not any(groups) else \
+            self._blocks_cls(tuple([self.pool.blocks[b] for b in group] for group in groups))
         # Keywords at their defaults are left out (a caller relying on them leaves them out).
         given = dict(num_new_computed_tokens=hit.num_computed_tokens,
                      new_computed_blocks=computed, num_lookahead_tokens=num_lookahead_tokens,
@@ -191,7 +202,7 @@ class VllmPrefixCache:
             + num_new_tokens
         req.status = prefix_cache_compat.request_status(
             self._request_mod, "WAITING_FOR_REMOTE_KVS" if delay_cache_blocks else "RUNNING")
-        return tuple(new.get_block_ids()[0]) if new.blocks[0] else ()
+        return self._shaped(new.get_block_ids())
 
     def finish_load(self, request_id: str) -> None:
         """``Scheduler._update_waiting_for_remote_kv`` after a successful load: the blocks
@@ -214,8 +225,8 @@ class VllmPrefixCache:
         req = self.requests[request_id]
         self.manager.remove_skipped_blocks(request_id, req.num_computed_tokens,
                                            num_prompt_tokens=req.num_prompt_tokens)
-        return tuple(self.manager.get_block_ids_for_computed_tokens(
-            request_id, req.num_computed_tokens)[0])
+        return self._shaped(self.manager.get_block_ids_for_computed_tokens(
+            request_id, req.num_computed_tokens))
 
     def free(self, request_id: str) -> None:
         """The request finished: its blocks go back (``Scheduler._free_request``)."""
@@ -244,8 +255,14 @@ class VllmPrefixCache:
 
     # -- reads for the checks -----------------------------------------------------------------
 
-    def get_block_ids(self, request_id: str) -> tuple[int, ...]:
-        return tuple(self.manager.get_block_ids(request_id)[0])
+    def get_block_ids(self, request_id: str) -> tuple:
+        return self._shaped(self.manager.get_block_ids(request_id))
+
+    def _shaped(self, per_group) -> tuple:
+        """vLLM's per-group block ids as the port gives them: one tuple per group, or, with
+        one group, that group's."""
+        per_group = tuple(tuple(ids) for ids in per_group)
+        return per_group if self.hybrid else per_group[0]
 
     def ref_cnt(self, block_id: int) -> int:
         return self.pool.blocks[block_id].ref_cnt
@@ -256,13 +273,19 @@ class VllmPrefixCache:
     def cached_blocks(self) -> dict[BlockKey | str, tuple[int, ...]]:
         """The hash map: prefix -> the blocks caching it (the first is the one a lookup
         finds). A hash no request of this run made is shown as its hex."""
-        return {self._key(self._utils.get_block_hash(key)): tuple(b.block_id for b in blocks)
+        return {self._map_key(key): tuple(b.block_id for b in blocks)
                 for key, blocks in prefix_cache_compat.cached_entries(self.pool)}
 
     def block_hashes(self) -> dict[int, BlockKey | str]:
         """Block id -> the prefix whose hash the block itself carries (null block left out)."""
-        return {b.block_id: self._key(self._utils.get_block_hash(h)) for b in self.pool.blocks
+        return {b.block_id: self._map_key(h) for b in self.pool.blocks
                 if not b.is_null and (h := prefix_cache_compat.carried_hash(b)) is not None}
+
+    def _map_key(self, hash_with_group: Any) -> Any:
+        """A hash-map key as the model names it: the prefix, with its group where there are
+        several (``models.prefix_cache.PrefixCacheModel.map_key``)."""
+        key = self._key(self._utils.get_block_hash(hash_with_group))
+        return (self._utils.get_group_id(hash_with_group), key) if self.hybrid else key
 
     def cached(self) -> dict[BlockKey | str, int]:
         return {key: blocks[0] for key, blocks in self.cached_blocks().items()}
@@ -414,8 +437,10 @@ def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
                       watermark: float = 0.0, sliding_window: int | None = None,
                       max_in_flight_tokens: int | None = None,
-                      kv_connector: bool = False, hash_lookahead: int = 0) -> VllmPrefixCache:
+                      kv_connector: bool = False, hash_lookahead: int = 0,
+                      hybrid: bool = False) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
                            enable_kv_cache_events, reserve_full_isl, watermark,
-                           sliding_window, max_in_flight_tokens, kv_connector, hash_lookahead)
+                           sliding_window, max_in_flight_tokens, kv_connector, hash_lookahead,
+                           hybrid)

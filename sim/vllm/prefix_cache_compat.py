@@ -96,10 +96,11 @@ def connector_loads(manager_cls: type, kv_connector: bool) -> bool:
         and release.at_least("0.33.0")
 
 
-def computed_blocks(answer: Any) -> tuple[Any, int] | None:
-    """``get_computed_blocks(request)``'s blocks and hit length; None when the answer is not
-    of the release's shape (the adapter then reports the answer itself: a scheduler
-    unpacking it would fail, so it is a wrong answer, not an adapter error).
+def computed_blocks(answer: Any) -> tuple[Any, int, int] | None:
+    """``get_computed_blocks(request)``'s blocks, hit length and shared-prefix boundary (0
+    where the release reports none); None when the answer is not of the release's shape (the
+    adapter then reports the answer itself: a scheduler unpacking it would fail, so it is a
+    wrong answer, not an adapter error).
 
     # vLLM >=0.26.0: ``(blocks, num_computed_tokens, shared_prefix_boundary)``; the boundary
     #   is 0 with one group (no sparse group can lag the hit).
@@ -107,7 +108,21 @@ def computed_blocks(answer: Any) -> tuple[Any, int] | None:
     """
     if not isinstance(answer, tuple) or len(answer) not in (2, 3):
         return None
-    return answer[0], answer[1]
+    return answer[0], answer[1], answer[2] if len(answer) == 3 else 0
+
+
+def hybrid_groups(hybrid: bool) -> bool:
+    """Whether the release is driven with a full-attention group beside the sliding
+    window's (vLLM's ``HybridKVCacheCoordinator``).
+
+    # vLLM 0.33.0 (read): the hybrid coordinator takes full attention's run first, then the
+    #   window's hit within it (one block past it with EAGLE, which it drops), cuts the
+    #   full-attention blocks to it and reports the run's end as ``shared_prefix_boundary``
+    #   where the window's hit is shorter; every step takes each group's hits, then a
+    #   connector's blocks, then new blocks, group by group. Releases before 0.33.0 were not
+    #   read for it: driven with the sliding window alone.
+    """
+    return hybrid and release.at_least("0.33.0")
 
 
 def block_pool(manager: Any) -> Any:
