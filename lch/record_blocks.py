@@ -317,7 +317,10 @@ def findings(results: Path) -> str:
                     f"test_scheduler_pass_vllm_mamba_mtp_stall.py) |")
     history = [f"`results/history/{r['name']}.json`" for r in _history_records(results)]
     outcomes, sources = _prefix_cache_outcomes(results)
-    lines = ["\n".join(rows), "", f"History records: {', '.join(history) or '(none)'}."]
+    # The records are named where their matrices are (docs/history.md), not here: the
+    # README is for users, and a list of file names tells them nothing.
+    lines = ["\n".join(rows), "", f"History records: {len(history)} under `results/history/`, "
+             f"each with its release-by-column matrix in [docs/history.md](docs/history.md)."]
     if sources:
         # Each release is judged by its latest run; an earlier run whose outcome differs was
         # made by a harness commit a later one corrected, and is named as such, not hidden.
@@ -332,7 +335,7 @@ def findings(results: Path) -> str:
                       f"[prefix-cache.md](docs/prefix-cache.md))") if earlier else ""
         lines.append(f"Prefix cache (`KVCacheManager`), each release's latest run: diverged on "
                      f"{releases('divergence')}; passed on {releases('pass')}; could not run "
-                     f"on {releases('unavailable')} ({', '.join(sources)}){superseded}; vLLM "
+                     f"on {releases('unavailable')} ({len(sources)} runs){superseded}; vLLM "
                      f"issue #42571 (a block listed twice in one `free_blocks` call) is not "
                      f"reached through the manager's own callers "
                      f"([prefix-cache.md](docs/prefix-cache.md)).")
