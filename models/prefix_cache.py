@@ -107,6 +107,10 @@ class PrefixCacheModel:
     kv_connector: bool = False      # the world has one (its loads are allocate_slots' to take)
     hash_lookahead: int = 0         # tokens past a block its hash covers
     hybrid: bool = False            # a full-attention group (0) beside the sliding window (1)
+    # vLLM's prefix_cache_retention_interval, for a hybrid pool's window: None caches every
+    # block, 0 (vLLM's default) only the blocks a hit at a retained boundary reads, n > 0
+    # those and one tail per n tokens.
+    retention: int | None = None
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[list[int]]] = field(factory=dict)   # request -> its blocks, by group
     waiting: set[str] = field(factory=set)     # in the scheduler's waiting queue
@@ -116,6 +120,9 @@ class PrefixCacheModel:
     cached_at: dict[int, int] = field(factory=dict)        # block -> when it was cached
     released: dict[int, int] = field(factory=dict)         # free block -> queue position
     written: dict[int, BlockKey] = field(factory=dict)     # block -> the prefix it holds
+    passed: dict[str, set[tuple[int, int]]] = field(factory=dict)   # (group, block index)
+    #   a request's full blocks its window's retention passed over (never cached after)
+    junction: dict[str, int] = field(factory=dict)   # its last hit's shared-prefix boundary
     events: list[Event] = field(factory=list)
     tick: int = 0
     front: int = 0                  # queue positions: released to the front go below this
@@ -245,6 +252,7 @@ class PrefixCacheModel:
         run = self._group_hit(0, keys[:len(capped) + self.use_eagle])
         window = self._group_hit(1, keys[:len(run) + self.use_eagle])
         boundary = len(run) * self.block_size if len(run) > len(window) else 0
+        self.junction[request_id] = boundary      # the scheduler keeps it on the request
         return Hit((tuple(run[:len(window)]), tuple(window)),
                    len(window) * self.block_size, boundary)
 
@@ -422,6 +430,7 @@ class PrefixCacheModel:
         self._release(request_id)
         del self.requests[request_id]
         self.waiting.discard(request_id)
+        self.junction.pop(request_id, None)
 
     def preempt(self, request_id: str) -> None:
         """The scheduler's preemption: blocks released, nothing computed, waiting again."""
@@ -434,6 +443,7 @@ class PrefixCacheModel:
         chain's tail is evicted before its head)."""
         for table in self.tables.pop(request_id, []):
             self._free(table[::-1])
+        self.passed.pop(request_id, None)
 
     def _give_back_skipped(self, request_id: str, num_computed_tokens: int) -> None:
         """A running request gives back, group by group, its blocks behind the window (the
@@ -530,18 +540,22 @@ class PrefixCacheModel:
         state, size = self.requests[request_id], self.block_size
         full = min(state.num_computed_tokens, len(state.tokens) - self.hash_lookahead) // size
         keys = self.block_keys(request_id)
+        passed = self.passed.setdefault(request_id, set())
         for group, table in enumerate(self.tables[request_id]):
-            first = next((i for i in range(full)
-                          if table[i] != NULL_BLOCK and table[i] not in self.key_of), full)
-            stored = [i for i in range(first, full) if table[i] != NULL_BLOCK]
-            if not stored:
+            first = next((i for i in range(full) if table[i] != NULL_BLOCK and
+                          table[i] not in self.key_of and (group, i) not in passed), full)
+            if first == full:
                 continue
+            retained = self._retained(request_id, group)
+            stored = [i for i in range(first, full) if table[i] != NULL_BLOCK and retained(i)]
+            passed.update((group, i) for i in range(first, full) if not retained(i))
             for i in stored:
                 self.tick += 1
                 self.key_of[table[i]], self.cached_at[table[i]] = keys[i], self.tick
                 self.group_of[table[i]] = group
             salt, window = state.request.cache_salt, self.windows[group]
-            extra = tuple((salt,) if i == 0 and salt else None for i in stored)
+            # A run the retention passed over whole is still reported: no blocks, its tokens.
+            extra = tuple((salt,) if i == 0 and salt else None for i in stored) or None
             kind = FULL_ATTENTION if window is None else SLIDING_WINDOW
             ahead = tuple(tuple(state.tokens[(i + 1) * size:(i + 1) * size
                                              + self.hash_lookahead])
@@ -550,6 +564,34 @@ class PrefixCacheModel:
                                     keys[first - 1] if first else None,
                                     tuple(state.tokens[first * size:full * size]), extra,
                                     size, MEDIUM_GPU, group, kind, window, ahead))
+
+    def _retained(self, request_id: str, group: int):
+        """Which of the request's full blocks ``group`` caches: all but in a hybrid pool's
+        window under a retention, where only the blocks a hit at a retained boundary reads
+        are kept: the window's run (one block more with EAGLE, which also shifts it one
+        block up) below the prompt's replay boundaries (its resend, capped at the last
+        token, and with EAGLE its extension) and the request's shared-prefix junction, and
+        with an interval, one such run at the end of each interval."""
+        window = self.windows[group]
+        if not self.hybrid or window is None or self.retention is None:
+            return lambda i: True
+        size, eagle = self.block_size, int(self.use_eagle)
+        need = -(-(window - 1) // size) + eagle
+        prompt = len(self.requests[request_id].request.prompt)
+        if eagle:
+            ends = {max((prompt - 1) // size * size - size, 0),
+                    max(prompt // size * size - size, 0)}
+        else:
+            ends = {prompt - 1}
+        if self.junction.get(request_id):
+            ends |= {self.junction[request_id]} | ({self.junction[request_id] - size}
+                                                  if eagle else set())
+        tails = [b // size + eagle for b in ends]
+        per_segment = self.retention // size
+        if per_segment and need >= per_segment:
+            return lambda i: True
+        return lambda i: any(end - need <= i < end for end in tails) or (
+            per_segment > 0 and i >= eagle and (i - eagle) % per_segment >= per_segment - need)
 
     def _event(self, event: Event) -> None:
         if self.enable_kv_cache_events:

@@ -106,7 +106,7 @@ class PrefixCacheMachine(HarnessMachine):
             "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first",
             "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark",
             "sliding_window", "max_in_flight_tokens", "kv_connector", "hash_lookahead",
-            "hybrid"))
+            "hybrid", "retention"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
@@ -117,7 +117,7 @@ class PrefixCacheMachine(HarnessMachine):
         for option, off in (("sliding_window", dict(sliding_window=None,
                                                     max_in_flight_tokens=None)),
                             ("kv_connector", dict(kv_connector=False)),
-                            ("hybrid", dict(hybrid=False)),
+                            ("hybrid", dict(hybrid=False, retention=None)),
                             # a release without lookahead hashes drops the EAGLE block
                             ("hash_lookahead", dict(hash_lookahead=0, use_eagle=True))):
             if getattr(world, option) and not getattr(self.cache, f"drives_{option}", True):
@@ -136,7 +136,8 @@ class PrefixCacheMachine(HarnessMachine):
                   "max_in_flight_tokens": self.cache.max_in_flight_tokens,
                   "kv_connector": self.cache.kv_connector,
                   "hash_lookahead": self.cache.hash_lookahead,
-                  "hybrid": self.cache.hybrid}
+                  "hybrid": self.cache.hybrid,
+                  "retention": self.cache.retention}
         self.model = PrefixCacheModel(**config, event_fields=self.cache.event_fields)
         self.arrived = 0
         self.finished: set[int] = set()

@@ -67,11 +67,13 @@ def simpler_worlds(world, actions: list[tuple]):
         yield evolve(world, kv_connector=False), _without_loads(actions)
     if world.max_in_flight_tokens is not None:
         yield evolve(world, max_in_flight_tokens=None), actions
+    if world.retention is not None:
+        yield evolve(world, retention=None), actions
     if world.hybrid:
-        yield evolve(world, hybrid=False), actions
+        yield evolve(world, hybrid=False, retention=None), actions
     if world.sliding_window is not None:
-        yield evolve(world, sliding_window=None, max_in_flight_tokens=None, hybrid=False), \
-            actions
+        yield evolve(world, sliding_window=None, max_in_flight_tokens=None, hybrid=False,
+                     retention=None), actions
     yield from _resends_made_fresh(world, actions)
     yield from _sampled_into_prompt(world, actions)
     yield from _steps_merged(world, actions)

@@ -49,8 +49,10 @@ class PrefixCacheWorld:
     kv_connector: bool = False
     # Lookahead block hashes (vLLM's num_hash_lookahead_tokens) in place of the EAGLE drop.
     hash_lookahead: int = 0
-    # A full-attention group beside the sliding window's (a hybrid model: two groups).
+    # A full-attention group beside the sliding window's (a hybrid model: two groups), and
+    # its window's retention interval (None: dense).
     hybrid: bool = False
+    retention: int | None = None
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -61,7 +63,7 @@ class PrefixCacheWorld:
                     sliding_window=self.sliding_window,
                     max_in_flight_tokens=self.max_in_flight_tokens,
                     kv_connector=self.kv_connector, hash_lookahead=self.hash_lookahead,
-                    hybrid=self.hybrid)
+                    hybrid=self.hybrid, retention=self.retention)
 
 
 @st.composite
@@ -119,10 +121,14 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
         # coordinator's cut exists for). vLLM keeps the legacy hashes with a connector.
         if not kv_connector and not hash_lookahead:
             kv_connector = draw(st.booleans())
+    # vLLM 0.33.0's default retention (0: the window keeps only the runs below the replay
+    # boundaries and junctions) in most hybrid worlds, dense or one run per two blocks in
+    # the others.
+    retention = draw(st.sampled_from((0, 0, None, 2 * block_size))) if hybrid else None
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
                             reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,
-                            kv_connector, hash_lookahead, hybrid)
+                            kv_connector, hash_lookahead, hybrid, retention)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

@@ -478,3 +478,28 @@ def test_an_eagle_hybrid_hit_may_end_at_the_length_cap(target):
     cache.add_request(PrefixRequest("r1", (2, 1)))
     agrees(HIT, cache.get_computed_blocks("r1"), Hit(((1,), (2,)), 1))
     _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("retention", [None, 0])
+def test_a_hybrid_window_under_retention_keeps_only_the_run_below_the_replay_boundary(
+        target, retention):
+    """Scenario: blocks of one token, full attention beside a window of 2. r0 computes its
+    six tokens and finishes. With dense retention (None) the window's group caches all six
+    blocks; with vLLM 0.33.0's default (0) only the one a resend's hit ends in, below the
+    replay boundary (the prompt's last token): one block. r1 extends r0's prompt: full
+    attention's run is six blocks, but under retention 0 the window's hit ends a block
+    short, at the retained run, and the run's end is reported as the shared prefix."""
+    cache = _hybrid(target, num_blocks=16, block_size=1, max_model_len=10, sliding_window=2,
+                    retention=retention)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5, 6)),
+           ((1, 2, 3, 4, 5, 6), (7, 8, 9, 10, 11, 12)))
+    window_blocks = 6 if retention is None else 1
+    agrees(CACHED, sum(len(blocks) for key, blocks in cache.cached_blocks().items()
+                       if key[0] == 1), window_blocks)
+    cache.free("r0")
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 5, 6, 8)))
+    agrees(HIT, cache.get_computed_blocks("r1"),
+           Hit(((1, 2, 3, 4, 5, 6), (0, 0, 0, 0, 0, 12)), 6) if retention is None else
+           Hit(((1, 2, 3, 4, 5), (0, 0, 0, 0, 11)), 5, shared_prefix_boundary=6))
+    _valid(cache)

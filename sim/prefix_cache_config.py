@@ -12,7 +12,7 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                         watermark: float = 0.0, sliding_window: int | None = None,
                         max_in_flight_tokens: int | None = None,
                         kv_connector: bool = False, hash_lookahead: int = 0,
-                        hybrid: bool = False) -> dict:
+                        hybrid: bool = False, retention: int | None = None) -> dict:
     """A pool of ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens;
     ``uncached_first``: where a block released without a cached hash goes in the free queue
     (vLLM's target takes its release's answer and ignores it); ``enable_caching`` and
@@ -30,7 +30,10 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     EAGLE drafter's lookahead block hashes, vLLM 0.33.0's default for EAGLE, which then drops
     no hit block: ``use_eagle`` must be off); ``hybrid``: a full-attention group (group 0)
     beside the sliding window's (group 1), as a hybrid model's config has them (tables, hits
-    and new blocks are then one tuple per group)."""
+    and new blocks are then one tuple per group); ``retention``: a hybrid pool's
+    ``prefix_cache_retention_interval`` (None: its window caches every block; 0, vLLM's
+    default: only the blocks a hit at a retained boundary reads; a multiple of the block
+    size: those and one run per interval)."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -53,6 +56,11 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     if hybrid and sliding_window is None:
         raise HarnessError("hybrid pairs full attention with a sliding window: give "
                            "sliding_window too")
+    if retention is not None and (not hybrid or not isinstance(retention, int) or retention < 0
+                                  or retention % block_size):
+        raise HarnessError(f"retention must be None, or with hybrid=True 0 or a multiple of "
+                           f"the block size ({block_size}) as vLLM's prefix_cache_retention_"
+                           f"interval takes it, got {retention!r}")
     return dict(num_blocks=num_blocks, block_size=block_size, max_model_len=max_model_len,
                 use_eagle=bool(use_eagle), uncached_first=bool(uncached_first),
                 enable_caching=bool(enable_caching),
@@ -60,4 +68,4 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                 reserve_full_isl=bool(reserve_full_isl), watermark=float(watermark),
                 sliding_window=sliding_window, max_in_flight_tokens=max_in_flight_tokens,
                 kv_connector=bool(kv_connector), hash_lookahead=hash_lookahead,
-                hybrid=bool(hybrid))
+                hybrid=bool(hybrid), retention=retention)

@@ -58,7 +58,7 @@ class NativePrefixCache:
                  reserve_full_isl: bool = False, watermark: float = 0.0,
                  sliding_window: int | None = None, max_in_flight_tokens: int | None = None,
                  kv_connector: bool = False, hash_lookahead: int = 0, hybrid: bool = False,
-                 bugs: frozenset[str] = frozenset()):
+                 retention: int | None = None, bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
@@ -67,7 +67,8 @@ class NativePrefixCache:
         self.headroom = int(watermark * num_blocks)    # kept free by admissions while others run
         self.sliding_window, self.max_in_flight_tokens = sliding_window, max_in_flight_tokens
         self.kv_connector, self.hash_lookahead = kv_connector, hash_lookahead
-        self.hybrid = hybrid
+        self.hybrid, self.retention = hybrid, retention
+        self.junction: dict[str, int] = {}    # each request's last hit's shared-prefix end
         # Per group (full attention first where there are two): its window, the cached
         # blocks a hit must end in (EAGLE: one more, dropped), and the most blocks one
         # request holds at once (what a whole-sequence admission reserves).
@@ -125,6 +126,7 @@ class NativePrefixCache:
         window = self._dropped(self._hit_in(1, request_id,
                                             min(len(found) + self.use_eagle, hashed)))
         boundary = len(found) * size if len(found) > len(window) else 0
+        self.junction[request_id] = boundary
         if "pc-hybrid-run-uncut" not in self.bugs:
             found = found[:len(window)]
         return Hit((tuple(found), tuple(window)), len(window) * size, boundary)
@@ -251,6 +253,7 @@ class NativePrefixCache:
         self._release(request_id)
         del self.tokens[request_id], self.computed[request_id], self.sent[request_id]
         self.waiting.discard(request_id)
+        self.junction.pop(request_id, None)
 
     def preempt(self, request_id: str) -> None:
         self._release(request_id)
@@ -388,8 +391,9 @@ class NativePrefixCache:
             if full <= start:
                 continue
             keys, extra, ahead = [], [], []
+            kept = self._kept(request_id, g)
             for i in range(start, full):
-                if table[i] == NULL_BLOCK:
+                if table[i] == NULL_BLOCK or i not in kept:
                     continue
                 key = self._key(request_id, (i + 1) * size)
                 self.hash_of[table[i]] = self._name(g, key)
@@ -398,17 +402,39 @@ class NativePrefixCache:
                 extra.append((salt,) if salt and i == 0 else None)
                 ahead.append(tuple(tokens[(i + 1) * size:(i + 1) * size + self.hash_lookahead]))
             self.num_cached[request_id][g] = full
-            if not keys:
-                continue
             parent = self._key(request_id, start * size) if start else None
             window = self.groups[g][0]
             kind = FULL_ATTENTION if window is None else SLIDING_WINDOW
             self._emit(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size]),
-                                   tuple(extra), block_size=size, medium=MEDIUM_GPU,
+                                   tuple(extra) or None, block_size=size, medium=MEDIUM_GPU,
                                    group_idx=g, kv_cache_spec_kind=kind,
                                    kv_cache_spec_sliding_window=window,
                                    lookahead_token_ids=tuple(ahead) if self.hash_lookahead
                                    else None))
+
+    def _kept(self, request_id: str, g: int):
+        """The block indices group ``g`` caches: every one, but in a hybrid pool's window
+        under a retention, the runs ending at the retained boundaries (the prompt's replay
+        points, the request's junction) and, with an interval, one run per interval."""
+        window, need, _ = self.groups[g]
+        if not self.hybrid or window is None or self.retention is None:
+            return range(len(self.tokens[request_id]) // self.block_size + 1)
+        size, shift = self.block_size, int(self.use_eagle)
+        per_segment = self.retention // size
+        top = len(self.tokens[request_id]) // size + 1
+        if per_segment and need >= per_segment:
+            return range(top)
+        prompt = len(self.sent[request_id].prompt)
+        points = [prompt - 1] if not shift else \
+            [max((prompt - 1) // size * size - size, 0), max(prompt // size * size - size, 0)]
+        junction = self.junction.get(request_id, 0)
+        if junction:
+            points += [junction] + ([junction - size] if shift else [])
+        kept = {i for p in points for i in range(p // size + shift - need, p // size + shift)}
+        if per_segment:
+            kept |= {i for i in range(shift, top)
+                     if (i - shift) % per_segment >= per_segment - need}
+        return kept
 
     def _key(self, request_id: str, end: int) -> tuple:
         """The hash of the request's first ``end`` tokens and the lookahead tokens after them

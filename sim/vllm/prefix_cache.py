@@ -54,7 +54,8 @@ class VllmPrefixCache:
                  enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
                  watermark: float = 0.0, sliding_window: int | None = None,
                  max_in_flight_tokens: int | None = None, kv_connector: bool = False,
-                 hash_lookahead: int = 0, hybrid: bool = False):
+                 hash_lookahead: int = 0, hybrid: bool = False,
+                 retention: int | None = None):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -101,8 +102,12 @@ class VllmPrefixCache:
         groups = [kv.KVCacheGroupSpec(["layer"], spec)]
         if self.hybrid:         # full attention is group 0, as a hybrid model's config has it
             groups = [kv.KVCacheGroupSpec(["full"], full), kv.KVCacheGroupSpec(["swa"], spec)]
+        # A hybrid pool's retention, as the engine passes CacheConfig's (vLLM 0.33.0: 0).
+        self.retention = retention if self.hybrid else None
+        extra = {} if self.retention is None else \
+            {"prefix_cache_retention_interval": self.retention}
         config = kv.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
-                                  kv_cache_groups=groups)
+                                  kv_cache_groups=groups, **extra)
         self._blocks_cls = manager_mod.KVCacheBlocks
         # The admission gates the release has (the model takes these, as it takes the
         # free-queue order): a gate the release lacks is off, as its scheduler has none.
@@ -162,6 +167,11 @@ class VllmPrefixCache:
         if unpacked is None:
             return answer
         blocks, num_tokens, boundary = unpacked
+        # The scheduler keeps the boundary on the request: a window's retention keeps the
+        # run below it (``Request.shared_prefix_boundary``, where the release has it).
+        req = self.requests[request_id]
+        if hasattr(req, "shared_prefix_boundary"):
+            req.shared_prefix_boundary = boundary
         return Hit(self._shaped(blocks.get_block_ids()), num_tokens, boundary)
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
@@ -438,9 +448,9 @@ def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       watermark: float = 0.0, sliding_window: int | None = None,
                       max_in_flight_tokens: int | None = None,
                       kv_connector: bool = False, hash_lookahead: int = 0,
-                      hybrid: bool = False) -> VllmPrefixCache:
+                      hybrid: bool = False, retention: int | None = None) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
                            enable_kv_cache_events, reserve_full_isl, watermark,
                            sliding_window, max_in_flight_tokens, kv_connector, hash_lookahead,
-                           hybrid)
+                           hybrid, retention)
