@@ -2,16 +2,19 @@
 
 A cached block's hash is named by what it hashes: the request's tokens from the first one to
 the block's last (and, with lookahead block hashes, the tokens after it that its hash
-covers), after the request's cache salt where it has one (``BlockKey``), so a failure says
-which prefix a block was found under, and a hash can be checked against the tokens its block
-holds. Targets translate their own hashes (vLLM's chained sha256 values) into these keys.
+covers), after the request's cache salt where it has one and the multimodal items that
+start in it (``BlockKey``), so a failure says which prefix a block was found under, and a
+hash can be checked against the tokens its block holds. Targets translate their own hashes
+(vLLM's chained sha256 values) into these keys.
 """
 
 from __future__ import annotations
 
 from attrs import evolve, frozen
 
-BlockKey = tuple       # the prefix a block hash names: (salt, tokens...) or (tokens...)
+# The prefix a block hash names: (salt, tokens...) or (tokens...), after the multimodal items
+# that start in it, ("mm", identifier, offset) each (``PrefixRequest.mm_items``).
+BlockKey = tuple
 
 # What the one group's events name besides the blocks (vLLM's spelling): the device pool's
 # medium, the group's index and its spec kind (full attention or sliding window).
@@ -37,16 +40,26 @@ class PrefixRequest:
     ``cache_salt``: the salt vLLM mixes into the first block's hash (a tenant's prefixes are
     shared only with requests of the same salt). ``prompt_logprobs``: the request asks for
     its prompt's logprobs, so it never reads the prefix cache (every prompt token must be
-    computed) but still caches what it computes."""
+    computed) but still caches what it computes.
+
+    ``mm_items``: each multimodal item's identifier and placeholder offset, in offset order.
+    vLLM mixes both into the hash of every block the item overlaps, so a block of placeholder
+    tokens is found only by a request with the same items at the same places. A prefix
+    names, before its salt, each item that starts inside it: the blocks an item overlaps
+    follow from its offset wherever an identifier always names a placeholder of one length
+    (vLLM's hash leaves the length out; the scheduler-pass worlds that cache keep it so)."""
 
     request_id: str
     prompt: tuple[int, ...]
     cache_salt: str | None = None
     prompt_logprobs: bool = False
+    mm_items: tuple[tuple[str, int], ...] = ()
 
     def key(self, tokens) -> BlockKey:
         """The key of the prefix ``tokens`` of this request."""
-        return (self.cache_salt, *tokens) if self.cache_salt else tuple(tokens)
+        tokens = tuple(tokens)
+        items = tuple(("mm", *item) for item in self.mm_items if item[1] < len(tokens))
+        return (*items, self.cache_salt, *tokens) if self.cache_salt else (*items, *tokens)
 
 
 @frozen

@@ -6,7 +6,7 @@ arrival order, a preempted one at the head), each the longest chunk its variant'
 admits after those before it (``models/scheduler_pass_grant.py``, ``_mamba.py``). Also: the
 EC connector, preemption, encoder-cache resets, async scheduling (a pass starts where steps in
 flight end, counting their samples; ``step()`` applies the oldest once two are in flight), and
-alone, a KV pool without prefix caching that runs out (``kv_blocks``, ``_kv.py``; else it
+alone, a KV pool that runs out, prefix caching on or off (``kv_blocks``, ``_kv.py``; else it
 never does). Not modelled: priorities."""
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ class SchedulerPassModel:
     mamba_block_size: int = 0
     kv_blocks: int = 0                 # the KV pool's blocks (0: it never runs out)
     kv_block_size: int = 16
+    enable_prefix_caching: bool = False    # in the KV pool (with kv_blocks only)
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     grants: tuple[Grant, ...] = ()                # the last pass's, in serving order
     preempted: tuple[str, ...] = ()               # the last pass's, for KV blocks, in order
@@ -70,12 +71,15 @@ class SchedulerPassModel:
     ranks: tuple = field(factory=lambda: tuple(itertools.count(1) for _ in "sap"))  # starts,
     variant: DecoderOnly | EncoderDecoder = field(init=False)     # arrivals, preemptions
     cache: EncoderCacheModel | EncoderDecoderCacheModel = field(init=False)
+    pool: kv.PrefixCacheModel | None = field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         alone = (self.async_scheduling, self.encoder_decoder, self.mamba_block_size, self.kv_blocks)
-        if sum(map(bool, alone)) > 1 or self.mamba_block_size and self.disable_chunked_mm_input:
+        if sum(map(bool, alone)) > 1 or self.mamba_block_size and self.disable_chunked_mm_input \
+                or self.enable_prefix_caching and not self.kv_blocks:
             raise ValueError("keep one of async_scheduling, encoder_decoder, mamba_block_size, "
-                             "kv_blocks: each is modelled alone (mamba: with chunked input)")
+                             "kv_blocks (mamba: with chunked input; prefix caching: kv_blocks)")
+        self.pool = kv.pool(self) if self.kv_blocks else None
         self.variant = EncoderDecoder() if self.encoder_decoder else \
             Mamba(self.mamba_block_size) if self.mamba_block_size else DecoderOnly()
         self.cache = (EncoderDecoderCacheModel if self.encoder_decoder
@@ -85,9 +89,11 @@ class SchedulerPassModel:
         if request.request_id in self.requests:
             raise ValueError(f"request {request.request_id!r} is already open")
         self.requests[request.request_id] = RequestState(request, queued_at=next(self.ranks[1]))
+        self.pool and self.pool.add_request(kv.request(request))
 
     def finish_request(self, request_id: str) -> None:
         self.cache.free(self.requests.pop(request_id).request)
+        self.pool and self.pool.free(request_id)
 
     def preempt_request(self, request_id: str) -> None:
         """KV pressure: inputs freed, computed tokens (not samples) lost, back at the head."""
@@ -96,6 +102,7 @@ class SchedulerPassModel:
             raise ValueError(f"{request_id!r} is waiting or has a step in flight (apply it)")
         self.cache.free(state.request)
         state.num_computed_tokens, state.started_at, state.queued_at = 0, None, -next(self.ranks[2])
+        self.pool and self.pool.preempt(request_id)
 
     def reset_encoder_cache(self) -> None:
         self.cache.reset()
@@ -106,13 +113,14 @@ class SchedulerPassModel:
                             key=lambda s: (s.started_at is None, s.started_at or s.queued_at)):
             if preempted and state.started_at is None:
                 break    # victims are the last started, so the rest are victims or wait
+            hit = kv.look_up(self, state) if self.pool and state.started_at is None else None
             grant = self.variant.grant(self, state, self.token_budget - sum(  # a grant with
                 g.tokens for g in grants), self.encoder_compute_budget - sum(   # no token
                 g.request.num_embeds(i) for g in grants for i in g.encoded))   # encodes none
             if grant.limit == "stopped":
                 break
             if grant.tokens and self.kv_blocks:
-                grant, victims = kv.admit(self, state, grant)
+                grant, victims = kv.admit(self, state, grant, hit)
                 preempted += victims
             grants.append(grant := evolve(grant, samples=grant.tokens == state.num_tokens_left))
             self.cache = self.cache if grant.cache is None else grant.cache
@@ -125,6 +133,8 @@ class SchedulerPassModel:
                 state.started_at = state.started_at or next(self.ranks[0])
                 self.heard += [("alloc", rid, i) for i in (*grant.encoded, *grant.loaded)]
         self.grants, self.preempted = tuple(grants), tuple(preempted)
+        for state in self.requests.values():       # a hit not admitted is not kept
+            state.num_computed_tokens *= state.started_at is not None
         given = {g.request.request_id: g for g in grants if g.tokens}
         output = SchedulerOutputView(
             {rid: g.tokens for rid, g in given.items()},
@@ -169,6 +179,7 @@ class SchedulerPassModel:
                 self.cache.free_encoder_input(request, i)   # the order entries turn freeable
                 self.heard.append(("free", rid, i))
             state.num_output_tokens += flight.samples
+            self.pool and self.pool.append_token_ids(rid, (kv.SAMPLED,) * flight.samples)
             if state.num_output_tokens >= request.max_tokens:
                 self.finish_request(rid)
                 done.append(rid)
@@ -213,8 +224,13 @@ class SchedulerPassModel:
 
     def kv_blocks_held(self) -> dict[str, int]:
         """The KV blocks each request holds, where it holds any (``scheduler_pass_kv``)."""
-        return {rid: n for rid, s in self.requests.items()
-                if (n := kv.held(s, self.kv_block_size))}
+        return {rid: len(ids) for rid in self.requests if (ids := self.pool.get_block_ids(rid))}
+
+    def kv_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    def chunk_starts(self) -> dict[str, int]:     # a started request's: its prefix hit
+        return {g.request.request_id: g.start for g in self.grants if g.tokens}
 
 
 def broken_promises(model, output, resident: set[str]) -> list[tuple[str, str]]:

@@ -37,6 +37,7 @@ class Grant:
     limit: str | None = None
     cache: object = None           # the cache it leaves (None: untouched)
     samples: bool = False          # set by the pass: it reaches the known end
+    revived: bool = False          # its prefix hit took a free cached KV block (``_kv.py``)
 
 
 @frozen

@@ -85,6 +85,8 @@ REACHES = [
     Reach(f"{SCHEDULER_PASS}:KvPressureSchedulerPassMachine", 150,
           ("preempted for KV blocks", "preempted itself for KV blocks",
            "waiting request held back for KV blocks")),
+    Reach(f"{SCHEDULER_PASS}:PrefixKvSchedulerPassMachine", 150,
+          ("prefix hit skipped an encoder input", "prefix hit on a free cached block")),
 ]
 
 

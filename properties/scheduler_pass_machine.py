@@ -27,7 +27,10 @@ delivers them.
 
 In KV-pressure worlds (``KvPressureSchedulerPassMachine``) the KV pool runs out: the pass
 itself preempts, or holds a waiting request back (``models/scheduler_pass_kv.py``), and after
-every step each request's blocks are the model's (``kv-blocks-agree``).
+every step each request's blocks and the pool's free blocks are the model's
+(``kv-blocks-agree``). In ``PrefixKvSchedulerPassMachine``'s worlds the pool caches
+prefixes: a waiting request starts at its longest cached prefix, an input whose embeds lie
+behind it is never encoded, and a hit on a free cached block takes it from the free blocks.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from properties.scheduler_pass_worlds import (
     kv_pressure_worlds,
     mamba_mtp_worlds,
     mamba_worlds,
+    prefix_kv_worlds,
     scheduler_worlds,
 )
 from sim import targets
@@ -88,6 +92,8 @@ MAMBA_HAZARDS = (*HAZARDS, "running request left no aligned chunk")
 # same ``_preempt_request`` with inputs held.
 KV_HAZARDS = (*HAZARDS, "preempted for KV blocks", "preempted itself for KV blocks",
               "waiting request held back for KV blocks")
+PREFIX_KV_HAZARDS = (*KV_HAZARDS, "prefix hit skipped an encoder input",
+                     "prefix hit on a free cached block")
 
 ENCODER_DECODER_HAZARDS = (
     "encoder-decoder input encoded whole at the start",
@@ -106,6 +112,8 @@ PROPERTIES = {
     "freed-not-resident": "free_encoder_mm_hashes names no hash resident after the pass",
     "budgets-hold": "token, encoder-compute and cache budgets hold for every pass",
     "encoded-input-needed": "every input a pass encodes or loads has an embed in its window",
+    "prefix-hit-agrees": "a request the pass starts from waiting starts where the model's "
+                         "does: at its longest cached prefix (0 without prefix caching)",
     "reads-held": "every embed position read is an item resident after the pass and held",
     "cut-before-refused": "a chunk cut short ends right before an item or at a chunk rule's end",
     "pass-maximal": "no request gets fewer tokens than the rules admit after those before it",
@@ -121,8 +129,9 @@ PROPERTIES = {
     "liveness": "with the cache fitting the largest item, every request finishes",
     "slots-agree": "the manager's free and freeable embeds equal the model's after each call",
     "ec-connector-agrees": "the EC connector hears of each allocated and each freed input once",
-    "kv-blocks-agree": "each request holds the KV blocks the model's passes gave it, and no "
-                       "more than the pool's blocks are held (KV-pressure worlds)",
+    "kv-blocks-agree": "each request holds the KV blocks the model's passes gave it, the "
+                       "pool's free blocks are the model's, and no more than the pool's blocks "
+                       "are held (KV-pressure worlds)",
 }
 
 
@@ -182,6 +191,11 @@ class SchedulerPassMachine(HarnessMachine):
         if not getattr(self.sched, "can_preempt", True):
             world = evolve(world, preempts=False)   # a release that preempts only inline
             self.recorder.note_missing("no Scheduler._preempt_request (preempts only inline)")
+        if world.enable_prefix_caching and not getattr(self.sched, "drives_prefix_caching", True):
+            # A release whose block hashes do not tell items apart as the model's keys do:
+            # the target was built without prefix caching, and so is the model.
+            world = evolve(world, enable_prefix_caching=False)
+            self.recorder.note_missing(self.sched.why_no_prefix_caching.removeprefix("absent: "))
         self.world = world
         # The reasons this world is outside what vLLM builds, as the target finds them (a
         # list it extends as requests arrive): failures, outcomes and reproducers carry them.
@@ -329,9 +343,17 @@ class SchedulerPassMachine(HarnessMachine):
         # apply the oldest output in flight once two are (at once when not pipelined).
         schedules = bool(self.model.requests) or not pipelined
         output, gathered = SchedulerOutputView({}, {}, ()), ()
+        waiting = {rid for rid, st in self.model.requests.items() if st.started_at is None}
+        self._hits, self._first_starts = {}, {}
         if schedules:
             output = self.model.schedule()
             self._passed = copy.deepcopy(self.model)    # as the pass left it: its promises
+            # A waiting request the pass started at a prefix hit starts there, not at 0.
+            self._hits = {g.request.request_id: g for g in self.model.grants
+                          if g.request.request_id in waiting and g.tokens and g.start}
+            self._computed_before.update({rid: g.start for rid, g in self._hits.items()})
+            self._first_starts = {g.request.request_id: g.start for g in self.model.grants
+                                  if g.request.request_id in waiting and g.tokens}
             gathered = self.model.execute_model(output)
         applies = bool(self.model.pending) and (
             not pipelined or len(self.model.pending) >= 2 or not schedules)
@@ -373,6 +395,15 @@ class SchedulerPassMachine(HarnessMachine):
         self.check("freed-not-resident", not stale,
                    f"{stale} in free_encoder_mm_hashes but resident")
         self._check_budgets(out)
+        # Before the promises below, which are judged from the model's starts: a request the
+        # target started elsewhere (a wrong prefix hit) breaks them all, and this names why.
+        starts = getattr(self.sched, "chunk_starts", None)
+        if starts is not None:
+            got = starts()
+            wrong = {rid: (got.get(rid), s) for rid, s in self._first_starts.items()
+                     if rid in out.num_scheduled_tokens and got.get(rid) != s}
+            self.check("prefix-hit-agrees", not wrong, lambda: "started (at, model's): "
+                       + ", ".join(f"{rid} {g}, {s}" for rid, (g, s) in wrong.items()))
         # What every pass promises, judged on the target's output before it is compared with
         # the model's: a failure names the promise (models/scheduler_pass.py).
         for name, detail in broken_promises(self._passed, out, resident):
@@ -419,10 +450,15 @@ class SchedulerPassMachine(HarnessMachine):
         self._check_worker()
         self._check_slots()
         if self.world.kv_blocks:
+            # Requests that hit one prefix share its blocks: the sum bounds an uncached pool.
             held, want = self.sched.kv_blocks_held(), self.model.kv_blocks_held()
-            self.check("kv-blocks-agree", held == want and sum(held.values())
-                       <= self.world.kv_blocks,
+            self.check("kv-blocks-agree", held == want and (
+                sum(held.values()) <= self.world.kv_blocks or self.world.enable_prefix_caching),
                        lambda: f"KV blocks held {held} != {want} (pool {self.world.kv_blocks})")
+            # A cached block is free until a hit takes it, though a request computed it.
+            free, want = self.sched.kv_free_blocks(), self.model.kv_free_blocks()
+            self.check("kv-blocks-agree", free == want,
+                       lambda: f"kv_free_blocks() {free} != {want} (pool {self.world.kv_blocks})")
         self.check_valid(self.sched)
 
     def _accept_release_order(self) -> None:
@@ -512,7 +548,8 @@ class SchedulerPassMachine(HarnessMachine):
                 *([] if self.world.encoder_decoder else          # see _check_slots
                   [f"assert sched.manager_slots() == {self.model.manager_slots()}"]),
                 f"assert sched.get_num_unfinished_requests() == {len(self.model.requests)}",
-                *([f"assert sched.kv_blocks_held() == {self.model.kv_blocks_held()}"]
+                *([f"assert sched.kv_blocks_held() == {self.model.kv_blocks_held()}",
+                   f"assert sched.kv_free_blocks() == {self.model.kv_free_blocks()}"]
                   if self.world.kv_blocks else [])] \
             + ([f"assert sched.ec_notifications() == "            # all since the start
                 f"{sorted(self.ec_heard + self.model.heard)}"] if self.world.ec_cached else [])
@@ -566,11 +603,16 @@ class SchedulerPassMachine(HarnessMachine):
         if any(not r.items for r in scheduled) and any(r.items for r in scheduled):
             self.hazard("text-only request scheduled beside a multimodal one")
         victims = set(self.model.preempted)
+        hits = self._hits.values()
         for flag, name in ((victims, "preempted for KV blocks"),
                            (any(g.limit == "preempted" for g in grants),
                             "preempted itself for KV blocks"),
                            (any(g.limit == "kv" for g in grants),
-                            "waiting request held back for KV blocks")):
+                            "waiting request held back for KV blocks"),
+                           # An input whose every embed lies behind the hit: never encoded.
+                           (any(x.embed_positions[-1] < g.start for g in hits
+                                for x in g.request.items), "prefix hit skipped an encoder input"),
+                           (any(g.revived for g in hits), "prefix hit on a free cached block")):
             if flag:
                 self.hazard(name)
         self.preempted |= victims
@@ -671,6 +713,18 @@ class KvPressureSchedulerPassMachine(SchedulerPassMachine):
     HAZARDS = KV_HAZARDS
 
     @initialize(world=kv_pressure_worlds())
+    def setup(self, world: SchedWorld):
+        SchedulerPassMachine.setup(self, world)
+
+
+class PrefixKvSchedulerPassMachine(SchedulerPassMachine):
+    """The KV-pressure machine where the pool caches prefixes (``prefix_kv_worlds``): a
+    waiting request starts at its longest cached prefix, which may skip its encoder inputs,
+    and a hit may take cached blocks back from the free ones."""
+
+    HAZARDS = PREFIX_KV_HAZARDS
+
+    @initialize(world=prefix_kv_worlds())
     def setup(self, world: SchedWorld):
         SchedulerPassMachine.setup(self, world)
 

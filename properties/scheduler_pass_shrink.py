@@ -42,6 +42,8 @@ def _simpler_worlds(world: SchedWorld, actions: list[tuple]):
         yield evolve(world, disable_chunked_mm_input=False), actions
     if world.async_scheduling:
         yield evolve(world, async_scheduling=False), actions
+    if world.enable_prefix_caching:
+        yield evolve(world, enable_prefix_caching=False), actions
     for name, verb in (("preempts", "preempt_request"), ("resets", "reset_encoder_cache")):
         if getattr(world, name):
             yield evolve(world, **{name: False}), [a for a in actions if a[0] != verb]

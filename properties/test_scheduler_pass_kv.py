@@ -4,17 +4,23 @@ rules), on written-out traces and on the KV-pressure machine.
 
 On vllm these worlds are ones vLLM builds: its default block size, ``max_model_len`` no
 longer than the pool holds (the engine refuses a KV cache that cannot hold one request of
-that length), full attention, no prefix caching (the prompts are all alike).
+that length), full attention, prefix caching off or (last trace) on, with the engine's block
+hasher. Prompts are all alike (token 0), so with caching two requests share exactly the
+blocks whose multimodal items agree. An image's encoder budget and cache are set by hand on
+the text model's Scheduler: the last trace says so (``sim/vllm/scheduler_world.py``).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from models.scheduler_pass_values import SchedRequest
+from models.scheduler_pass_values import PlacedItem, SchedRequest
 from properties.run import check_machine
 from properties.scenarios import agrees, make_or_skip
-from properties.scheduler_pass_machine import KvPressureSchedulerPassMachine
+from properties.scheduler_pass_machine import (
+    KvPressureSchedulerPassMachine,
+    PrefixKvSchedulerPassMachine,
+)
 
 TARGETS = ["model", "native", "vllm"]
 OUTPUT = "scheduler-output-agrees"
@@ -74,5 +80,35 @@ def test_the_last_running_request_short_of_a_block_preempts_itself(target):
     agrees(OUTPUT, passes(sched, 1), [{"r1": 33}])
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_prefix_hit_skips_the_image_only_where_the_image_is_the_same(target):
+    """Scenario (pool 4 blocks, budget 64, prefix caching; encoder cache and budget 4): r0
+    (40 tokens, image img0 at [2, 6)) prefills, encodes img0, finishes; its two full blocks
+    stay cached. r1 has the same tokens but another image at the same place, img1: its
+    blocks hash apart from r0's, so it misses, prefills all 40 tokens and encodes img1
+    (evicting img0 from the encoder cache, and r0's second block from the pool). r2 repeats
+    r0's prompt and image: it hits r0's first block, starts at 16 and never encodes img0
+    (wholly inside the hit) though no cache holds it; the hit block, free until then, is
+    held again (3 blocks held, 1 free)."""
+    sched = make_or_skip(target, "scheduler_pass", cache_size=4, encoder_compute_budget=4,
+                         token_budget=64, kv_blocks=4, enable_prefix_caching=True)
+    if not getattr(sched, "drives_prefix_caching", True):
+        pytest.skip(sched.why_no_prefix_caching)
+    for rid, image, max_tokens in (("r0", "img0", 1), ("r1", "img1", 1), ("r2", "img0", 2)):
+        sched.add_request(SchedRequest(rid, 40, max_tokens, (PlacedItem(image, 2, 4),)))
+        step = sched.step()
+        hit = rid == "r2"
+        agrees(OUTPUT, (dict(step.output.num_scheduled_tokens),
+                        dict(step.output.scheduled_encoder_inputs)),
+               ({rid: 24}, {}) if hit else ({rid: 40}, {rid: (0,)}))
+        agrees(OUTPUT, [(g.mm_hash, g.start, g.end) for g in step.gathered],
+               [] if hit else [(image, 0, 4)])
+    agrees(BLOCKS, (sched.kv_blocks_held(), sched.kv_free_blocks()), ({"r2": 3}, 1))
+
+
 def test_kv_pressure_machine(target, reproducer_dir):
     check_machine(KvPressureSchedulerPassMachine, target, reproducer_dir)
+
+
+def test_prefix_kv_machine(target, reproducer_dir):
+    check_machine(PrefixKvSchedulerPassMachine, target, reproducer_dir)

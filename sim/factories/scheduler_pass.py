@@ -14,7 +14,7 @@ def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget
                       read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                       ec_cached_mm_hashes: Any = (), encoder_decoder: bool = False,
                       async_scheduling: bool = False, mamba_block_size: int = 0,
-                      kv_blocks: int = 0) -> dict:
+                      kv_blocks: int = 0, enable_prefix_caching: bool = False) -> dict:
     config = dict(cache_size=check_size("cache_size", cache_size),
                   token_budget=check_size("token_budget", token_budget),
                   encoder_compute_budget=check_size("encoder_compute_budget",
@@ -31,6 +31,8 @@ def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget
         config["mamba_block_size"] = check_size("mamba_block_size", mamba_block_size)
     if kv_blocks:                  # likewise
         config["kv_blocks"] = check_size("kv_blocks", kv_blocks)
+    if enable_prefix_caching:      # likewise
+        config["enable_prefix_caching"] = True
     return config
 
 

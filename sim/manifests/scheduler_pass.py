@@ -19,7 +19,7 @@ SUBSYSTEM = Subsystem(
           "sched-mismatch-scheduled", "sched-mismatch-kept", "sched-ec-charged",
           "sched-ec-free-silent", "sched-encdec-reencode", "sched-encdec-held",
           "sched-async-free-early", "sched-mamba-mtp-stall", "sched-kv-preempts-self",
-          "sched-kv-admits-chunk"),
+          "sched-kv-admits-chunk", "sched-prefix-ignores-mm"),
     catalogue="fixtures.catalogue.scheduler_pass",
     vllm_suites=("properties/test_scheduler_pass.py", "properties/test_scheduler_pass_model.py",
                  "properties/test_scheduler_pass_drafter.py",
@@ -35,11 +35,12 @@ SUBSYSTEM = Subsystem(
     spec_page="docs/specs/scheduler-pass.md",
     # Hunted too, each over worlds of its own (properties/test_scheduler_pass.py and
     # test_scheduler_pass_kv.py run them): an encoder-decoder model's, an async engine's, a
-    # hybrid Mamba model's, and where the KV pool runs out. (Not the Mamba-MTP machine: the
-    # catalogue's, on which vLLM 0.33.0 stalls.)
+    # hybrid Mamba model's, and where the KV pool runs out, without prefix caching and with
+    # it. (Not the Mamba-MTP machine: the catalogue's, on which vLLM 0.33.0 stalls.)
     machines={
         "encoder_decoder": "properties.scheduler_pass_machine:EncoderDecoderSchedulerPassMachine",
         "async_scheduling": "properties.scheduler_pass_machine:AsyncSchedulerPassMachine",
         "mamba": "properties.scheduler_pass_machine:MambaSchedulerPassMachine",
-        "kv_pressure": "properties.scheduler_pass_machine:KvPressureSchedulerPassMachine"},
+        "kv_pressure": "properties.scheduler_pass_machine:KvPressureSchedulerPassMachine",
+        "prefix_kv": "properties.scheduler_pass_machine:PrefixKvSchedulerPassMachine"},
 )

@@ -49,13 +49,19 @@ again, as for a decoder-only model) and ``sched-encdec-held`` (the inputs stay r
 until the request finishes: requests behind it wait for the cache).
 
 A KV pool (``kv_blocks`` blocks of ``KV_BLOCK_SIZE`` tokens; 0: it never runs out), in
-synchronous decoder-only worlds: a scheduled chunk takes the blocks its tokens reach; a running
-request the pool cannot serve preempts the last of the running list (itself last: then the
-pass ends); a waiting request is admitted only if its whole sequence fits, and not at all in
-a pass that preempted. Bug switches: ``sched-kv-preempts-self`` (a running request short of
-blocks gives its own place up instead of the last one's) and ``sched-kv-admits-chunk`` (a
-waiting request is admitted when its first chunk fits: the pool fills with half-done
-prefills that preempt one another).
+synchronous decoder-only worlds, is a ``NativePrefixCache`` driven as an engine drives its
+block manager: a scheduled chunk takes the blocks its tokens reach; a running request the
+pool cannot serve preempts the last of the running list (itself last: then the pass ends); a
+waiting request is admitted only if its whole sequence fits, and not at all in a pass that
+preempted. With ``enable_prefix_caching`` a waiting request first looks up its longest cached
+prefix and starts there (the encoder walk then skips the items behind it, and the pool holds
+the hit's blocks); a block's key names the multimodal items in it. Prompt tokens are 0, a
+sample is ``SAMPLED_TOKEN``. Bug switches: ``sched-kv-preempts-self`` (a running request
+short of blocks gives its own place up instead of the last one's), ``sched-kv-admits-chunk``
+(a waiting request is admitted when its first chunk fits: the pool fills with half-done
+prefills that preempt one another) and ``sched-prefix-ignores-mm`` (blocks are keyed by
+their tokens alone: a request hits a block computed for another image at the same place, and
+skips encoding its own).
 
 Async scheduling (``async_scheduling``), as an engine with a two-step batch queue runs it:
 ``schedule()`` advances each request's computed tokens at once and counts a sample it
@@ -86,24 +92,26 @@ from collections import deque
 
 import torch
 
+from models.prefix_cache_values import PrefixRequest
 from models.scheduler_pass_values import Gathered, SchedRequest, SchedulerOutputView, StepView
 from sim.encoder_worker import EncoderCacheMiss, EncoderWorker
 from sim.engine_turn import engine_turn
 from sim.native.encoder_cache import NativeEncoderCache
 from sim.native.encoder_decoder_cache import NativeEncoderDecoderCache
+from sim.native.prefix_cache import NativePrefixCache
 
 KV_BLOCK_SIZE = 16                         # tokens per KV block, as vLLM's default
+SAMPLED_TOKEN = 7                          # what every sample is (prompt tokens are 0)
 
 __all__ = ["EncoderCacheMiss", "NativeSchedulerPass"]
 
 
 class _Running:
-    __slots__ = ("req", "computed", "generated", "pending_samples", "embeds_upto", "kv")
+    __slots__ = ("req", "computed", "generated", "pending_samples", "embeds_upto")
 
     def __init__(self, req: SchedRequest):
         self.req = req
         self.computed = 0
-        self.kv = 0                            # KV blocks allocated to it
         self.generated = 0
         self.pending_samples = 0               # async: scheduled steps' samples not yet in
         # Per input: embeds_upto[i][t] = embeds among the item's first t positions (the
@@ -132,9 +140,15 @@ class NativeSchedulerPass:
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
                  encoder_decoder: bool = False, async_scheduling: bool = False,
                  mamba_block_size: int = 0, kv_blocks: int = 0,
+                 enable_prefix_caching: bool = False,
                  bugs: frozenset[str] = frozenset(), device: torch.device | None = None):
         self.cache_size = cache_size
         self.kv_blocks = kv_blocks
+        # The null block beside the pool's; no request is longer than the pool holds.
+        self.block_manager = NativePrefixCache(
+            kv_blocks + 1, KV_BLOCK_SIZE, kv_blocks * KV_BLOCK_SIZE,
+            enable_caching=enable_prefix_caching, enable_kv_cache_events=False,
+            reserve_full_isl="sched-kv-admits-chunk" not in bugs) if kv_blocks else None
         self.mamba_block_size = mamba_block_size
         self.max_num_batched_tokens = token_budget
         self.max_num_encoder_input_tokens = encoder_compute_budget
@@ -162,11 +176,18 @@ class NativeSchedulerPass:
         if any(r.req.request_id == request.request_id for r in self.running + self.waiting):
             raise ValueError(f"request {request.request_id!r} is already open")
         self.waiting.append(_Running(request))
+        if self.block_manager is not None:
+            images = () if "sched-prefix-ignores-mm" in self.bugs else \
+                tuple((item.mm_hash, item.offset) for item in request.items)
+            self.block_manager.add_request(PrefixRequest(
+                request.request_id, (0,) * request.prompt_len, mm_items=images))
 
     def finish_request(self, request_id: str) -> None:
         entry = self._find(request_id)
         (self.running if entry in self.running else self.waiting).remove(entry)
         self.encoder_cache_manager.free(entry.req)
+        if self.block_manager is not None:
+            self.block_manager.free(request_id)
 
     def preempt_request(self, request_id: str) -> None:
         """Preempt a running request: free its encoder inputs, forget its computed tokens,
@@ -178,7 +199,9 @@ class NativeSchedulerPass:
         self.running.remove(entry)
         if "sched-preempt-keeps-inputs" not in self.bugs:
             self.encoder_cache_manager.free(entry.req)
-        entry.computed = entry.kv = 0
+        if self.block_manager is not None:
+            self.block_manager.preempt(request_id)
+        entry.computed = 0
         self.waiting.insert(0, entry)
 
     def reset_encoder_cache(self) -> None:
@@ -199,11 +222,15 @@ class NativeSchedulerPass:
         starts: dict[str, int] = {}
         samples: set[str] = set()
         preempted: list[_Running] = []
+        hits = {}                              # waiting request -> its prefix-cache hit
         for entry in self.running + self.waiting:
             if entry in preempted:
                 continue
             if token_budget <= 0 or preempted and entry in self.waiting:
                 break
+            if self.block_manager is not None and entry in self.waiting:
+                hit = hits[entry] = self.block_manager.get_computed_blocks(entry.req.request_id)
+                entry.computed = hit.num_computed_tokens       # the walk starts past it
             if entry.pending_samples and \
                     entry.generated + entry.pending_samples >= entry.req.max_tokens:
                 continue                       # its last token is on its way
@@ -220,7 +247,8 @@ class NativeSchedulerPass:
             new_tokens, reads, inputs, duplicates, budget_after, loads = plan
             if new_tokens <= 0:
                 continue                       # approvals lapse: nothing allocated
-            if self.kv_blocks and not self._take_blocks(entry, new_tokens, preempted):
+            if self.kv_blocks and not self._take_blocks(entry, new_tokens, preempted,
+                                                        hits.get(entry)):
                 break
             if entry in self.waiting:
                 started.append(entry)
@@ -249,6 +277,8 @@ class NativeSchedulerPass:
         for entry in started:
             self.waiting.remove(entry)
             self.running.append(entry)
+        for entry in self.waiting:             # a hit it was not admitted with is forgotten
+            entry.computed = 0
         freed = self.encoder_cache_manager.get_freed_mm_hashes()
         output = SchedulerOutputView(num_scheduled_tokens=num_scheduled,
                                      scheduled_encoder_inputs=encoder_inputs,
@@ -258,16 +288,12 @@ class NativeSchedulerPass:
         self._in_flight.append((output, starts, samples))
         return output
 
-    def _take_blocks(self, entry: _Running, new_tokens: int, preempted: list) -> bool:
-        """Allocate the KV blocks ``new_tokens`` reach, preempting for a running request;
+    def _take_blocks(self, entry: _Running, new_tokens: int, preempted: list, hit) -> bool:
+        """Allocate the KV blocks ``new_tokens`` reach past the hit (a waiting request's; the
+        manager admits one whose whole sequence fits), preempting for a running request;
         False: not scheduled (the pass ends here)."""
-        def short() -> int:
-            free = self.kv_blocks - sum(e.kv for e in self.running + self.waiting)
-            reach = entry.computed + new_tokens
-            if entry in self.waiting and "sched-kv-admits-chunk" not in self.bugs:
-                reach = max(reach, entry.req.prompt_len + entry.generated)   # all of it
-            return -(-reach // KV_BLOCK_SIZE) - entry.kv - free
-        while short() > 0:
+        rid = entry.req.request_id
+        while self.block_manager.allocate_slots(rid, new_tokens, hit) is None:
             if entry in self.waiting:
                 self.encoder_cache_manager.free(entry.req)    # its holds are given up
                 return False
@@ -276,11 +302,17 @@ class NativeSchedulerPass:
             preempted.append(victim)
             if victim is entry:
                 return False
-        entry.kv = -(-(entry.computed + new_tokens) // KV_BLOCK_SIZE)
         return True
 
     def kv_blocks_held(self) -> dict[str, int]:
-        return {e.req.request_id: e.kv for e in self.running + self.waiting if e.kv}
+        manager = self.block_manager
+        return {rid: n for rid in manager.table if (n := len(manager.get_block_ids(rid)))}
+
+    def kv_free_blocks(self) -> int:
+        return self.block_manager.num_free_blocks
+
+    def chunk_starts(self) -> dict[str, int]:
+        return dict(self._in_flight[-1][1]) if self._in_flight else {}
 
     def update_from_output(self, output: SchedulerOutputView) -> tuple[str, ...]:
         if not self._in_flight or self._in_flight[0][0] != output:
@@ -308,6 +340,8 @@ class NativeSchedulerPass:
                         self.notices.append(("free", rid, input_id))
             if rid in samples:
                 entry.generated += 1           # one token sampled
+                if self.block_manager is not None:
+                    self.block_manager.append_token_ids(rid, (SAMPLED_TOKEN,))
                 if self.async_scheduling:
                     entry.pending_samples -= 1
             if entry.generated >= entry.req.max_tokens:
@@ -406,6 +440,8 @@ class NativeSchedulerPass:
 
     def check_valid(self) -> None:
         self.encoder_cache_manager.check_valid()
+        if self.block_manager is not None:
+            self.block_manager.check_valid()
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 CPU (``docs/specs/scheduler-pass.md``), with the native worker playing the GPU part.
 
 The scheduler is built from a tiny local OPT ``config.json`` (no weights, no tokenizer),
-``skip_tokenizer_init=True``, prefix caching off (the harness's prompts are all alike) and a
-large KV pool (KV pressure is not this subsystem's). The world's scheduler settings go to
+``skip_tokenizer_init=True``, prefix caching off and a large KV pool, except in the
+KV-pressure worlds (below). The world's scheduler settings go to
 the constructors that validate them: ``SchedulerConfig(max_num_batched_tokens=budget,
 max_num_seqs=min(16, budget), disable_chunked_mm_input=..., scheduler_cls=...)`` inside a
 ``VllmConfig``, one per process and settings (the first ``ModelConfig`` per architecture
@@ -76,10 +76,20 @@ The spec and the cache mode are set by hand: outside what vLLM builds. Releases 
 follows other rules report the world absent (``drives_mamba``).
 
 ``preempt_request`` does what ``schedule()`` does to the last running request when it runs
-out of KV blocks (pop it from ``running``, then ``_preempt_request``); the harness gives this
-scheduler a KV pool too large for that to happen on its own, so the rule calls the same two
-steps between passes. ``reset_encoder_cache`` is the engine's: the scheduler's
+out of KV blocks (pop it from ``running``, then ``_preempt_request``); outside the
+KV-pressure worlds the pool is too large for that to happen on its own, so the rule calls the
+same two steps between passes. ``reset_encoder_cache`` is the engine's: the scheduler's
 (``Scheduler.reset_encoder_cache``) and the model runner's (it drops its encoder outputs).
+
+A KV-pressure world (``kv_blocks``) sizes the pool to that many blocks and ``max_model_len``
+to what they hold; with ``enable_prefix_caching`` the ``CacheConfig`` turns prefix caching on
+and each request gets the block hasher the engine gives it
+(``scheduler_pass_compat.request_block_hasher``), which mixes each item's identifier and
+offset into its blocks' hashes. Prompt tokens are all 0, so two requests share a block
+exactly where their items agree. A release whose hashes leave the offset out reports the
+world without prefix caching (``drives_prefix_caching``). A request the pass starts at a
+prefix hit is gathered from the hit on (its computed tokens after the pass, less those
+scheduled).
 """
 
 from __future__ import annotations
@@ -249,7 +259,7 @@ def max_num_seqs(token_budget: int) -> int:
 @functools.cache
 def _vllm_config(encoder_decoder: bool = False, token_budget: int = MAX_MODEL_LEN,
                  disable_chunked_mm_input: bool = False, scheduler_cls: str | None = None,
-                 kv_blocks: int = 0) -> Any:
+                 kv_blocks: int = 0, enable_prefix_caching: bool = False) -> Any:
     """One ``VllmConfig`` per process and scheduler settings, every setting given to the
     constructors that validate it: the token budget with a ``max_num_seqs`` it allows, the
     chunked-input switch, and the scheduler class (``AsyncScheduler``: named, as the CPU
@@ -271,7 +281,8 @@ def _vllm_config(encoder_decoder: bool = False, token_budget: int = MAX_MODEL_LE
         **scheduler_pass_compat.scheduler_config_kwargs(config_mod.SchedulerConfig,
                                          disable_chunked_mm_input, scheduler_cls))
     cache_config = config_mod.CacheConfig(block_size=KV_BLOCK_SIZE, gpu_memory_utilization=0.9,
-                                          cache_dtype="auto", enable_prefix_caching=False)
+                                          cache_dtype="auto",
+                                          enable_prefix_caching=enable_prefix_caching)
     vllm_config = config_mod.VllmConfig(scheduler_config=scheduler_config,
                                         model_config=model_config, cache_config=cache_config)
     # What the engine sets once it has sized the KV cache (``_initialize_kv_caches``).
@@ -340,8 +351,18 @@ class VllmSchedulerPass:
                  read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
                  encoder_decoder: bool = False, async_scheduling: bool = False,
-                 mamba_block_size: int = 0, kv_blocks: int = 0):
+                 mamba_block_size: int = 0, kv_blocks: int = 0,
+                 enable_prefix_caching: bool = False):
         self.kv_blocks = kv_blocks
+        # Where the release's block hashes do not tell items apart as the model's keys do,
+        # the world runs without prefix caching and the machine notes it.
+        self.drives_prefix_caching = not enable_prefix_caching or \
+            scheduler_pass_compat.drives_prefix_caching()
+        self.enable_prefix_caching = enable_prefix_caching and self.drives_prefix_caching
+        self.why_no_prefix_caching = (
+            f"absent: vLLM {release.release()} hashes a multimodal item's identifier without "
+            "its offset (see scheduler_pass_compat.drives_prefix_caching)")
+        self._hasher = None
         # Steps scheduled and not yet applied, oldest first: (vLLM's output, our view of it,
         # where each request's tokens started, what the runner samples for each).
         self._in_flight: deque[tuple[Any, SchedulerOutputView, dict[str, int],
@@ -428,7 +449,10 @@ class VllmSchedulerPass:
         vllm_config = _vllm_config(
             encoder_decoder, token_budget, disable_chunked_mm_input and not encoder_decoder,
             None if async_cls is None else f"{async_cls.__module__}.{async_cls.__qualname__}",
-            self.kv_blocks)
+            self.kv_blocks, self.enable_prefix_caching)
+        if self.enable_prefix_caching:
+            self._hasher = scheduler_pass_compat.request_block_hasher(vllm_config,
+                                                                      KV_BLOCK_SIZE)
         block_size = mamba_block_size or 16
         if mamba_block_size:
             # Its own cache config (the Scheduler reads the block size and the cache mode from
@@ -525,15 +549,17 @@ class VllmSchedulerPass:
         self.worker.encoder_cache.clear()          # the model runner's part of the reset
 
     def schedule(self) -> SchedulerOutputView:
-        before = {rid: r.num_computed_tokens for rid, r in self.scheduler.requests.items()}
         out = self.scheduler.schedule()
+        # Where each request's tokens start: past its prefix hit, if the pass found one.
+        starts = {rid: self.scheduler.requests[rid].num_computed_tokens - n
+                  for rid, n in out.num_scheduled_tokens.items()}
         meta = getattr(out, "ec_connector_metadata", None)
         view = SchedulerOutputView(
             num_scheduled_tokens=dict(out.num_scheduled_tokens),
             scheduled_encoder_inputs={r: tuple(ids)
                                       for r, ids in out.scheduled_encoder_inputs.items()},
             free_encoder_mm_hashes=tuple(out.free_encoder_mm_hashes),
-            num_read_ahead_tokens={r: self._drafter_reach(r, before[r] + n)
+            num_read_ahead_tokens={r: self._drafter_reach(r, starts[r] + n)
                                    for r, n in out.num_scheduled_tokens.items()}
             if self.read_ahead else {},
             loaded_encoder_inputs=dict(meta.loads) if meta is not None else {})
@@ -541,7 +567,7 @@ class VllmSchedulerPass:
         # nothing (under async scheduling a later pass moves it on before the update).
         sampled = [[] if scheduler_pass_compat.mid_prefill(self.scheduler.requests[rid])
                    else [SAMPLED_TOKEN] for rid in view.num_scheduled_tokens]
-        self._in_flight.append((out, view, before, sampled))
+        self._in_flight.append((out, view, starts, sampled))
         return view
 
     def _drafter_reach(self, rid: str, start: int) -> int:
@@ -646,6 +672,14 @@ class VllmSchedulerPass:
     def kv_blocks_held(self) -> dict[str, int]:
         return scheduler_pass_compat.kv_blocks_held(self.scheduler)
 
+    def kv_free_blocks(self) -> int:
+        return scheduler_pass_compat.kv_free_blocks(self.scheduler)
+
+    def chunk_starts(self) -> dict[str, int]:
+        """The newest pass's starts: each scheduled request's computed tokens after it, less
+        those it scheduled (a prefix hit shows as the start of a request the pass started)."""
+        return dict(self._in_flight[-1][2]) if self._in_flight else {}
+
     def worker_mm_hashes(self) -> set[str]:
         return self.worker.resident_hashes()
 
@@ -679,7 +713,7 @@ class VllmSchedulerPass:
         return request_cls(
             request_id=request.request_id, prompt_token_ids=[0] * request.prompt_len,
             sampling_params=params, pooling_params=None, mm_features=features or None,
-            **scheduler_pass_compat.request_kwargs(request_cls))
+            block_hasher=self._hasher, **scheduler_pass_compat.request_kwargs(request_cls))
 
     def __repr__(self) -> str:
         return f"VllmSchedulerPass(vllm=={self.release})"

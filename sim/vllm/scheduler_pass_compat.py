@@ -101,6 +101,50 @@ def preempt(scheduler: Any, request: Any) -> None:
     getattr(scheduler, "prev_step_scheduled_req_ids", set()).discard(request.request_id)
 
 
+def kv_free_blocks(scheduler: Any) -> int:
+    """The KV pool's free blocks (cached or not; the null block is never free).
+
+    # vLLM 0.10.2-0.33.0: ``BlockPool.get_num_free_blocks()``, the pool the manager's
+    #   coordinator built (read there, as ``prefix_cache_compat.block_pool`` reads it).
+    """
+    return scheduler.kv_cache_manager.coordinator.block_pool.get_num_free_blocks()
+
+
+# -- prefix caching: the request block hasher (vllm/v1/core/kv_cache_utils.py) ----------------
+
+PREFIX_CACHING_FROM = "0.20.0"
+
+
+def drives_prefix_caching() -> bool:
+    """Whether the release's block hashes tell multimodal items apart as the model's keys do
+    (``PrefixRequest.mm_items``): each item's identifier and its offset, in the hash of every
+    block the item overlaps.
+
+    # vLLM >=0.20.0: identifier and offset (read in 0.20.0, 0.23.0-0.33.0; 0.32.0 on tag
+    #   them ``"mm"``).
+    # vLLM 0.10.2-0.14.x: the identifier alone (read in both): one image at two places in
+    #   otherwise equal prompts shares its blocks, a rule the model does not follow: reported
+    #   missing. 0.15-0.19 unread, taken as the older kind. By release, not by the hasher's
+    #   text: a mutated hasher must be driven, not reported absent.
+    """
+    return release.at_least(PREFIX_CACHING_FROM)
+
+
+def request_block_hasher(vllm_config: Any, block_size: int) -> Any:
+    """The block hasher the engine gives each request with prefix caching on
+    (``EngineCore.__init__``): its hash function by the cache config's name, the "none" hash
+    seeded with it, blocks of ``block_size`` tokens.
+
+    # vLLM >=0.14.0: ``vllm.utils.hashing.get_hash_fn_by_name`` (only asked where
+    #   ``drives_prefix_caching``); ``get_request_block_hasher(size, fn)`` by position.
+    """
+    utils = release.import_module("vllm.v1.core.kv_cache_utils")
+    hashing = release.import_module("vllm.utils.hashing")
+    hash_fn = hashing.get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
+    utils.init_none_hash(hash_fn)
+    return utils.get_request_block_hasher(block_size, hash_fn)
+
+
 # -- the drafter's prefill lookahead (vllm/v1/core/sched/scheduler.py) -------------------------
 
 PREFILL_LOOKAHEAD_FROM = "0.33.0"
