@@ -1,7 +1,8 @@
 """The prefix cache's mutation subjects (its manifest names them; ``lch/suites.py`` gathers
 them): vLLM's ``BlockPool``, ``FreeKVCacheBlockQueue`` and ``KVCacheManager``, each judged by
 the harness's prefix-cache suites with ``--target vllm`` (the written-out scenarios first:
-cheap kills) and by vLLM's own unit tests of that class from the release's sdist.
+cheap kills; for the pool, its own calls beside a second pool too) and by vLLM's own unit
+tests of that class from the release's sdist.
 
 Mutated methods: the path the suites drive, one full-attention group (hits, allocation,
 eviction, freeing, reset, events). Left out, for each class, what only other configurations
@@ -14,6 +15,7 @@ from __future__ import annotations
 SCENARIOS = "properties/test_prefix_cache_scenarios.py"
 MACHINE = "properties/test_prefix_cache.py"
 QUEUE = "properties/test_prefix_cache_queue.py"     # the queue's own calls, first: it is cheap
+POOLS = "properties/test_prefix_cache_pools.py"     # the pool's own calls, as cheap
 UPSTREAM_CORE = ("tests/v1/core/test_prefix_caching.py", "tests/v1/core/test_kv_cache_utils.py",
                  "tests/v1/core/test_single_type_kv_cache_manager.py")
 # vLLM's core tests that cannot pass offline in vLLM 0.33.0's sdist (each builds a model
@@ -38,7 +40,7 @@ def subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
     imports this one)."""
     return {
         "vllm.v1.core.block_pool:BlockPool": Subject(
-            harness=(SCENARIOS, MACHINE),
+            harness=(SCENARIOS, POOLS, MACHINE),
             upstream=UPSTREAM_CORE, support=SUPPORT,
             methods=("__init__", "get_cached_block", "cache_full_blocks", "get_new_blocks",
                      "_maybe_evict_cached_block", "_remove_cached_block_hashes",

@@ -82,6 +82,8 @@ REACHES = [
     # The KV pool's own hazards; the synchronous machine reaches the rest.
     # The prefix cache's free-block queue on its own (prefix_cache.free_queue).
     Reach("properties.prefix_cache_queue_machine:FreeQueueMachine"),
+    # The block pool on its own, beside a second pool (prefix_cache.block_pools).
+    Reach("properties.prefix_cache_pools_machine:BlockPoolsMachine"),
     Reach(f"{SCHEDULER_PASS}:KvPressureSchedulerPassMachine", 150,
           ("preempted for KV blocks", "preempted itself for KV blocks",
            "waiting request held back for KV blocks")),

@@ -9,9 +9,11 @@ from fixtures.pytest_plugin import Divergence
 from models.prefix_cache import PrefixCacheModel
 from models.prefix_cache_values import BlockRemoved
 from properties.prefix_cache_machine import PrefixCacheMachine, duplicate_listings
+from properties.prefix_cache_pools_machine import BlockPoolsMachine
 from properties.prefix_cache_queue_machine import FreeQueueMachine
 from properties.run import check_machine
 from sim.native.prefix_cache import NativeFreeQueue, NativePrefixCache
+from sim.native.prefix_cache_pools import NativeBlockPools
 
 
 def _fails(tmp_path, prop: str, max_examples: int = 100) -> dict:
@@ -133,6 +135,49 @@ def test_queue_order_agrees_can_fail(monkeypatch, tmp_path):
     monkeypatch.setattr(NativeFreeQueue, "prepend_n",
                         lambda self, blocks: real(self, tuple(blocks)[::-1]))
     _queue_fails(tmp_path, "queue-order-agrees")
+
+
+def _pools_fail(tmp_path, prop: str) -> None:
+    with pytest.raises(Divergence) as failed:
+        check_machine(BlockPoolsMachine, "native", str(tmp_path), max_examples=200)
+    assert failed.value.info["property"] == prop, failed.value
+
+
+def test_handout_agrees_can_fail(monkeypatch, tmp_path):
+    # get_new_blocks hands out the front blocks last first.
+    real = NativeBlockPools.get_new_blocks
+    monkeypatch.setattr(NativeBlockPools, "get_new_blocks",
+                        lambda self, pool, n: (lambda t: t and t[::-1])(real(self, pool, n)))
+    _pools_fail(tmp_path, "handout-agrees")
+
+
+def test_holders_agree_can_fail(monkeypatch, tmp_path):
+    # touch counts the null block's holders (as releases before 0.33.0 do).
+    real = NativeBlockPools.touch
+
+    def touch(self, pool, blocks):
+        real(self, pool, blocks)
+        self.pools[pool].refs[0] += blocks.count(0)
+    monkeypatch.setattr(NativeBlockPools, "touch", touch)
+    _pools_fail(tmp_path, "holders-agree")
+
+
+def test_pool_order_agrees_can_fail(monkeypatch, tmp_path):
+    # A freed block with no hash goes to the back (reused last), not to the front.
+    from sim.native import prefix_cache_pools
+    monkeypatch.setattr(prefix_cache_pools._Pool, "to_front", prefix_cache_pools._Pool.to_back)
+    _pools_fail(tmp_path, "pool-order-agrees")
+
+
+def test_reuse_notices_agree_can_fail(monkeypatch, tmp_path):
+    # A reset drops the watchers without telling them.
+    real = NativeBlockPools.reset_prefix_cache
+
+    def reset(self, pool):
+        self.pools[pool].watchers.clear()
+        return real(self, pool)
+    monkeypatch.setattr(NativeBlockPools, "reset_prefix_cache", reset)
+    _pools_fail(tmp_path, "reuse-notices-agree")
 
 
 def test_duplicate_listings_names_each_wrong_call():

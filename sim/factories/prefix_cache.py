@@ -42,3 +42,19 @@ def make_free_queue(target: str, num_blocks: int) -> Any:
         from sim.vllm.prefix_cache import VllmFreeQueue
         return VllmFreeQueue(num_blocks)
     raise ValueError(f"target {target!r} has no free queue: name model, native or vllm")
+
+
+def make_block_pools(target: str, num_blocks: tuple[int, ...]) -> Any:
+    """Block pools on their own (``prefix_cache.block_pools``): the model, the native pools
+    (``native:<bug>`` too: no switch acts on them) or vLLM's ``BlockPool`` objects."""
+    base = target.split(":", 1)[0]
+    if base == "model":
+        from models.prefix_cache_pools import BlockPoolsModel
+        return BlockPoolsModel(tuple(num_blocks))
+    if base == "native":
+        from sim.native.prefix_cache_pools import NativeBlockPools
+        return NativeBlockPools(tuple(num_blocks))
+    if base == "vllm":
+        from sim.vllm.prefix_cache_pools import VllmBlockPools
+        return VllmBlockPools(tuple(num_blocks))
+    raise ValueError(f"target {target!r} has no block pools: name model, native or vllm")

@@ -23,7 +23,8 @@ SUBSYSTEM = Subsystem(
     catalogue="fixtures.catalogue.prefix_cache",
     vllm_suites=("properties/test_prefix_cache.py", "properties/test_prefix_cache_scenarios.py",
                  "properties/test_prefix_cache_free_blocks.py",
-                 "properties/test_prefix_cache_queue.py"),
+                 "properties/test_prefix_cache_queue.py",
+                 "properties/test_prefix_cache_pools.py"),
     # Not hunted by history (it never was; hunted=True would add a hunt per release).
     history=(Column("prefix_cache", ("properties/test_prefix_cache.py",
                                      "properties/test_prefix_cache_scenarios.py")),),
@@ -31,10 +32,14 @@ SUBSYSTEM = Subsystem(
     tests={"fast": ("properties/test_prefix_cache_scenarios.py",
                     "properties/test_prefix_cache_free_blocks.py"),
            "machines": ("properties/test_prefix_cache.py",
-                        "properties/test_prefix_cache_queue.py"),
+                        "properties/test_prefix_cache_queue.py",
+                        "properties/test_prefix_cache_pools.py"),
            "catalogue": ("properties/test_prefix_cache_checks_fail.py",)},
     spec_page="docs/prefix-cache.md",
-    # vLLM's free-block queue on its own: the calls its API offers beyond the pool's.
-    machines={"free_queue": "properties.prefix_cache_queue_machine:FreeQueueMachine"},
-    spec_properties=("properties.prefix_cache_queue_machine",),
+    # vLLM's free-block queue on its own, and its block pool beside a second one: the calls
+    # their APIs offer beyond what the KV cache manager makes.
+    machines={"free_queue": "properties.prefix_cache_queue_machine:FreeQueueMachine",
+              "block_pools": "properties.prefix_cache_pools_machine:BlockPoolsMachine"},
+    spec_properties=("properties.prefix_cache_queue_machine",
+                     "properties.prefix_cache_pools_machine"),
 )

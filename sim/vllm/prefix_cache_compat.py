@@ -264,3 +264,52 @@ def sampling_params(sampling_module: Any, max_tokens: int, prompt_logprobs: bool
     """
     return sampling_module.SamplingParams(max_tokens=max_tokens, ignore_eos=True,
                                           prompt_logprobs=1 if prompt_logprobs else None)
+
+
+# -- the block pool on its own (prefix_cache.block_pools) ----------------------------------------
+
+def pool_kwargs(pool_cls: type, block_size: int) -> dict:
+    """The keywords that build a ``BlockPool`` with caching on and events off.
+
+    # vLLM >=0.14.0 (read in 0.14.0-0.33.0): ``hash_block_size`` names the block size its
+    #   hashes are taken over; 0.10.2 takes no block size.
+    """
+    params = inspect.signature(pool_cls.__init__).parameters
+    kwargs = {"enable_caching": True}
+    if "hash_block_size" in params:
+        kwargs["hash_block_size"] = block_size
+    return kwargs
+
+
+def unpins_blocks(pool_cls: type) -> bool:
+    """Whether the pool lets a caller release blocks that stay readable until reused.
+
+    # vLLM >=0.30.0 (read in 0.30.0, 0.32.0, 0.33.0): ``unpin_blocks(blocks, on_reuse)``
+    #   (HiSparse's host pool); a method, so a mutant cannot hide it. 0.10.2-0.27.0: absent,
+    #   the rule is reported missing.
+    """
+    return hasattr(pool_cls, "unpin_blocks")
+
+
+def blocks_know_their_pool(block_cls: type) -> bool:
+    """Whether a block names the pool that built it, so one pool frees another's blocks.
+
+    # vLLM >=0.30.0 (read in 0.30.0, 0.33.0): ``KVCacheBlock.pool`` (deferred frees list
+    #   several pools' blocks). 0.10.2-0.27.0: absent, each pool is freed only its own blocks,
+    #   and that is noted.
+    """
+    return "pool" in getattr(block_cls, "__dataclass_fields__", {})
+
+
+NULL_LEFT_ALONE_FROM = "0.33.0"
+
+
+def null_left_alone() -> bool:
+    """Whether ``touch`` and ``free_blocks`` skip the null block when a caller lists it.
+
+    # vLLM 0.33.0: both skip it ("never pooled"). 0.10.2-0.32.0 (read in 0.10.2, 0.14.0,
+    #   0.27.0, 0.30.0, 0.32.0): they keep a count on it that nothing reads, so the null
+    #   block is not listed there, and that is noted. By release, not by the methods' text:
+    #   a mutant that drops the skip must be driven.
+    """
+    return release.at_least(NULL_LEFT_ALONE_FROM)
