@@ -359,9 +359,6 @@ class VllmSchedulerPass:
         self.drives_prefix_caching = not enable_prefix_caching or \
             scheduler_pass_compat.drives_prefix_caching()
         self.enable_prefix_caching = enable_prefix_caching and self.drives_prefix_caching
-        self.why_no_prefix_caching = (
-            f"absent: vLLM {release.release()} hashes a multimodal item's identifier without "
-            "its offset (see scheduler_pass_compat.drives_prefix_caching)")
         self._hasher = None
         # Steps scheduled and not yet applied, oldest first: (vLLM's output, our view of it,
         # where each request's tokens started, what the runner samples for each).
@@ -671,6 +668,13 @@ class VllmSchedulerPass:
 
     def kv_blocks_held(self) -> dict[str, int]:
         return scheduler_pass_compat.kv_blocks_held(self.scheduler)
+
+    @property
+    def why_no_prefix_caching(self) -> str:
+        # Asked only where the release was read (drives_prefix_caching): building the adapter
+        # imports no vLLM before the world needs it.
+        return (f"absent: vLLM {release.release()} hashes a multimodal item's identifier "
+                "without its offset (see scheduler_pass_compat.drives_prefix_caching)")
 
     def kv_free_blocks(self) -> int:
         return scheduler_pass_compat.kv_free_blocks(self.scheduler)
