@@ -28,7 +28,10 @@ SUBSYSTEM = Subsystem(
                  "properties/test_hybrid_world.py",
                  "properties/test_scheduler_pass_promises.py",
                  "properties/test_scheduler_pass_kv.py"),
-    history=(Column("scheduler_pass", ("properties/test_scheduler_pass.py",), hunted=True),),
+    # The KV-pressure traces and machines (with prefix caching and without) as a column of
+    # their own: the encoder path's column keeps its suites, and this one is not hunted.
+    history=(Column("scheduler_pass", ("properties/test_scheduler_pass.py",), hunted=True),
+             Column("scheduler_pass_kv", ("properties/test_scheduler_pass_kv.py",))),
     mutation_subjects="lch.scheduler_pass_suites:subjects",
     # The KV-pressure traces and their machine: one file, in the machines tier.
     tests={"machines": ("properties/test_scheduler_pass_kv.py",)},
