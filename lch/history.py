@@ -90,8 +90,8 @@ class Cell:
             self.outcome = kind
         test = record["nodeid"].split("::", 1)[-1]
         if kind == "divergence":
-            found = {k: record.get(k) for k in
-                     ("property", "calls", "trace", "reproducer", "message")} | {
+            found = {k: record.get(k) for k in ("property", "calls", "trace", "reproducer",
+                                                "message", "outside_vllm")} | {
                 "test": test, "id": _finding_in(record.get("reproducer")), "seen": 1}
             found["signature"] = _signature(found)
             same = next((d for d in self.divergences
@@ -133,9 +133,11 @@ class Cell:
 
     def text(self) -> str:
         if self.outcome == "divergence":
+            # A world vLLM does not build is labelled in the cell: not a finding against vLLM.
             shown = f"divergence ({len(self.divergences)}): " + ", ".join(
-                f"{d['property']} ({d['calls']} calls)" if d.get("calls")
-                else str(d["property"]) for d in self.divergences)
+                (f"{d['property']} ({d['calls']} calls)" if d.get("calls")
+                 else str(d["property"])) + (" [outside vLLM]" if d.get("outside_vllm") else "")
+                for d in self.divergences)
         elif self.outcome == "unavailable":
             shown = f"unavailable ({len(self.unavailable)} tests)"
         else:
@@ -314,6 +316,9 @@ def markdown(runs: list[ReleaseRun]) -> str:
                          + (f", reproducer `{d['reproducer']}`" if d.get("reproducer") else ""))
             if d.get("signature"):
                 lines.append(f"  - signature: `{d['signature']}`")
+            if d.get("outside_vllm"):
+                lines.append("  - outside what vLLM builds: " + "; ".join(d["outside_vllm"])
+                             + ": not a finding against vLLM")
             lines.append(f"  - {d.get('message') or ''}"[:400])
             for call in d.get("trace") or []:
                 lines.append(f"  - `{call}`")
@@ -373,6 +378,8 @@ def history_record(name: str, runs: list[ReleaseRun], command: str, wall_s: floa
                 "release": r.release, "column": column, "outcome": cell.outcome,
                 "groups": [{k: d.get(k) for k in ("id", "property", "signature", "calls",
                                                    "seen", "test", "reproducer")}
+                           | ({"outside_vllm": d["outside_vllm"]} if d.get("outside_vllm")
+                              else {})
                            for d in cell.divergences],
                 "known_found": [k["bug"] for k in known if k["found"]],
                 "known_missed": [k["bug"] for k in known if k["found"] is False],

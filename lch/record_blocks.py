@@ -57,8 +57,9 @@ def history_matrix(results: Path) -> str:
                  "| release | column | outcome | finding groups (property, calls) |",
                  "|---|---|---|---|"]
         for item in r["items"]:
-            groups = ", ".join(f"`{g['property']}` ({g['calls']})" for g in item["groups"]) \
-                or "-"
+            groups = ", ".join(f"`{g['property']}` ({g['calls']})"
+                               + (" outside vLLM" if g.get("outside_vllm") else "")
+                               for g in item["groups"]) or "-"
             rows.append(f"| {item['release']} | {item['column']} | {item['outcome']} | "
                         f"{groups} |")
         rows.append("")

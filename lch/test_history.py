@@ -30,6 +30,17 @@ def test_a_cell_is_the_worst_of_its_tests_and_keeps_every_finding():
     assert cell.text() == "divergence (1): slots-agree (4 calls)"
 
 
+def test_a_divergence_in_a_world_vllm_does_not_build_is_labelled_outside(tmp_path: Path):
+    cell = Cell()
+    cell.add(rec("test_scheduler_pass_kv.py::test_m[vllm]", "divergence", property="slots-agree",
+                 calls=2, outside_vllm=["encoder budget set by hand"]))
+    assert cell.text() == "divergence (1): slots-agree (2 calls) [outside vLLM]"
+    release = ReleaseRun("0.30.0", suite_s=1.0, cells={"scheduler_pass_kv": cell},
+                         complete=True)
+    assert "outside what vLLM builds: encoder budget set by hand: not a finding" in \
+        markdown([release])
+
+
 def test_absent_and_missing_configurations_are_notes_not_failures():
     cell = Cell()
     cell.add(rec("test_tiered_lookup.py::t", "pass", missing=["secondary tiers: absent"]))
