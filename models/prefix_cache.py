@@ -80,12 +80,17 @@ from models.prefix_cache_values import (
     in_release_shape,
 )
 
+# Where a request stands with the scheduler: each request carries one of these, and the
+# gates read the queues off them (``PrefixCacheModel.waiting``, ``.loading``).
+WAITING, LOADING, RUNNING = "waiting", "loading", "running"
+
 
 @define
 class RequestState:
     request: PrefixRequest
     tokens: list[int]
     num_computed_tokens: int = 0
+    phase: str = WAITING    # arrived, preempted or loaded: waiting; admitted: loading/running
 
 
 @define
@@ -113,8 +118,6 @@ class PrefixCacheModel:
     retention: int | None = None
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[list[int]]] = field(factory=dict)   # request -> its blocks, by group
-    waiting: set[str] = field(factory=set)     # in the scheduler's waiting queue
-    loading: set[str] = field(factory=set)     # an asynchronous connector load in flight
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
     group_of: dict[int, int] = field(factory=dict)         # cached block -> its group
     cached_at: dict[int, int] = field(factory=dict)        # block -> when it was cached
@@ -226,7 +229,6 @@ class PrefixCacheModel:
         if request.request_id in self.requests:
             raise ValueError(f"request {request.request_id!r} added twice")
         self.requests[request.request_id] = RequestState(request, list(request.prompt))
-        self.waiting.add(request.request_id)
 
     def get_computed_blocks(self, request_id: str) -> Hit:
         """The longest prefix of the request's blocks whose blocks a lookup must find are all
@@ -305,10 +307,19 @@ class PrefixCacheModel:
                                 + num_lookahead_tokens, hit,
                                 external=num_external_computed_tokens)
 
+    @property
+    def waiting(self) -> frozenset[str]:
+        """The scheduler's waiting queue."""
+        return frozenset(rid for rid, s in self.requests.items() if s.phase == WAITING)
+
+    @property
+    def loading(self) -> frozenset[str]:
+        """The requests with an asynchronous connector load in flight."""
+        return frozenset(rid for rid, s in self.requests.items() if s.phase == LOADING)
+
     def runs(self, request_id: str) -> bool:
         """Scheduled: holding blocks, neither waiting nor loading."""
-        return self.holds(request_id) and request_id not in self.waiting \
-            and request_id not in self.loading
+        return self.holds(request_id) and self.requests[request_id].phase == RUNNING
 
     def blocks_to_finish(self, request_id: str) -> int:
         """Free blocks the request still needs to hold its whole sequence (up to the length
@@ -335,7 +346,7 @@ class PrefixCacheModel:
         alone (vLLM asks it before a running request gives back the blocks behind its
         window)."""
         free, kept = self.num_free_blocks, 0
-        if request_id in self.waiting:
+        if self.requests[request_id].phase == WAITING:
             kept = self.blocks_kept_free(request_id)
             whole = min(self.num_tokens(request_id), self.max_model_len)
             if self.reserve_full_isl and self._blocks_for(
@@ -391,12 +402,11 @@ class PrefixCacheModel:
             new.append(self._take(max(-(-slots // self.block_size) - len(table), 0)))
             table.extend(new[-1])
         state.num_computed_tokens += reused + num_new_tokens
-        self.waiting.discard(request_id)
-        if delay_cache_blocks:
-            self.loading.add(request_id)
-            return self.shaped(new)
-        self._write(request_id)
-        self._cache_full_blocks(request_id)
+        # A delayed step's blocks are written by the connector, cached when it is done.
+        state.phase = LOADING if delay_cache_blocks else RUNNING
+        if state.phase == RUNNING:
+            self._write(request_id)
+            self._cache_full_blocks(request_id)
         return self.shaped(new)
 
     def finish_load(self, request_id: str) -> None:
@@ -404,8 +414,7 @@ class PrefixCacheModel:
         cached; the request waits to be scheduled again (a load that reached its last token
         leaves that token to compute)."""
         state = self.requests[request_id]
-        self.loading.discard(request_id)
-        self.waiting.add(request_id)
+        state.phase = WAITING
         self._write(request_id)
         self._cache_full_blocks(request_id)
         state.num_computed_tokens = min(state.num_computed_tokens, len(state.tokens) - 1)
@@ -429,14 +438,13 @@ class PrefixCacheModel:
         """The request finished: its blocks are released and it is forgotten."""
         self._release(request_id)
         del self.requests[request_id]
-        self.waiting.discard(request_id)
         self.junction.pop(request_id, None)
 
     def preempt(self, request_id: str) -> None:
         """The scheduler's preemption: blocks released, nothing computed, waiting again."""
         self._release(request_id)
-        self.requests[request_id].num_computed_tokens = 0
-        self.waiting.add(request_id)
+        state = self.requests[request_id]
+        state.num_computed_tokens, state.phase = 0, WAITING
 
     def _release(self, request_id: str) -> None:
         """Release the request's blocks group by group, each table's last block first (a

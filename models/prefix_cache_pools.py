@@ -92,17 +92,19 @@ class BlockPoolsModel:
         p.free += tuple(b for b in blocks if not p.holders[b])
 
     def reset_prefix_cache(self, pool: int) -> bool:
+        """Succeeds exactly when no block is held; every watcher of the pool then hears."""
         p = self.pools[pool]
-        if any(p.holders):
-            return False
-        for b in list(p.watchers):
-            self._reused(pool, b)
-        return True
+        reset = not any(p.holders)
+        if reset:
+            self.notices += [(w, pool, b) for b, w in p.watchers.items()]
+            p.watchers = {}
+        return reset
 
     def take_notices(self) -> tuple[tuple[str, int, int], ...]:
         """The watchers heard since the last call, as a sorted tuple."""
-        taken, self.notices = self.notices, []
-        return tuple(sorted(taken))
+        heard = tuple(sorted(self.notices))
+        self.notices.clear()
+        return heard
 
     def free_order(self, pool: int) -> tuple[int, ...]:
         return self.pools[pool].free
