@@ -61,6 +61,7 @@ class SchedulerPassModel:
     kv_blocks: int = 0                 # the KV pool's blocks (0: it never runs out)
     kv_block_size: int = 16
     enable_prefix_caching: bool = False    # in the KV pool (with kv_blocks only)
+    reserve_full_isl: bool = True          # admission when the whole sequence fits (rule 3)
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     grants: tuple[Grant, ...] = ()                # the last pass's, in serving order
     preempted: tuple[str, ...] = ()               # the last pass's, for KV blocks, in order

@@ -1,12 +1,12 @@
-"""KV blocks in the scheduler pass (vLLM 0.33.0, full attention), a pool of ``kv_blocks``
-blocks of 16 tokens: the prefix cache's model (``models/prefix_cache.py``) as the scheduler
-drives it, caching on or off. (1) A waiting request starts at its longest cached prefix (with
-caching), its prompt's tokens 0 and its samples 1, blocks told apart by the multimodal items
-in them; a window that starts past an input's embeds leaves it unencoded. (2) While the pool
-refuses what a running request's grant reaches, the running request started last is
-preempted, the request itself last (then it gets no token and no one after it is served).
-(3) A waiting request is admitted only if its whole sequence fits beside its hit, else it and
-all after it wait, its encoder holds given up, and a pass that preempted admits none."""
+"""KV blocks in the scheduler pass (vLLM 0.33.0, full attention), a pool of ``kv_blocks`` blocks
+of 16 tokens: the prefix cache's model (``models/prefix_cache.py``) as the scheduler drives it,
+caching on or off. (1) A waiting request starts at its longest cached prefix (with caching),
+its prompt's tokens 0 and its samples 1, blocks told apart by the multimodal items in them; a
+window that starts past an input's embeds leaves it unencoded. (2) While the pool refuses what
+a running request's grant reaches, the running request started last is preempted, the request
+itself last (then it gets no token and no one after it is served). (3) A waiting request is
+admitted only if its whole sequence (``reserve_full_isl``; else its chunk) fits beside its hit,
+else it and all after wait, its encoder holds given up, and a pass that preempted admits none."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ SAMPLED = 1                     # every sample's token (rule 1)
 
 
 def pool(model) -> PrefixCacheModel:
-    return PrefixCacheModel(model.kv_blocks + 1, model.kv_block_size,   # and the null block
-                            model.kv_blocks * model.kv_block_size, reserve_full_isl=True,
+    n, size = model.kv_blocks, model.kv_block_size      # n blocks and the null block
+    return PrefixCacheModel(n + 1, size, n * size, reserve_full_isl=model.reserve_full_isl,
                             enable_caching=model.enable_prefix_caching)
 
 

@@ -86,7 +86,8 @@ REACHES = [
     Reach("properties.prefix_cache_pools_machine:BlockPoolsMachine"),
     Reach(f"{SCHEDULER_PASS}:KvPressureSchedulerPassMachine", 150,
           ("preempted for KV blocks", "preempted itself for KV blocks",
-           "waiting request held back for KV blocks")),
+           "waiting request held back for KV blocks",
+           "preempted where admission takes a first chunk")),
     Reach(f"{SCHEDULER_PASS}:PrefixKvSchedulerPassMachine", 150,
           ("prefix hit skipped an encoder input", "prefix hit on a free cached block")),
 ]

@@ -91,7 +91,8 @@ MAMBA_HAZARDS = (*HAZARDS, "running request left no aligned chunk")
 # search's bound in ``properties/test_hazards.py``): the harness's preemption rule drives the
 # same ``_preempt_request`` with inputs held.
 KV_HAZARDS = (*HAZARDS, "preempted for KV blocks", "preempted itself for KV blocks",
-              "waiting request held back for KV blocks")
+              "waiting request held back for KV blocks",
+              "preempted where admission takes a first chunk")
 PREFIX_KV_HAZARDS = (*KV_HAZARDS, "prefix hit skipped an encoder input",
                      "prefix hit on a free cached block")
 
@@ -196,6 +197,13 @@ class SchedulerPassMachine(HarnessMachine):
             # the target was built without prefix caching, and so is the model.
             world = evolve(world, enable_prefix_caching=False)
             self.recorder.note_missing(self.sched.why_no_prefix_caching.removeprefix("absent: "))
+        if world.kv_blocks and world.reserve_full_isl and \
+                not getattr(self.sched, "drives_reserve_full_isl", True):
+            # A release that admits a waiting request when its first chunk fits (it has no
+            # whole-sequence gate): the model admits so too, and the run says so.
+            world = evolve(world, reserve_full_isl=False)
+            self.recorder.note_missing("no whole-sequence admission gate "
+                                       "(scheduler_reserve_full_isl): admitted by first chunk")
         self.world = world
         # The reasons this world is outside what vLLM builds, as the target finds them (a
         # list it extends as requests arrive): failures, outcomes and reproducers carry them.
@@ -609,6 +617,9 @@ class SchedulerPassMachine(HarnessMachine):
                             "preempted itself for KV blocks"),
                            (any(g.limit == "kv" for g in grants),
                             "waiting request held back for KV blocks"),
+                           # What the whole-sequence gate exists to spare (vLLM's default).
+                           (victims and not self.world.reserve_full_isl,
+                            "preempted where admission takes a first chunk"),
                            # An input whose every embed lies behind the hit: never encoded.
                            (any(x.embed_positions[-1] < g.start for g in hits
                                 for x in g.request.items), "prefix hit skipped an encoder input"),

@@ -43,12 +43,38 @@ def test_waiting_request_is_admitted_only_when_its_whole_sequence_fits(target):
     chunk would fit the 1 block left, its whole prompt does not), and while r0 decodes; it
     starts once r0 has finished and given its blocks back."""
     sched = build(target, token_budget=32, kv_blocks=4)
+    if not getattr(sched, "drives_reserve_full_isl", True):
+        pytest.skip("the release has no whole-sequence admission gate "
+                    "(SchedulerConfig.scheduler_reserve_full_isl)")
     sched.add_request(SchedRequest("r0", 40, 2))
     sched.add_request(SchedRequest("r1", 40, 2))
     agrees(OUTPUT, passes(sched, 1), [{"r0": 32}])
     agrees(BLOCKS, sched.kv_blocks_held(), {"r0": 2})
     agrees(OUTPUT, passes(sched, 3), [{"r0": 8}, {"r0": 1}, {"r1": 32}])
     agrees(BLOCKS, sched.kv_blocks_held(), {"r1": 2})
+
+
+@pytest.mark.parametrize("reserve_full_isl", [True, False])
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_request_admitted_on_its_first_chunk_can_lose_it(target, reserve_full_isl):
+    """Scenario (pool 4 blocks, budget 16): r0 and r1 (40 prompt tokens each, 2 samples). r0
+    prefills 16 tokens a pass and holds 3 blocks after its third. With the whole-sequence
+    gate (vLLM's default) r1 waits until r0 has finished. Without it
+    (``--no-scheduler-reserve-full-isl``, or a release that has no gate) r1 is admitted in
+    the third pass on the 8 tokens the budget leaves, in the last free block; in the fourth
+    its next chunk needs a block none has, and r1, started last, preempts itself: its 8
+    tokens are lost, and it starts over once r0 has finished."""
+    sched = build(target, token_budget=16, kv_blocks=4, reserve_full_isl=reserve_full_isl)
+    if reserve_full_isl and not getattr(sched, "drives_reserve_full_isl", True):
+        pytest.skip("the release has no whole-sequence admission gate "
+                    "(SchedulerConfig.scheduler_reserve_full_isl)")
+    sched.add_request(SchedRequest("r0", 40, 2))
+    sched.add_request(SchedRequest("r1", 40, 2))
+    third = {"r0": 8} if reserve_full_isl else {"r0": 8, "r1": 8}
+    agrees(OUTPUT, passes(sched, 3), [{"r0": 16}, {"r0": 16}, third])
+    agrees(BLOCKS, sched.kv_blocks_held(), {"r0": 3} if reserve_full_isl else {"r0": 3, "r1": 1})
+    agrees(OUTPUT, passes(sched, 2), [{"r0": 1}, {"r1": 16}])
+    agrees(BLOCKS, sched.kv_blocks_held(), {"r1": 1})
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -14,7 +14,8 @@ def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget
                       read_ahead: int = 0, disable_chunked_mm_input: bool = False,
                       ec_cached_mm_hashes: Any = (), encoder_decoder: bool = False,
                       async_scheduling: bool = False, mamba_block_size: int = 0,
-                      kv_blocks: int = 0, enable_prefix_caching: bool = False) -> dict:
+                      kv_blocks: int = 0, enable_prefix_caching: bool = False,
+                      reserve_full_isl: bool = True) -> dict:
     config = dict(cache_size=check_size("cache_size", cache_size),
                   token_budget=check_size("token_budget", token_budget),
                   encoder_compute_budget=check_size("encoder_compute_budget",
@@ -33,6 +34,8 @@ def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget
         config["kv_blocks"] = check_size("kv_blocks", kv_blocks)
     if enable_prefix_caching:      # likewise
         config["enable_prefix_caching"] = True
+    if not reserve_full_isl:       # the admission gate off (vLLM's default: on)
+        config["reserve_full_isl"] = False
     return config
 
 

@@ -140,7 +140,7 @@ class NativeSchedulerPass:
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
                  encoder_decoder: bool = False, async_scheduling: bool = False,
                  mamba_block_size: int = 0, kv_blocks: int = 0,
-                 enable_prefix_caching: bool = False,
+                 enable_prefix_caching: bool = False, reserve_full_isl: bool = True,
                  bugs: frozenset[str] = frozenset(), device: torch.device | None = None):
         self.cache_size = cache_size
         self.kv_blocks = kv_blocks
@@ -148,7 +148,8 @@ class NativeSchedulerPass:
         self.block_manager = NativePrefixCache(
             kv_blocks + 1, KV_BLOCK_SIZE, kv_blocks * KV_BLOCK_SIZE,
             enable_caching=enable_prefix_caching, enable_kv_cache_events=False,
-            reserve_full_isl="sched-kv-admits-chunk" not in bugs) if kv_blocks else None
+            reserve_full_isl=reserve_full_isl and "sched-kv-admits-chunk" not in bugs,
+        ) if kv_blocks else None
         self.mamba_block_size = mamba_block_size
         self.max_num_batched_tokens = token_budget
         self.max_num_encoder_input_tokens = encoder_compute_budget

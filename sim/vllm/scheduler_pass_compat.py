@@ -302,6 +302,28 @@ def scheduler_config_kwargs(config_cls: type, disable_chunked_mm_input: bool,
     return kwargs
 
 
+def has_admission_gate(config_cls: type) -> bool:
+    """Whether the release's scheduler can admit a waiting request only when its whole
+    sequence fits in the KV pool, not just its first chunk.
+
+    # vLLM >=0.20.0 (read in 0.20.0, 0.23.0-0.33.0): ``SchedulerConfig.
+    #   scheduler_reserve_full_isl`` (default True), which ``Scheduler.schedule`` passes to
+    #   ``allocate_slots(full_sequence_must_fit=...)``.
+    # vLLM 0.10.2-0.14.x (read): no such field; a waiting request is admitted when the
+    #   blocks its first chunk needs are free.
+    """
+    return "scheduler_reserve_full_isl" in getattr(config_cls, "__dataclass_fields__", {})
+
+
+def admission_gate_kwargs(config_cls: type, reserve_full_isl: bool) -> dict[str, Any]:
+    """``SchedulerConfig`` keywords for the admission gate (``has_admission_gate``): the
+    setting where the release has the field, nothing where it has none (it admits by the
+    first chunk, which the adapter reports through ``drives_reserve_full_isl``)."""
+    if not has_admission_gate(config_cls):
+        return {}
+    return {"scheduler_reserve_full_isl": reserve_full_isl}
+
+
 def scheduler_cls(scheduler_config: Any, sched_module: Any) -> type:
     """The class the engine builds: ``SchedulerConfig.get_scheduler_cls()`` (the one named in
     ``scheduler_cls``, else by ``async_scheduling``).
