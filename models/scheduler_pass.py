@@ -62,6 +62,7 @@ class SchedulerPassModel:
     kv_block_size: int = 16
     enable_prefix_caching: bool = False    # in the KV pool (with kv_blocks only)
     reserve_full_isl: bool = True          # admission when the whole sequence fits (rule 3)
+    watermark: float = 0.0                 # the pool's share an admission leaves (rule 3)
     requests: dict[str, RequestState] = field(factory=dict)   # arrival order
     grants: tuple[Grant, ...] = ()                # the last pass's, in serving order
     preempted: tuple[str, ...] = ()               # the last pass's, for KV blocks, in order

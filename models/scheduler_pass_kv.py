@@ -5,8 +5,9 @@ its prompt's tokens 0 and its samples 1, blocks told apart by the multimodal ite
 window that starts past an input's embeds leaves it unencoded. (2) While the pool refuses what
 a running request's grant reaches, the running request started last is preempted, the request
 itself last (then it gets no token and no one after it is served). (3) A waiting request is
-admitted only if its whole sequence (``reserve_full_isl``; else its chunk) fits beside its hit,
-else it and all after wait, its encoder holds given up, and a pass that preempted admits none."""
+admitted only if its whole sequence (``reserve_full_isl``; else its chunk) fits beside its hit
+and, while another request runs, the ``watermark``'s share of the pool, else it and all after
+wait, its encoder holds given up, and a pass that preempted admits none."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ SAMPLED = 1                     # every sample's token (rule 1)
 def pool(model) -> PrefixCacheModel:
     n, size = model.kv_blocks, model.kv_block_size      # n blocks and the null block
     return PrefixCacheModel(n + 1, size, n * size, reserve_full_isl=model.reserve_full_isl,
-                            enable_caching=model.enable_prefix_caching)
+                            watermark=model.watermark, enable_caching=model.enable_prefix_caching)
 
 
 def request(r) -> PrefixRequest:

@@ -87,7 +87,8 @@ REACHES = [
     Reach(f"{SCHEDULER_PASS}:KvPressureSchedulerPassMachine", 150,
           ("preempted for KV blocks", "preempted itself for KV blocks",
            "waiting request held back for KV blocks",
-           "preempted where admission takes a first chunk")),
+           "preempted where admission takes a first chunk",
+           "waiting request held back under a watermark")),
     Reach(f"{SCHEDULER_PASS}:PrefixKvSchedulerPassMachine", 150,
           ("prefix hit skipped an encoder input", "prefix hit on a free cached block")),
 ]

@@ -92,7 +92,8 @@ MAMBA_HAZARDS = (*HAZARDS, "running request left no aligned chunk")
 # same ``_preempt_request`` with inputs held.
 KV_HAZARDS = (*HAZARDS, "preempted for KV blocks", "preempted itself for KV blocks",
               "waiting request held back for KV blocks",
-              "preempted where admission takes a first chunk")
+              "preempted where admission takes a first chunk",
+              "waiting request held back under a watermark")
 PREFIX_KV_HAZARDS = (*KV_HAZARDS, "prefix hit skipped an encoder input",
                      "prefix hit on a free cached block")
 
@@ -204,6 +205,10 @@ class SchedulerPassMachine(HarnessMachine):
             world = evolve(world, reserve_full_isl=False)
             self.recorder.note_missing("no whole-sequence admission gate "
                                        "(scheduler_reserve_full_isl): admitted by first chunk")
+        if world.watermark and not getattr(self.sched, "drives_watermark", True):
+            # A release with no watermark keeps no block free at admissions: nor does the model.
+            world = evolve(world, watermark=0.0)
+            self.recorder.note_missing("no KV watermark (SchedulerConfig.watermark)")
         self.world = world
         # The reasons this world is outside what vLLM builds, as the target finds them (a
         # list it extends as requests arrive): failures, outcomes and reproducers carry them.
@@ -620,6 +625,8 @@ class SchedulerPassMachine(HarnessMachine):
                            # What the whole-sequence gate exists to spare (vLLM's default).
                            (victims and not self.world.reserve_full_isl,
                             "preempted where admission takes a first chunk"),
+                           (self.world.watermark and any(g.limit == "kv" for g in grants),
+                            "waiting request held back under a watermark"),
                            # An input whose every embed lies behind the hit: never encoded.
                            (any(x.embed_positions[-1] < g.start for g in hits
                                 for x in g.request.items), "prefix hit skipped an encoder input"),

@@ -46,6 +46,8 @@ def _simpler_worlds(world: SchedWorld, actions: list[tuple]):
         yield evolve(world, enable_prefix_caching=False), actions
     if not world.reserve_full_isl:      # vLLM's default admission gate
         yield evolve(world, reserve_full_isl=True), actions
+    if world.watermark:
+        yield evolve(world, watermark=0.0), actions
     for name, verb in (("preempts", "preempt_request"), ("resets", "reset_encoder_cache")):
         if getattr(world, name):
             yield evolve(world, **{name: False}), [a for a in actions if a[0] != verb]

@@ -77,6 +77,23 @@ def test_a_request_admitted_on_its_first_chunk_can_lose_it(target, reserve_full_
     agrees(BLOCKS, sched.kv_blocks_held(), {"r1": 1})
 
 
+@pytest.mark.parametrize("watermark", [0.0, 0.4])
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_admission_beside_a_running_request_leaves_the_watermark_free(target, watermark):
+    """Scenario (pool 4 blocks and the null block, budget 64): r0 (32 prompt tokens, 1
+    sample) is admitted first, alone, into 2 blocks. r1 (16 tokens) needs 1 of the 2 left:
+    without a watermark it starts in the same pass; with ``watermark=0.4`` an admission
+    beside a running request must leave int(0.4 * 5) = 2 blocks free, so r1 waits a pass,
+    until r0 has finished and no request runs."""
+    sched = build(target, token_budget=64, kv_blocks=4, watermark=watermark)
+    if watermark and not getattr(sched, "drives_watermark", True):
+        pytest.skip("the release has no KV watermark (SchedulerConfig.watermark)")
+    sched.add_request(SchedRequest("r0", 32, 1))
+    sched.add_request(SchedRequest("r1", 16, 1))
+    agrees(OUTPUT, passes(sched, 2), [{"r0": 32}, {"r1": 16}] if watermark
+           else [{"r0": 32, "r1": 16}, {}])
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_running_request_short_of_a_block_preempts_the_one_started_last(target):
     """Scenario (pool 4 blocks, budget 64): r0 and r1 (32 prompt tokens each) prefill

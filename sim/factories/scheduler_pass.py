@@ -15,7 +15,7 @@ def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget
                       ec_cached_mm_hashes: Any = (), encoder_decoder: bool = False,
                       async_scheduling: bool = False, mamba_block_size: int = 0,
                       kv_blocks: int = 0, enable_prefix_caching: bool = False,
-                      reserve_full_isl: bool = True) -> dict:
+                      reserve_full_isl: bool = True, watermark: float = 0.0) -> dict:
     config = dict(cache_size=check_size("cache_size", cache_size),
                   token_budget=check_size("token_budget", token_budget),
                   encoder_compute_budget=check_size("encoder_compute_budget",
@@ -36,6 +36,10 @@ def _scheduler_config(cache_size: int, token_budget: int, encoder_compute_budget
         config["enable_prefix_caching"] = True
     if not reserve_full_isl:       # the admission gate off (vLLM's default: on)
         config["reserve_full_isl"] = False
+    if watermark:                  # the pool's share admissions leave free (vLLM's: 0)
+        if not 0.0 <= watermark < 1.0:
+            raise ValueError(f"watermark={watermark!r}: give a share of the pool in [0, 1)")
+        config["watermark"] = float(watermark)
     return config
 
 

@@ -141,6 +141,7 @@ class NativeSchedulerPass:
                  encoder_decoder: bool = False, async_scheduling: bool = False,
                  mamba_block_size: int = 0, kv_blocks: int = 0,
                  enable_prefix_caching: bool = False, reserve_full_isl: bool = True,
+                 watermark: float = 0.0,
                  bugs: frozenset[str] = frozenset(), device: torch.device | None = None):
         self.cache_size = cache_size
         self.kv_blocks = kv_blocks
@@ -149,6 +150,7 @@ class NativeSchedulerPass:
             kv_blocks + 1, KV_BLOCK_SIZE, kv_blocks * KV_BLOCK_SIZE,
             enable_caching=enable_prefix_caching, enable_kv_cache_events=False,
             reserve_full_isl=reserve_full_isl and "sched-kv-admits-chunk" not in bugs,
+            watermark=watermark,
         ) if kv_blocks else None
         self.mamba_block_size = mamba_block_size
         self.max_num_batched_tokens = token_budget

@@ -260,7 +260,7 @@ def max_num_seqs(token_budget: int) -> int:
 def _vllm_config(encoder_decoder: bool = False, token_budget: int = MAX_MODEL_LEN,
                  disable_chunked_mm_input: bool = False, scheduler_cls: str | None = None,
                  kv_blocks: int = 0, enable_prefix_caching: bool = False,
-                 reserve_full_isl: bool = True) -> Any:
+                 reserve_full_isl: bool = True, watermark: float = 0.0) -> Any:
     """One ``VllmConfig`` per process and scheduler settings, every setting given to the
     constructors that validate it: the token budget with a ``max_num_seqs`` it allows, the
     chunked-input switch, and the scheduler class (``AsyncScheduler``: named, as the CPU
@@ -282,7 +282,7 @@ def _vllm_config(encoder_decoder: bool = False, token_budget: int = MAX_MODEL_LE
         **scheduler_pass_compat.scheduler_config_kwargs(config_mod.SchedulerConfig,
                                          disable_chunked_mm_input, scheduler_cls),
         **scheduler_pass_compat.admission_gate_kwargs(config_mod.SchedulerConfig,
-                                                      reserve_full_isl))
+                                                      reserve_full_isl, watermark))
     cache_config = config_mod.CacheConfig(block_size=KV_BLOCK_SIZE, gpu_memory_utilization=0.9,
                                           cache_dtype="auto",
                                           enable_prefix_caching=enable_prefix_caching)
@@ -355,14 +355,20 @@ class VllmSchedulerPass:
                  ec_cached_mm_hashes: frozenset[str] = frozenset(),
                  encoder_decoder: bool = False, async_scheduling: bool = False,
                  mamba_block_size: int = 0, kv_blocks: int = 0,
-                 enable_prefix_caching: bool = False, reserve_full_isl: bool = True):
+                 enable_prefix_caching: bool = False, reserve_full_isl: bool = True,
+                 watermark: float = 0.0):
         self.kv_blocks = kv_blocks
         # A release without the whole-sequence gate admits a request when its first chunk
-        # fits: the machine runs the model so and notes it (``drives_reserve_full_isl``).
-        self.drives_reserve_full_isl = not reserve_full_isl or \
-            scheduler_pass_compat.has_admission_gate(
-                release.import_module("vllm.config").SchedulerConfig)
+        # fits, one without a watermark keeps nothing free: the machine runs the model so and
+        # notes it (``drives_reserve_full_isl``, ``drives_watermark``).
+        config_cls = release.import_module("vllm.config").SchedulerConfig \
+            if kv_blocks else None
+        self.drives_reserve_full_isl = not reserve_full_isl or not kv_blocks or \
+            scheduler_pass_compat.has_admission_gate(config_cls)
         self.reserve_full_isl = reserve_full_isl and self.drives_reserve_full_isl
+        self.drives_watermark = not watermark or \
+            bool(kv_blocks) and scheduler_pass_compat.has_watermark(config_cls)
+        self.watermark = watermark if self.drives_watermark else 0.0
         # Where the release's block hashes do not tell items apart as the model's keys do,
         # the world runs without prefix caching and the machine notes it.
         self.drives_prefix_caching = not enable_prefix_caching or \
@@ -455,7 +461,7 @@ class VllmSchedulerPass:
         vllm_config = _vllm_config(
             encoder_decoder, token_budget, disable_chunked_mm_input and not encoder_decoder,
             None if async_cls is None else f"{async_cls.__module__}.{async_cls.__qualname__}",
-            self.kv_blocks, self.enable_prefix_caching, self.reserve_full_isl)
+            self.kv_blocks, self.enable_prefix_caching, self.reserve_full_isl, self.watermark)
         if self.enable_prefix_caching:
             self._hasher = scheduler_pass_compat.request_block_hasher(vllm_config,
                                                                       KV_BLOCK_SIZE)

@@ -315,13 +315,31 @@ def has_admission_gate(config_cls: type) -> bool:
     return "scheduler_reserve_full_isl" in getattr(config_cls, "__dataclass_fields__", {})
 
 
-def admission_gate_kwargs(config_cls: type, reserve_full_isl: bool) -> dict[str, Any]:
-    """``SchedulerConfig`` keywords for the admission gate (``has_admission_gate``): the
-    setting where the release has the field, nothing where it has none (it admits by the
-    first chunk, which the adapter reports through ``drives_reserve_full_isl``)."""
-    if not has_admission_gate(config_cls):
-        return {}
-    return {"scheduler_reserve_full_isl": reserve_full_isl}
+def has_watermark(config_cls: type) -> bool:
+    """Whether the release's scheduler keeps a share of the KV pool free when it admits a
+    waiting request while another runs.
+
+    # vLLM >=0.24.0 (read in 0.24.0, 0.33.0): ``SchedulerConfig.watermark`` (default 0.0),
+    #   handed to the ``KVCacheManager``, whose ``allocate_slots(has_scheduled_reqs=
+    #   bool(self.running))`` applies ``int(watermark * num_blocks)`` to waiting and
+    #   preempted requests.
+    # vLLM 0.10.2-0.20.x (read in 0.14.0, 0.20.0): no such field; nothing is kept free.
+    """
+    return "watermark" in getattr(config_cls, "__dataclass_fields__", {})
+
+
+def admission_gate_kwargs(config_cls: type, reserve_full_isl: bool,
+                          watermark: float) -> dict[str, Any]:
+    """``SchedulerConfig`` keywords for the admission gates (``has_admission_gate``,
+    ``has_watermark``): each setting where the release has its field, nothing where it has
+    none (the adapter reports those through ``drives_reserve_full_isl`` and
+    ``drives_watermark``)."""
+    kwargs: dict[str, Any] = {}
+    if has_admission_gate(config_cls):
+        kwargs["scheduler_reserve_full_isl"] = reserve_full_isl
+    if watermark and has_watermark(config_cls):
+        kwargs["watermark"] = watermark
+    return kwargs
 
 
 def scheduler_cls(scheduler_config: Any, sched_module: Any) -> type:
