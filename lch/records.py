@@ -45,17 +45,21 @@ BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)"
 
 # -- what a record says about where it was measured --------------------------------------------
 
-def harness_commit() -> dict:
-    """The harness's commit (``dirty`` with uncommitted changes to tracked files)."""
+def harness_commit(root: Path = ROOT) -> dict:
+    """The harness's commit (``dirty`` with uncommitted changes to tracked files). Records
+    under ``results/`` are not the harness: a run that supersedes a committed record (and a
+    history run writes its record after every release, so that nothing is lost) is still
+    measured on a clean tree."""
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True,
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True,
                                   text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
     commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                ":(exclude)results")
     return {"commit": commit, "dirty": bool(dirty)}
 
 

@@ -5,6 +5,7 @@ block with no renderer is caught."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -26,6 +27,22 @@ def test_a_record_says_what_where_and_when(tmp_path):
     assert back["harness"]["commit"] and back["machine"]["cores"] >= 1
     assert back["machine"]["python"] and back["wall_s"] == round(1.25, 1)
     assert records.load("bench", tmp_path)[0]["items"] == [{"id": "a", "outcome": "pass"}]
+
+
+def test_a_superseded_record_leaves_the_tree_clean_and_code_does_not(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "r.json").write_text("{}\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start")
+    assert records.harness_commit(tmp_path)["dirty"] is False
+    (tmp_path / "results" / "r.json").write_text('{"re-run": true}\n')
+    assert records.harness_commit(tmp_path)["dirty"] is False    # the run's own output
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert records.harness_commit(tmp_path)["dirty"] is True
 
 
 def test_a_stale_block_is_caught_and_rewritten(tmp_path):
