@@ -25,6 +25,8 @@ switched back on:
 - ``pc-window-keeps-skipped``: a sliding-window request keeps the blocks behind its window.
 - ``pc-hybrid-run-uncut``: a hybrid pool's hit keeps full attention's whole run where the
   window's hit is shorter.
+- ``pc-watermark-on-running``: a running request's next step must leave the watermark free
+  too.
 """
 
 from __future__ import annotations
@@ -183,9 +185,14 @@ class NativePrefixCache:
         held = [len(t) if holding else max(skipped[g], len(hits[g]))
                 for g, t in enumerate(tables)]
         room = len(self.queue)
+        others_run = any(rid not in self.waiting and rid not in self.loading
+                         for rid, blocks in self.table.items()
+                         if any(blocks) and rid != request_id)
+        if others_run and "pc-watermark-on-running" in self.bugs \
+                and request_id not in self.waiting:
+            room -= self.headroom
         if request_id in self.waiting:     # gated as the scheduler's waiting queue gates it
-            if any(rid not in self.waiting and rid not in self.loading
-                   for rid, blocks in self.table.items() if any(blocks) and rid != request_id):
+            if others_run:
                 room -= self.headroom
             if self.reserve_full_isl:       # the whole sequence must fit too
                 whole = -(-min(len(self.tokens[request_id]), self.max_model_len)
