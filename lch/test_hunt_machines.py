@@ -14,8 +14,10 @@ from lch.coverage import NOT_IMPLEMENTED, RUN, plan
 from properties.test_hunt_cli import cli, pairs, report
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
+# A seed whose 60 examples meet the bug (seed 1 stopped doing so when the KV worlds began
+# drawing their admission gate and watermark): the test is about the finding's name.
 KV_HUNT = ("hunt", "--target", "native:sched-kv-preempts-self", "--subsystem",
-           "scheduler_pass.kv_pressure", "--examples", "60", "--no-db", "--seed", "1",
+           "scheduler_pass.kv_pressure", "--examples", "60", "--no-db", "--seed", "2",
            "--reproducer-dir", "found")
 
 
