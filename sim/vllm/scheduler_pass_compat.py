@@ -306,9 +306,9 @@ def has_admission_gate(config_cls: type) -> bool:
     """Whether the release's scheduler can admit a waiting request only when its whole
     sequence fits in the KV pool, not just its first chunk.
 
-    # vLLM >=0.20.0 (read in 0.20.0, 0.23.0-0.33.0): ``SchedulerConfig.
-    #   scheduler_reserve_full_isl`` (default True), which ``Scheduler.schedule`` passes to
-    #   ``allocate_slots(full_sequence_must_fit=...)``.
+    # vLLM >=0.20.0 (read in 0.20.0, 0.24.0, 0.27.0, 0.30.0, 0.32.0, 0.33.0):
+    #   ``SchedulerConfig.scheduler_reserve_full_isl`` (default True), which
+    #   ``Scheduler.schedule`` passes to ``allocate_slots(full_sequence_must_fit=...)``.
     # vLLM 0.10.2-0.14.x (read): no such field; a waiting request is admitted when the
     #   blocks its first chunk needs are free.
     """
@@ -319,7 +319,8 @@ def has_watermark(config_cls: type) -> bool:
     """Whether the release's scheduler keeps a share of the KV pool free when it admits a
     waiting request while another runs.
 
-    # vLLM >=0.24.0 (read in 0.24.0, 0.33.0): ``SchedulerConfig.watermark`` (default 0.0),
+    # vLLM >=0.24.0 (read in 0.24.0, 0.27.0, 0.30.0, 0.32.0, 0.33.0): the field
+    #   ``SchedulerConfig.watermark`` (default 0.0),
     #   handed to the ``KVCacheManager``, whose ``allocate_slots(has_scheduled_reqs=
     #   bool(self.running))`` applies ``int(watermark * num_blocks)`` to waiting and
     #   preempted requests.
