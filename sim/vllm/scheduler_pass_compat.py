@@ -320,11 +320,11 @@ def has_watermark(config_cls: type) -> bool:
     waiting request while another runs.
 
     # vLLM >=0.24.0 (read in 0.24.0, 0.27.0, 0.30.0, 0.32.0, 0.33.0): the field
-    #   ``SchedulerConfig.watermark`` (default 0.0),
-    #   handed to the ``KVCacheManager``, whose ``allocate_slots(has_scheduled_reqs=
-    #   bool(self.running))`` applies ``int(watermark * num_blocks)`` to waiting and
-    #   preempted requests.
-    # vLLM 0.10.2-0.20.x (read in 0.14.0, 0.20.0): no such field; nothing is kept free.
+    #   ``SchedulerConfig.watermark`` (default 0.0), handed to the ``KVCacheManager``, whose
+    #   ``allocate_slots(has_scheduled_reqs=bool(self.running))`` applies
+    #   ``int(watermark * num_blocks)`` to waiting and preempted requests.
+    # vLLM 0.14.0 and 0.20.0 (read): no such field; nothing is kept free. 0.21-0.23 unread:
+    #   asked of the class.
     """
     return "watermark" in getattr(config_cls, "__dataclass_fields__", {})
 
