@@ -61,6 +61,11 @@ def _simpler_worlds(world: SchedWorld, actions: list[tuple]):
     yield evolve(world, token_budget=2 * world.token_budget), actions
     if (halved := _halved_step_runs(actions)) != actions:
         yield evolve(world, token_budget=2 * world.token_budget), halved
+        # So are a larger encoder budget and cache beside it, where a prefill's chunks
+        # stopped before the items the encoder had no room for.
+        yield evolve(world, token_budget=2 * world.token_budget,
+                     encoder_compute_budget=2 * world.encoder_compute_budget,
+                     cache_size=2 * world.cache_size), halved
     for mm_hash in sorted({it.mm_hash for t in world.templates for it in t.items}):
         unmasked = tuple(evolve(t, items=tuple(evolve(it, is_embed=None)
                                                if it.mm_hash == mm_hash else it
