@@ -1,12 +1,13 @@
 """Reference model of vLLM's prefix-caching KV block cache: one full-attention group, one
-sliding-window group, or both (a hybrid model: full attention in group 0, a sliding window
-in group 1, vLLM's hybrid coordinator).
+sliding-window group, or a hybrid model's two (full attention in group 0, a sliding window
+or chunked local attention in group 1, vLLM's hybrid coordinator).
 
 Scope: what ``KVCacheManager`` (over its ``BlockPool``) promises a scheduler: which blocks a
 request holds, the longest cached prefix a new request can reuse, whether ``allocate_slots``
 fits, the order free blocks are reused in, the hashes left cached, the KV events, and when
-``reset_prefix_cache`` may succeed. Not in scope: KV tensors, chunked-local and Mamba
-groups, groups of different block sizes, partial-block hashes (``hash_block_size`` below
+``reset_prefix_cache`` may succeed. Not in scope: KV tensors, Mamba groups, a chunked-local
+group on its own (no model has one: vLLM's chunked-local models keep full-attention layers
+too), groups of different block sizes, partial-block hashes (``hash_block_size`` below
 the block size).
 
 A sliding-window group (``sliding_window``: the window in tokens) attends to the last
@@ -17,10 +18,18 @@ block in their place), and an admission that must fit whole is capped at what a 
 ever hold at once: the window and one step's tokens (``max_in_flight_tokens``, vLLM's
 ``max_concurrent_batches * max_num_batched_tokens``; unset: the length cap), plus one block.
 
+A chunked-local group (``attention_chunk_size``: the chunk in tokens) splits the sequence
+into chunks; a token attends only to the tokens of its own chunk before it. So a hit needs
+only the blocks of the chunk its next token falls in to be cached (the blocks before that
+chunk are the null block), a running request gives back the blocks of the chunks it has
+left, and an admission that must fit whole is capped at a chunk and one step's tokens (no
+extra block: a chunk starts at a block's start, as every chunk size here is a multiple of
+the block size).
+
 With both groups (``hybrid``) every request holds a table in each, drawn from one pool, and
 each group caches its own blocks under its own hashes. A hit is the longest prefix both can
-serve: the full-attention run, then the sliding window's hit within it, and the
-full-attention blocks cut to that; where the window's hit is shorter, the full-attention
+serve: the full-attention run, then the local group's hit within it, and the
+full-attention blocks cut to that; where the local hit is shorter, the full-attention
 run's end is the shared-prefix boundary vLLM reports (``Hit.shared_prefix_boundary``).
 A step takes each group's blocks in group order (the hits first, then a connector's blocks,
 then new blocks), caches group 0's blocks before group 1's, and a finished request releases
@@ -65,6 +74,7 @@ from __future__ import annotations
 from attrs import define, field
 
 from models.prefix_cache_values import (
+    CHUNKED_LOCAL_ATTENTION,
     EVENT_FIELDS,
     FULL_ATTENTION,
     MEDIUM_GPU,
@@ -111,11 +121,14 @@ class PrefixCacheModel:
     max_in_flight_tokens: int | None = None
     kv_connector: bool = False      # the world has one (its loads are allocate_slots' to take)
     hash_lookahead: int = 0         # tokens past a block its hash covers
-    hybrid: bool = False            # a full-attention group (0) beside the sliding window (1)
+    hybrid: bool = False            # a full-attention group (0) beside the local one (1)
     # vLLM's prefix_cache_retention_interval, for a hybrid pool's window: None caches every
     # block, 0 (vLLM's default) only the blocks a hit at a retained boundary reads, n > 0
     # those and one tail per n tokens.
     retention: int | None = None
+    # A hybrid pool's local group attends within chunks of this many tokens instead of a
+    # sliding window (vLLM's attention_chunk_size).
+    attention_chunk_size: int | None = None
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[list[int]]] = field(factory=dict)   # request -> its blocks, by group
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
@@ -134,18 +147,27 @@ class PrefixCacheModel:
         if self.num_blocks < 2:
             raise ValueError(f"num_blocks must be at least 2 (one is the null block), got "
                              f"{self.num_blocks}")
-        if self.hybrid and self.sliding_window is None:
-            raise ValueError("a hybrid pool pairs full attention with a sliding window: "
-                             "give sliding_window")
+        if self.hybrid and (self.sliding_window is None) == (self.attention_chunk_size is None):
+            raise ValueError("a hybrid pool pairs full attention with one local group: give "
+                             "sliding_window or attention_chunk_size")
+        if self.attention_chunk_size is not None and not self.hybrid:
+            raise ValueError("a chunked-local group comes beside full attention: give hybrid")
         self.released = {b: b for b in range(1, self.num_blocks)}   # block id order
         self.tick = self.num_blocks
 
     # -- the groups ---------------------------------------------------------------------------
 
     @property
-    def windows(self) -> tuple[int | None, ...]:
-        """Each group's sliding window (None: full attention), in group order."""
-        return (None, self.sliding_window) if self.hybrid else (self.sliding_window,)
+    def groups(self) -> tuple[tuple[str, int | None], ...]:
+        """Each group's attention and its span in tokens, in group order: full attention
+        (no span), a sliding window (its window) or chunked local attention (its chunk)."""
+        if self.attention_chunk_size is not None:
+            local = (CHUNKED_LOCAL_ATTENTION, self.attention_chunk_size)
+        elif self.sliding_window is not None:
+            local = (SLIDING_WINDOW, self.sliding_window)
+        else:
+            local = (FULL_ATTENTION, None)
+        return ((FULL_ATTENTION, None), local) if self.hybrid else (local,)
 
     def shaped(self, per_group):
         """A per-group answer as the port gives it: one tuple per group, or, with one group,
@@ -206,7 +228,7 @@ class PrefixCacheModel:
         return any(self.tables.get(request_id, ()))
 
     def get_block_ids(self, request_id: str):
-        return self.shaped(self.tables.get(request_id, [[] for _ in self.windows]))
+        return self.shaped(self.tables.get(request_id, [[] for _ in self.groups]))
 
     def null_slots(self, request_id: str) -> int:
         """Slots of the request's tables that hold the null block (behind a window)."""
@@ -233,16 +255,17 @@ class PrefixCacheModel:
     def get_computed_blocks(self, request_id: str) -> Hit:
         """The longest prefix of the request's blocks whose blocks a lookup must find are all
         cached: every block from the first (full attention), or the ones the window covers
-        at the prefix's end (sliding window; the blocks before them are the null block).
+        at the prefix's end (sliding window), or those of the chunk its next token is in
+        (chunked local); the blocks before them are the null block.
         Never the last token (it must be computed to sample from), and, for EAGLE, one block
         less (its drafter recomputes the last block's hidden states; a sliding window needs
-        one block more cached for it). With both groups, the window's hit within the
+        one block more cached for it). With both groups, the local group's hit within the
         full-attention run's, which is cut to it (the run's end, where longer, is the shared
         prefix's boundary); with EAGLE each looks one block past its bound and drops it.
         Nothing with caching off, nor for a request that wants its prompt's logprobs."""
         state = self.requests[request_id]
         if not self.enable_caching or state.request.prompt_logprobs:
-            return Hit(self.shaped(() for _ in self.windows))
+            return Hit(self.shaped(() for _ in self.groups))
         keys = self.block_keys(request_id)
         capped = keys[:(len(state.tokens) - 1) // self.block_size]
         if not self.hybrid:
@@ -260,7 +283,7 @@ class PrefixCacheModel:
 
     def _group_hit(self, group: int, keys: list[BlockKey]) -> list[int]:
         """``group``'s hit among ``keys``: the longest prefix whose last blocks the group
-        reads (all, or the window's) are cached in it, the null block before them; with
+        reads (all, the window's, the chunk's) are cached in it, the null block before them; with
         EAGLE one block less."""
         cached = self.cached_in(group)
         end = max(e for e in range(len(keys) + 1)
@@ -272,29 +295,37 @@ class PrefixCacheModel:
         return blocks
 
     def _first_read(self, group: int, end: int) -> int:
-        """The first block a hit of ``end`` blocks must find cached in ``group``."""
-        window = self.windows[group]
-        if window is None:
-            return 0
-        return max(0, end - (-(-(window - 1) // self.block_size) + self.use_eagle))
+        """The first block a hit of ``end`` blocks must find cached in ``group``: the first
+        (full attention), the first of the window's (one more with EAGLE), or the first of
+        the chunk the next token falls in."""
+        kind, span = self.groups[group]
+        if kind == SLIDING_WINDOW:
+            return max(0, end - (-(-(span - 1) // self.block_size) + self.use_eagle))
+        if kind == CHUNKED_LOCAL_ATTENTION:
+            return self.skipped_blocks(group, end * self.block_size)
+        return 0
 
     def skipped_blocks(self, group: int, num_computed_tokens: int) -> int:
-        """Blocks of ``group`` wholly behind the window of the next token (none for full
-        attention)."""
-        window = self.windows[group]
-        if window is None:
-            return 0
-        return max(0, num_computed_tokens - window + 1) // self.block_size
+        """Blocks of ``group`` the next token does not attend to: wholly behind its window,
+        or in the chunks before its own (none for full attention)."""
+        kind, span = self.groups[group]
+        if kind == SLIDING_WINDOW:
+            return max(0, num_computed_tokens - span + 1) // self.block_size
+        if kind == CHUNKED_LOCAL_ATTENTION:
+            return (num_computed_tokens - num_computed_tokens % span) // self.block_size
+        return 0
 
     def admission_cap(self, group: int) -> int | None:
-        """The most blocks a request holds at once in ``group``, a sliding window (None: no
-        cap, full attention)."""
-        window = self.windows[group]
-        if window is None:
+        """The most blocks a request holds at once in ``group``, a local group: the tokens
+        one step adds to what the window or chunk still reads (a window's may start inside
+        a block: one block more). None: no cap, full attention."""
+        kind, span = self.groups[group]
+        if kind == FULL_ATTENTION:
             return None
         in_flight = self.max_in_flight_tokens or self.max_model_len
-        most = min(window - 1 + in_flight, self.max_model_len)
-        return -(-most // self.block_size) + 1
+        if kind == CHUNKED_LOCAL_ATTENTION:
+            return -(-min(span + in_flight, self.max_model_len) // self.block_size)
+        return -(-min(span - 1 + in_flight, self.max_model_len) // self.block_size) + 1
 
     def blocks_needed(self, request_id: str, num_new_tokens: int, hit: Hit,
                       num_lookahead_tokens: int, num_external_computed_tokens: int = 0) -> int:
@@ -325,7 +356,7 @@ class PrefixCacheModel:
         """Free blocks the request still needs to hold its whole sequence (up to the length
         cap, a window's group at most ``admission_cap``) beside those it holds."""
         whole = min(self.num_tokens(request_id), self.max_model_len)
-        return self._blocks_for(request_id, whole, Hit(self.shaped(() for _ in self.windows)),
+        return self._blocks_for(request_id, whole, Hit(self.shaped(() for _ in self.groups)),
                                 capped=True)
 
     def blocks_kept_free(self, request_id: str) -> int:
@@ -366,7 +397,7 @@ class PrefixCacheModel:
         new blocks for the step's own tokens are returned (by group), not the connector's.
         ``delay_cache_blocks``: the load is asynchronous (no tokens of the step's own): the
         blocks are taken, nothing is cached until ``finish_load``."""
-        hit = hit or Hit(self.shaped(() for _ in self.windows))
+        hit = hit or Hit(self.shaped(() for _ in self.groups))
         external = num_external_computed_tokens
         state = self.requests[request_id]
         if self.admission_refused(request_id, num_new_tokens, hit, num_lookahead_tokens,
@@ -380,7 +411,7 @@ class PrefixCacheModel:
                                   num_external_computed_tokens=external,
                                   reserved_blocks=reserved_blocks):
             return None
-        tables = self.tables.setdefault(request_id, [[] for _ in self.windows])
+        tables = self.tables.setdefault(request_id, [[] for _ in self.groups])
         hits = self.by_group(hit.block_ids)
         # Every group's hit is held before any group takes a block (vLLM issue #33775): a hit
         # block behind the window (the connector's tokens move it) is the null block.
@@ -432,7 +463,7 @@ class PrefixCacheModel:
         self._give_back_skipped(request_id, min(state.num_computed_tokens, self.max_model_len))
         computed = -(-state.num_computed_tokens // self.block_size)
         return self.shaped(table[:computed] for table in
-                           self.tables.get(request_id, [[] for _ in self.windows]))
+                           self.tables.get(request_id, [[] for _ in self.groups]))
 
     def free(self, request_id: str) -> None:
         """The request finished: its blocks are released and it is forgotten."""
@@ -502,7 +533,7 @@ class PrefixCacheModel:
         blocks past those held, hit, or (an admission) behind the window, and each hit block
         inside the window that is free now. ``capped``: a window's group at most its
         ``admission_cap``."""
-        tables = self.tables.get(request_id, [[] for _ in self.windows])
+        tables = self.tables.get(request_id, [[] for _ in self.groups])
         hits, total = self.by_group(hit.block_ids), 0
         for group, held in enumerate(tables):
             required = -(-min(slots, self.max_model_len) // self.block_size)
@@ -561,10 +592,10 @@ class PrefixCacheModel:
                 self.tick += 1
                 self.key_of[table[i]], self.cached_at[table[i]] = keys[i], self.tick
                 self.group_of[table[i]] = group
-            salt, window = state.request.cache_salt, self.windows[group]
+            salt, (kind, span) = state.request.cache_salt, self.groups[group]
             # A run the retention passed over whole is still reported: no blocks, its tokens.
             extra = tuple((salt,) if i == 0 and salt else None for i in stored) or None
-            kind = FULL_ATTENTION if window is None else SLIDING_WINDOW
+            window = span if kind == SLIDING_WINDOW else None
             ahead = tuple(tuple(state.tokens[(i + 1) * size:(i + 1) * size
                                              + self.hash_lookahead])
                           for i in stored) if self.hash_lookahead else None
@@ -580,8 +611,8 @@ class PrefixCacheModel:
         block up) below the prompt's replay boundaries (its resend, capped at the last
         token, and with EAGLE its extension) and the request's shared-prefix junction, and
         with an interval, one such run at the end of each interval."""
-        window = self.windows[group]
-        if not self.hybrid or window is None or self.retention is None:
+        kind, window = self.groups[group]
+        if not self.hybrid or kind != SLIDING_WINDOW or self.retention is None:
             return lambda i: True
         size, eagle = self.block_size, int(self.use_eagle)
         need = -(-(window - 1) // size) + eagle

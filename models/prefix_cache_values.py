@@ -17,13 +17,15 @@ from attrs import evolve, frozen
 BlockKey = tuple
 
 # What the one group's events name besides the blocks (vLLM's spelling): the device pool's
-# medium, the group's index and its spec kind (full attention or sliding window).
+# medium, the group's index and its spec kind (full attention, sliding window or chunked
+# local attention).
 MEDIUM_GPU = "GPU"
 # Block 0 is vLLM's null block: never free, never held, never cached; a table holds it in
 # place of a block behind a sliding window.
 NULL_BLOCK = 0
 FULL_ATTENTION = "full_attention"
 SLIDING_WINDOW = "sliding_window"
+CHUNKED_LOCAL_ATTENTION = "chunked_local_attention"
 # The optional fields of the events; a release's events carry some of them (a target's
 # ``event_fields`` lists which, a removal's with a ``removed.`` prefix), the rest are None.
 STORED_OPTIONAL = ("extra_keys", "block_size", "medium", "group_idx", "kv_cache_spec_kind",

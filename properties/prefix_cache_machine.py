@@ -60,6 +60,9 @@ HAZARDS = (
     "sliding window: hit past blocks behind it",
     "sliding window: blocks behind it given back",
     "sliding window: admission capped below the whole sequence",
+    "chunked local: hit past the chunks before it",
+    "chunked local: blocks of chunks left behind given back",
+    "chunked local: admission capped below the whole sequence",
     "KV connector loaded tokens past the hit",
     "KV connector handed a finished request's blocks",
     "KV connector loads asynchronously",
@@ -106,7 +109,7 @@ class PrefixCacheMachine(HarnessMachine):
             "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first",
             "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark",
             "sliding_window", "max_in_flight_tokens", "kv_connector", "hash_lookahead",
-            "hybrid", "retention"))
+            "hybrid", "retention", "attention_chunk_size"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
@@ -117,7 +120,8 @@ class PrefixCacheMachine(HarnessMachine):
         for option, off in (("sliding_window", dict(sliding_window=None,
                                                     max_in_flight_tokens=None)),
                             ("kv_connector", dict(kv_connector=False)),
-                            ("hybrid", dict(hybrid=False, retention=None)),
+                            ("hybrid", dict(hybrid=False, retention=None,
+                                            attention_chunk_size=None)),
                             # a release without lookahead hashes drops the EAGLE block
                             ("hash_lookahead", dict(hash_lookahead=0, use_eagle=True))):
             if getattr(world, option) and not getattr(self.cache, f"drives_{option}", True):
@@ -137,7 +141,8 @@ class PrefixCacheMachine(HarnessMachine):
                   "kv_connector": self.cache.kv_connector,
                   "hash_lookahead": self.cache.hash_lookahead,
                   "hybrid": self.cache.hybrid,
-                  "retention": self.cache.retention}
+                  "retention": self.cache.retention,
+                  "attention_chunk_size": self.cache.attention_chunk_size}
         self.model = PrefixCacheModel(**config, event_fields=self.cache.event_fields)
         self.arrived = 0
         self.finished: set[int] = set()
@@ -332,7 +337,7 @@ class PrefixCacheMachine(HarnessMachine):
             if handed:
                 self.hazard("KV connector handed a finished request's blocks")
             if self.model.null_slots(rid) > behind:
-                self.hazard("sliding window: blocks behind it given back")
+                self.hazard(self._local("blocks behind it given back"))
         self.apply("free", rid, shown=f"cache.free({rid!r})", effect="finished")
         self.finished.add(r)
 
@@ -463,8 +468,8 @@ class PrefixCacheMachine(HarnessMachine):
         whole = -(-min(model.num_tokens(rid), model.max_model_len) // model.block_size)
         if admission and model.reserve_full_isl and any(
                 cap is not None and cap < whole
-                for cap in map(model.admission_cap, range(len(model.windows)))):
-            self.hazard("sliding window: admission capped below the whole sequence")
+                for cap in map(model.admission_cap, range(len(model.groups)))):
+            self.hazard(self._local("admission capped below the whole sequence"))
         new = self.call("fit-agrees", "allocate_slots", rid, num_new_tokens, hit=hit,
                         num_lookahead_tokens=lookahead, **loads,
                         shown=f"cache.allocate_slots({rid!r}, {num_new_tokens}{shown_hit}"
@@ -473,7 +478,7 @@ class PrefixCacheMachine(HarnessMachine):
                         f"{model.num_free_blocks} free" if new is None
                         else f"{len(new)} new blocks")
         if running and model.null_slots(rid) > behind_before:
-            self.hazard("sliding window: blocks behind it given back")
+            self.hazard(self._local("blocks behind it given back"))
         if new is None:
             self.hazard("allocate_slots refused")
             if asynchronous and needed + model.blocks_kept_free(rid) <= \
@@ -510,7 +515,7 @@ class PrefixCacheMachine(HarnessMachine):
             if any(b != NULL_BLOCK and model.ref_cnt(b) == 0 for b in blocks):
                 self.hazard("hit revived a free block")
             if NULL_BLOCK in blocks:
-                self.hazard("sliding window: hit past blocks behind it")
+                self.hazard(self._local("hit past blocks behind it"))
             if any(model.ref_cnt(b) > 0 for b in blocks):
                 self.hazard("hit shared with a running request")
         if hit.shared_prefix_boundary:
@@ -532,6 +537,16 @@ class PrefixCacheMachine(HarnessMachine):
         if model.uncached_first and any(model.ref_cnt(b) == 1 and b not in model.key_of
                                         for table in tables for b in table):
             self.hazard("uncached block released to the front")
+
+    def _local(self, seen: str) -> str:
+        """The hazard ``seen`` (named as a sliding window meets it) as the world's local
+        group meets it."""
+        if self.model.attention_chunk_size is None:
+            return f"sliding window: {seen}"
+        return {"hit past blocks behind it": "chunked local: hit past the chunks before it",
+                "blocks behind it given back":
+                    "chunked local: blocks of chunks left behind given back",
+                }.get(seen, f"chunked local: {seen}")
 
     def _step_cap(self) -> int:
         """The most tokens one step schedules for a request: ``max_in_flight_tokens`` (one

@@ -69,8 +69,11 @@ def simpler_worlds(world, actions: list[tuple]):
         yield evolve(world, max_in_flight_tokens=None), actions
     if world.retention is not None:
         yield evolve(world, retention=None), actions
-    if world.hybrid:
-        yield evolve(world, hybrid=False, retention=None), actions
+    if world.attention_chunk_size is not None:       # the window in the chunk's place
+        yield evolve(world, attention_chunk_size=None,
+                     sliding_window=world.attention_chunk_size), actions
+    if world.hybrid:        # a chunked-local model without it: full attention alone
+        yield evolve(world, hybrid=False, retention=None, attention_chunk_size=None), actions
     if world.sliding_window is not None:
         yield evolve(world, sliding_window=None, max_in_flight_tokens=None, hybrid=False,
                      retention=None), actions

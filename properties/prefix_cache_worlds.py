@@ -4,8 +4,9 @@ Pressure over validity: pools of a few blocks next to prompts of several, prompt
 two or three shared stems (whole blocks of the same tokens) with short tails over a small
 alphabet (so tails share blocks too), some prompts repeated exactly (the whole prompt cached:
 the last-token cap), a length cap close to the longest prompt (lookahead slots run into it),
-and EAGLE in a third of the worlds. A world where nothing is shared or nothing is evicted
-checks nothing.
+EAGLE in a third of the worlds, and local groups (a sliding window, or beside full attention
+a window or chunked local attention) in a third. A world where nothing is shared or nothing
+is evicted checks nothing.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class PrefixCacheWorld:
     # its window's retention interval (None: dense).
     hybrid: bool = False
     retention: int | None = None
+    # A hybrid model's local group attending within chunks of this many tokens in place of
+    # the sliding window (Llama 4's chunked local attention).
+    attention_chunk_size: int | None = None
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -63,7 +67,8 @@ class PrefixCacheWorld:
                     sliding_window=self.sliding_window,
                     max_in_flight_tokens=self.max_in_flight_tokens,
                     kv_connector=self.kv_connector, hash_lookahead=self.hash_lookahead,
-                    hybrid=self.hybrid, retention=self.retention)
+                    hybrid=self.hybrid, retention=self.retention,
+                    attention_chunk_size=self.attention_chunk_size)
 
 
 @st.composite
@@ -125,10 +130,28 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
     # boundaries and junctions) in most hybrid worlds, dense or one run per two blocks in
     # the others.
     retention = draw(st.sampled_from((0, 0, None, 2 * block_size))) if hybrid else None
+    # A third of the worlds without EAGLE (vLLM serves a chunked-local model with EAGLE by
+    # full attention alone) are a chunked-local model's, full attention beside chunks of one
+    # to three blocks (two tokens at least), so prompts cross chunks: a hybrid world with the
+    # chunk in the window's place, or a full-attention world given the chunked group (and
+    # the blocks it needs). The retention is a window's setting: a chunked-local group
+    # caches every block, and vLLM refuses an interval where no group is a window's (0 and
+    # None, its default and unset, stay).
+    attention_chunk_size = None
+    if not use_eagle and not hash_lookahead and (hybrid or sliding_window is None) \
+            and draw(st.integers(0, 2)) == 0:
+        attention_chunk_size = max(2, block_size * draw(st.integers(1, 3)))
+        if not hybrid:
+            hybrid = True
+            num_blocks += draw(st.integers(0, blocks_longest))
+            max_in_flight_tokens = draw(st.sampled_from(IN_FLIGHT_TOKENS))
+            retention = draw(st.sampled_from((0, None)))
+        sliding_window, retention = None, retention and 0
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
                             reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,
-                            kv_connector, hash_lookahead, hybrid, retention)
+                            kv_connector, hash_lookahead, hybrid, retention,
+                            attention_chunk_size)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

@@ -503,3 +503,71 @@ def test_a_hybrid_window_under_retention_keeps_only_the_run_below_the_replay_bou
            Hit(((1, 2, 3, 4, 5, 6), (0, 0, 0, 0, 0, 12)), 6) if retention is None else
            Hit(((1, 2, 3, 4, 5), (0, 0, 0, 0, 11)), 5, shared_prefix_boundary=6))
     _valid(cache)
+
+
+def _chunked(target: str, drives=(), **config):
+    """A chunked-local model's pool (Llama 4's): full attention (group 0) beside chunked
+    local attention (group 1); skipped where the release is not driven so."""
+    return make_or_skip(target, "prefix_cache", drives=("hybrid", *drives), hybrid=True,
+                        **config)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_chunked_local_hit_reads_only_the_chunk_of_its_next_token(target):
+    """Scenario: blocks of 2 tokens, full attention beside chunks of 4. r0's eight tokens
+    take four blocks in each group, and each group caches its own (the chunked group's event
+    names its kind and no window). r1 = r0's tokens and one more: full attention's run is
+    four blocks, and its next token starts a chunk, so the chunked group reads none of them:
+    its hit is four null blocks. r2 = r0's first six tokens and another: the run is three
+    blocks; its next token (the seventh) is in the second chunk, which starts at the third
+    block: the chunked group finds that block (r0's) after two null blocks."""
+    cache = _chunked(target, num_blocks=12, block_size=2, max_model_len=16,
+                     attention_chunk_size=4)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5, 6, 7, 8)), ((1, 2, 3, 4), (5, 6, 7, 8)))
+    keys = ((1, 2), (1, 2, 3, 4), (1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 5, 6, 7, 8))
+    full, chunked = (in_release_shape(BlockStored(
+        keys, None, (1, 2, 3, 4, 5, 6, 7, 8), (None,) * 4, 2, "GPU", group, kind, None),
+        cache.event_fields) for group, kind in ((0, "full_attention"),
+                                                (1, "chunked_local_attention")))
+    agrees(EVENTS, cache.take_events(), (full, chunked))
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 5, 6, 7, 8, 9)))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit(((1, 2, 3, 4), (0, 0, 0, 0)), 8))
+    cache.add_request(PrefixRequest("r2", (1, 2, 3, 4, 5, 6, 9)))
+    agrees(HIT, cache.get_computed_blocks("r2"), Hit(((1, 2, 3), (0, 0, 7)), 6))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_chunked_local_request_gives_back_a_chunk_it_has_filled(target):
+    """Scenario: as above, r0 computes its eight tokens (two chunks of 4), samples a ninth
+    and steps again. Its next token starts the third chunk, so before the step's blocks are
+    counted all four of its chunked blocks go back (the last first, to the free queue's
+    back: they are cached) and its table keeps the null block in their slots; the step
+    takes one block per group from the front."""
+    cache = _chunked(target, num_blocks=12, block_size=2, max_model_len=16,
+                     attention_chunk_size=4)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5, 6, 7, 8)), ((1, 2, 3, 4), (5, 6, 7, 8)))
+    cache.append_token_ids("r0", (9,))
+    agrees(FIT, cache.allocate_slots("r0", 1), ((9,), (10,)))
+    agrees(TABLES, cache.get_block_ids("r0"), ((1, 2, 3, 4, 9), (0, 0, 0, 0, 10)))
+    agrees(REFS, [cache.ref_cnt(b) for b in (5, 6, 7, 8)], [0, 0, 0, 0])
+    agrees(FREEQ, cache.free_queue(), (11, 8, 7, 6, 5))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("num_blocks", "admitted"), [(13, True), (12, False)])
+def test_a_chunked_local_admission_is_capped_at_a_chunk_and_a_step(target, num_blocks,
+                                                                   admitted):
+    """Scenario: blocks of one token, chunks of 2, two tokens a step in flight, the whole
+    sequence reserved at admission. r0's eight tokens need eight full-attention blocks and,
+    in the chunked group, at most a chunk and a step's tokens at once: four blocks (no extra
+    block, as a window that may start inside a block needs). Twelve free blocks admit its
+    first step; eleven do not."""
+    cache = _chunked(target, num_blocks=num_blocks, block_size=1, max_model_len=8,
+                     attention_chunk_size=2, max_in_flight_tokens=2, reserve_full_isl=True)
+    cache.add_request(PrefixRequest("r0", (1, 2, 3, 4, 5, 6, 7, 8)))
+    hit = cache.get_computed_blocks("r0")
+    agrees(FIT, cache.allocate_slots("r0", 2, hit=hit),
+           ((1, 2), (3, 4)) if admitted else None)
+    _valid(cache)

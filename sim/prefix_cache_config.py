@@ -12,7 +12,8 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                         watermark: float = 0.0, sliding_window: int | None = None,
                         max_in_flight_tokens: int | None = None,
                         kv_connector: bool = False, hash_lookahead: int = 0,
-                        hybrid: bool = False, retention: int | None = None) -> dict:
+                        hybrid: bool = False, retention: int | None = None,
+                        attention_chunk_size: int | None = None) -> dict:
     """A pool of ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens;
     ``uncached_first``: where a block released without a cached hash goes in the free queue
     (vLLM's target takes its release's answer and ignores it); ``enable_caching`` and
@@ -33,7 +34,10 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     and new blocks are then one tuple per group); ``retention``: a hybrid pool's
     ``prefix_cache_retention_interval`` (None: its window caches every block; 0, vLLM's
     default: only the blocks a hit at a retained boundary reads; a multiple of the block
-    size: those and one run per interval)."""
+    size: those and one run per interval); ``attention_chunk_size``: with ``hybrid``, group
+    1 is a chunked-local group of chunks of that many tokens instead of a sliding window (a
+    Llama 4 model's, as vLLM 0.33.0 builds it by default: without EAGLE, which makes vLLM
+    serve such a model with full attention alone)."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -53,9 +57,20 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                            f"token), and 1 only with use_eagle off (lookahead hashes replace "
                            f"the EAGLE block drop), got {hash_lookahead!r} with use_eagle="
                            f"{use_eagle!r}")
-    if hybrid and sliding_window is None:
-        raise HarnessError("hybrid pairs full attention with a sliding window: give "
-                           "sliding_window too")
+    if hybrid and (sliding_window is None) == (attention_chunk_size is None):
+        raise HarnessError("hybrid pairs full attention with one local group: give "
+                           "sliding_window or attention_chunk_size, not both")
+    if attention_chunk_size is not None and (
+            not hybrid or not isinstance(attention_chunk_size, int) or attention_chunk_size < 2
+            or attention_chunk_size % block_size or use_eagle or hash_lookahead):
+        raise HarnessError(f"attention_chunk_size must be None, or with hybrid=True and "
+                           f"neither use_eagle nor hash_lookahead (vLLM serves a chunked-local "
+                           f"model with EAGLE by full attention alone) a multiple >= 2 of the "
+                           f"block size ({block_size}), got {attention_chunk_size!r}")
+    if attention_chunk_size is not None and retention:
+        raise HarnessError(f"retention must be None or 0 beside a chunked-local group: vLLM "
+                           f"refuses a prefix_cache_retention_interval where no group is a "
+                           f"sliding window's (it has no effect), got {retention!r}")
     if retention is not None and (not hybrid or not isinstance(retention, int) or retention < 0
                                   or retention % block_size):
         raise HarnessError(f"retention must be None, or with hybrid=True 0 or a multiple of "
@@ -68,4 +83,5 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                 reserve_full_isl=bool(reserve_full_isl), watermark=float(watermark),
                 sliding_window=sliding_window, max_in_flight_tokens=max_in_flight_tokens,
                 kv_connector=bool(kv_connector), hash_lookahead=hash_lookahead,
-                hybrid=bool(hybrid), retention=retention)
+                hybrid=bool(hybrid), retention=retention,
+                attention_chunk_size=attention_chunk_size)

@@ -18,8 +18,9 @@ class PrefixCachePort(Protocol):
     max_in_flight_tokens: int | None
     kv_connector: bool                # whether a connector's loads are driven
     hash_lookahead: int               # tokens past each block its hash covers (0 or 1)
-    hybrid: bool                      # full attention (group 0) beside the window (group 1)
+    hybrid: bool                      # full attention (group 0) beside a local group (1)
     retention: int | None             # a hybrid window's retention interval (None: dense)
+    attention_chunk_size: int | None  # the local group's chunk (None: a sliding window)
 
     def add_request(self, request: PrefixRequest) -> None: ...
     def get_computed_blocks(self, request_id: str) -> Hit: ...

@@ -19,7 +19,7 @@ SUBSYSTEM = Subsystem(
     bugs=("pc-evict-keeps-hash", "pc-hit-last-token", "pc-free-head-first",
           "pc-touch-keeps-queued", "pc-revived-uncounted", "pc-removed-not-reported",
           "pc-reset-counts-null", "pc-eagle-keeps-last", "pc-window-keeps-skipped",
-          "pc-hybrid-run-uncut", "pc-watermark-on-running"),
+          "pc-hybrid-run-uncut", "pc-watermark-on-running", "pc-chunk-boundary-keeps-chunk"),
     catalogue="fixtures.catalogue.prefix_cache",
     vllm_suites=("properties/test_prefix_cache.py", "properties/test_prefix_cache_scenarios.py",
                  "properties/test_prefix_cache_free_blocks.py",

@@ -9,6 +9,9 @@ recomputes everything from facts, is a second opinion. The KV contents are a tor
 contents changed is seen as wrong data. A sliding-window pool scans for a hit from the right
 (the first run of cached blocks as long as the window wins) and drops a running request's
 blocks behind the window into the null block's slot before it counts what a step needs.
+A chunked-local group (beside full attention) scans forward like full attention, but from
+the first block of the chunk the lookup's end falls in, and drops the chunks a request has
+left as the window drops what falls behind it.
 With lookahead block hashes a block's key runs on past its last token, so a block whose
 next token does not exist yet has no key: it is neither found nor cached.
 Catalogued bugs (``fixtures/known_bugs.py``) can be
@@ -27,15 +30,20 @@ switched back on:
   window's hit is shorter.
 - ``pc-watermark-on-running``: a running request's next step must leave the watermark free
   too.
+- ``pc-chunk-boundary-keeps-chunk``: a chunked-local request whose computed tokens end just
+  at a chunk's end keeps that chunk's blocks (it counts the chunks before its last computed
+  token, not before its next one).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import NamedTuple
 
 import torch
 
 from models.prefix_cache_values import (
+    CHUNKED_LOCAL_ATTENTION,
     EVENT_FIELDS,
     FULL_ATTENTION,
     MEDIUM_GPU,
@@ -51,6 +59,15 @@ from models.prefix_cache_values import (
 EMPTY_SLOT = -1
 
 
+class Attention(NamedTuple):
+    """One group's attention as the pool serves it."""
+
+    kind: str                       # FULL_ATTENTION, SLIDING_WINDOW, CHUNKED_LOCAL_ATTENTION
+    span: int | None = None         # the window or the chunk, in tokens
+    hit_blocks: int | None = None   # a window's hit: the cached run it ends in (EAGLE: +1)
+    most_held: int | None = None    # the blocks a request holds at once (a local group)
+
+
 class NativePrefixCache:
     event_fields = EVENT_FIELDS     # its events carry every optional field
 
@@ -60,7 +77,8 @@ class NativePrefixCache:
                  reserve_full_isl: bool = False, watermark: float = 0.0,
                  sliding_window: int | None = None, max_in_flight_tokens: int | None = None,
                  kv_connector: bool = False, hash_lookahead: int = 0, hybrid: bool = False,
-                 retention: int | None = None, bugs: frozenset[str] = frozenset()):
+                 retention: int | None = None, attention_chunk_size: int | None = None,
+                 bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
@@ -70,12 +88,12 @@ class NativePrefixCache:
         self.sliding_window, self.max_in_flight_tokens = sliding_window, max_in_flight_tokens
         self.kv_connector, self.hash_lookahead = kv_connector, hash_lookahead
         self.hybrid, self.retention = hybrid, retention
+        self.attention_chunk_size = attention_chunk_size
         self.junction: dict[str, int] = {}    # each request's last hit's shared-prefix end
-        # Per group (full attention first where there are two): its window, the cached
-        # blocks a hit must end in (EAGLE: one more, dropped), and the most blocks one
-        # request holds at once (what a whole-sequence admission reserves).
-        self.groups = [self._group(None), self._group(sliding_window)] if hybrid else \
-            [self._group(sliding_window)]
+        # Per group (full attention first where there are two).
+        local = self._chunked(attention_chunk_size) if attention_chunk_size else \
+            self._window(sliding_window)
+        self.groups = [Attention(FULL_ATTENTION), local] if hybrid else [local]
         self.refs = [0] * num_blocks
         self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.hash_of: list[tuple | None] = [None] * num_blocks     # as cached_blocks names it
@@ -92,13 +110,19 @@ class NativePrefixCache:
         self.waiting: set[str] = set()
         self.loading: set[str] = set()
 
-    def _group(self, window: int | None) -> tuple[int | None, int | None, int | None]:
+    def _window(self, window: int | None) -> Attention:
         if window is None:
-            return None, None, None
+            return Attention(FULL_ATTENTION)
         hit_blocks = -(-(window - 1) // self.block_size) + self.use_eagle
         most_held = -(-min(window - 1 + (self.max_in_flight_tokens or self.max_model_len),
                            self.max_model_len) // self.block_size) + 1
-        return window, hit_blocks, most_held
+        return Attention(SLIDING_WINDOW, window, hit_blocks, most_held)
+
+    def _chunked(self, chunk: int) -> Attention:
+        # A chunk starts at a block boundary: what it reads and one step's tokens, no more.
+        most_held = -(-min(chunk + (self.max_in_flight_tokens or self.max_model_len),
+                           self.max_model_len) // self.block_size)
+        return Attention(CHUNKED_LOCAL_ATTENTION, chunk, None, most_held)
 
     # -- the port -----------------------------------------------------------------------------
 
@@ -142,10 +166,14 @@ class NativePrefixCache:
         """``group``'s cached run among the first ``num_blocks`` blocks: from the first
         block (full attention), or from the right the first run as long as the window reads,
         the null block before it, failing that the (shorter) run from the first block."""
-        window, hit_blocks, _ = self.groups[group]
-        if window is None:
-            found = []
-            for n in range(num_blocks):
+        kind, span, hit_blocks, _ = self.groups[group]
+        if kind != SLIDING_WINDOW:
+            # Forward from the first block read: the first (full attention), or the first of
+            # the chunk holding the lookup's end (the null block in the slots before it).
+            start = 0 if kind == FULL_ATTENTION else \
+                num_blocks * self.block_size // span * span // self.block_size
+            found = [NULL_BLOCK] * start
+            for n in range(start, num_blocks):
                 blocks = self.by_hash.get(self._named(group, request_id, (n + 1) *
                                                       self.block_size))
                 if not blocks:
@@ -161,11 +189,18 @@ class NativePrefixCache:
                 return [NULL_BLOCK] * n + run
         return run          # the scan ended at the first block: the run from it
 
-    def _behind_window(self, group: int, num_computed: int) -> int:
-        window = self.groups[group][0]
-        if window is None:
-            return 0
-        return max(0, num_computed - window + 1) // self.block_size
+    def _behind_window(self, group: int, num_computed: int, giving_back: bool = False) -> int:
+        """Blocks no next token of ``group`` reads: behind the window, or in the chunks
+        before the next token's (``giving_back``: counted to give a running request's
+        back)."""
+        kind, span, _, _ = self.groups[group]
+        if kind == SLIDING_WINDOW:
+            return max(0, num_computed - span + 1) // self.block_size
+        if kind == CHUNKED_LOCAL_ATTENTION:
+            if giving_back and "pc-chunk-boundary-keeps-chunk" in self.bugs:
+                num_computed = max(num_computed - 1, 0)
+            return num_computed // span * span // self.block_size
+        return 0
 
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
                        num_lookahead_tokens: int = 0, num_external_computed_tokens: int = 0,
@@ -198,7 +233,7 @@ class NativePrefixCache:
                 whole = -(-min(len(self.tokens[request_id]), self.max_model_len)
                           // self.block_size)
                 if sum(max(min(whole, most or whole) - held[g], 0)
-                       for g, (_, _, most) in enumerate(self.groups)) + revived > room:
+                       for g, (_, _, _, most) in enumerate(self.groups)) + revived > room:
                     return None
         if holding and "pc-window-keeps-skipped" not in self.bugs:
             room += self._drop_behind_window(request_id, done)
@@ -278,7 +313,8 @@ class NativePrefixCache:
         before = len(self.queue)
         for g, table in enumerate(self.table[request_id]):
             dropped = []
-            for i in range(min(self._behind_window(g, done), len(table)) - 1, -1, -1):
+            for i in range(min(self._behind_window(g, done, giving_back=True), len(table)) - 1,
+                           -1, -1):
                 if table[i] == NULL_BLOCK:
                     break
                 dropped.append(table[i])
@@ -410,8 +446,8 @@ class NativePrefixCache:
                 ahead.append(tuple(tokens[(i + 1) * size:(i + 1) * size + self.hash_lookahead]))
             self.num_cached[request_id][g] = full
             parent = self._key(request_id, start * size) if start else None
-            window = self.groups[g][0]
-            kind = FULL_ATTENTION if window is None else SLIDING_WINDOW
+            kind, span, _, _ = self.groups[g]
+            window = span if kind == SLIDING_WINDOW else None
             self._emit(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size]),
                                    tuple(extra) or None, block_size=size, medium=MEDIUM_GPU,
                                    group_idx=g, kv_cache_spec_kind=kind,
@@ -423,8 +459,8 @@ class NativePrefixCache:
         """The block indices group ``g`` caches: every one, but in a hybrid pool's window
         under a retention, the runs ending at the retained boundaries (the prompt's replay
         points, the request's junction) and, with an interval, one run per interval."""
-        window, need, _ = self.groups[g]
-        if not self.hybrid or window is None or self.retention is None:
+        kind, window, need, _ = self.groups[g]
+        if not self.hybrid or kind != SLIDING_WINDOW or self.retention is None:
             return range(len(self.tokens[request_id]) // self.block_size + 1)
         size, shift = self.block_size, int(self.use_eagle)
         per_segment = self.retention // size

@@ -46,8 +46,9 @@ def _sha256(value: Any) -> bytes:
 
 class VllmPrefixCache:
     """The prefix-cache port over a real ``KVCacheManager`` with one group, or with a
-    full-attention group beside the sliding window's (``hybrid``: vLLM's hybrid coordinator;
-    tables, hits and new blocks then by group)."""
+    full-attention group beside a local one, the sliding window's or (``attention_chunk_size``)
+    a chunked-local group's (``hybrid``: vLLM's hybrid coordinator; tables, hits and new
+    blocks then by group)."""
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
                  use_eagle: bool = False, enable_caching: bool = True,
@@ -55,7 +56,7 @@ class VllmPrefixCache:
                  watermark: float = 0.0, sliding_window: int | None = None,
                  max_in_flight_tokens: int | None = None, kv_connector: bool = False,
                  hash_lookahead: int = 0, hybrid: bool = False,
-                 retention: int | None = None):
+                 retention: int | None = None, attention_chunk_size: int | None = None):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -80,14 +81,22 @@ class VllmPrefixCache:
         self.sliding_window, self.max_in_flight_tokens = \
             prefix_cache_compat.sliding_window(cls, sliding_window, max_in_flight_tokens)
         self.kv_connector = prefix_cache_compat.connector_loads(cls, kv_connector)
-        self.hybrid = prefix_cache_compat.hybrid_groups(hybrid and self.sliding_window is not None)
+        self.hybrid = prefix_cache_compat.hybrid_groups(
+            hybrid and (self.sliding_window is not None or attention_chunk_size is not None))
+        # vLLM 0.33.0 builds a chunked-local model's groups so (full attention beside chunked
+        # local) by default (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1) and
+        # without EAGLE; unset, or without the hybrid coordinator, the model's chunked-local
+        # layers are full attention: the world is full attention alone.
+        self.attention_chunk_size = attention_chunk_size if self.hybrid else None
+        if self.attention_chunk_size is not None:   # it caps the chunked group's admissions
+            self.max_in_flight_tokens = max_in_flight_tokens    # (0.33.0 has the keyword)
         # A world option the release is not driven with (its rules were not read): the
         # machine notes it and runs the world without it, a scenario needing it is skipped.
         self.drives_sliding_window = sliding_window is None or self.sliding_window is not None
         self.drives_kv_connector = not kv_connector or self.kv_connector
         self.drives_hash_lookahead = not hash_lookahead or bool(self.hash_lookahead)
         self.drives_hybrid = not hybrid or self.hybrid
-        self.why_no_hybrid = "absent: no full-attention group beside a sliding window of " \
+        self.why_no_hybrid = "absent: no full-attention group beside a local one of " \
             f"vLLM 0.33.0's rules (vLLM {self.release}: releases before 0.33.0 not read for " \
             "the hybrid coordinator)"
         self.why_no_hash_lookahead = "absent: no lookahead block hashes of vLLM 0.33.0's " \
@@ -99,9 +108,11 @@ class VllmPrefixCache:
         full = spec = _full_attention(kv, block_size, torch.float32)
         if self.sliding_window is not None:
             spec = _sliding_window(kv, spec, self.sliding_window)
+        if self.attention_chunk_size is not None:
+            spec = _chunked_local(kv, spec, self.attention_chunk_size)
         groups = [kv.KVCacheGroupSpec(["layer"], spec)]
         if self.hybrid:         # full attention is group 0, as a hybrid model's config has it
-            groups = [kv.KVCacheGroupSpec(["full"], full), kv.KVCacheGroupSpec(["swa"], spec)]
+            groups = [kv.KVCacheGroupSpec(["full"], full), kv.KVCacheGroupSpec(["local"], spec)]
         # A hybrid pool's retention, as the engine passes CacheConfig's (vLLM 0.33.0: 0).
         self.retention = retention if self.hybrid else None
         extra = {} if self.retention is None else \
@@ -442,15 +453,25 @@ def _sliding_window(kv: Any, full: Any, window: int) -> Any:
     return kv.SlidingWindowSpec(**fields, sliding_window=window)
 
 
+def _chunked_local(kv: Any, full: Any, chunk: int) -> Any:
+    """The full-attention spec ``full`` as a chunked-local spec of ``chunk`` tokens."""
+    shared = {g.name for g in dataclasses.fields(kv.ChunkedLocalAttentionSpec)} - \
+        {"attention_chunk_size"}
+    fields = {f.name: getattr(full, f.name) for f in dataclasses.fields(full)
+              if f.name in shared}
+    return kv.ChunkedLocalAttentionSpec(**fields, attention_chunk_size=chunk)
+
+
 def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       use_eagle: bool = False, enable_caching: bool = True,
                       enable_kv_cache_events: bool = True, reserve_full_isl: bool = False,
                       watermark: float = 0.0, sliding_window: int | None = None,
                       max_in_flight_tokens: int | None = None,
                       kv_connector: bool = False, hash_lookahead: int = 0,
-                      hybrid: bool = False, retention: int | None = None) -> VllmPrefixCache:
+                      hybrid: bool = False, retention: int | None = None,
+                      attention_chunk_size: int | None = None) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
                            enable_kv_cache_events, reserve_full_isl, watermark,
                            sliding_window, max_in_flight_tokens, kv_connector, hash_lookahead,
-                           hybrid, retention)
+                           hybrid, retention, attention_chunk_size)

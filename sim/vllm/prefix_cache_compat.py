@@ -112,15 +112,20 @@ def computed_blocks(answer: Any) -> tuple[Any, int, int] | None:
 
 
 def hybrid_groups(hybrid: bool) -> bool:
-    """Whether the release is driven with a full-attention group beside the sliding
-    window's (vLLM's ``HybridKVCacheCoordinator``).
+    """Whether the release is driven with a full-attention group beside a local one, a
+    sliding window's or a chunked-local group's (vLLM's ``HybridKVCacheCoordinator``).
 
     # vLLM 0.33.0 (read): the hybrid coordinator takes full attention's run first, then the
-    #   window's hit within it (one block past it with EAGLE, which it drops), cuts the
+    #   local group's hit within it (a window's: one block past it with EAGLE, which it
+    #   drops; a chunked-local group's: the null block up to the chunk holding the run's end,
+    #   then the cached blocks from there; ``ChunkedLocalAttentionManager`` refuses EAGLE,
+    #   its skipped tokens are the computed ones down to a chunk's start, its admission cap
+    #   a chunk and the in-flight tokens, with no extra block), cuts the
     #   full-attention blocks to it and reports the run's end as ``shared_prefix_boundary``
     #   where the window's hit is shorter; every step takes each group's hits, then a
     #   connector's blocks, then new blocks, group by group. Releases before 0.33.0 were not
-    #   read for it: driven with the sliding window alone.
+    #   read for it: driven with the sliding window alone (a chunked-local world: full
+    #   attention alone, as vLLM builds one without the hybrid coordinator).
     """
     return hybrid and release.at_least("0.33.0")
 
