@@ -23,8 +23,8 @@ into chunks; a token attends only to the tokens of its own chunk before it. So a
 only the blocks of the chunk its next token falls in to be cached (the blocks before that
 chunk are the null block), a running request gives back the blocks of the chunks it has
 left, and an admission that must fit whole is capped at a chunk and one step's tokens (no
-extra block: a chunk starts at a block's start, as every chunk size here is a multiple of
-the block size).
+extra block: a chunk starts at a block's start, the chunk being a multiple of the block size
+as vLLM's chunked-local attention backend requires).
 
 With both groups (``hybrid``) every request holds a table in each, drawn from one pool, and
 each group caches its own blocks under its own hashes. A hit is the longest prefix both can

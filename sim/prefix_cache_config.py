@@ -63,10 +63,13 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     if attention_chunk_size is not None and (
             not hybrid or not isinstance(attention_chunk_size, int) or attention_chunk_size < 2
             or attention_chunk_size % block_size or use_eagle or hash_lookahead):
+        # vLLM's chunked-local attention backend asserts the chunk is a multiple of the block
+        # size (make_local_attention_virtual_batches): no other world runs.
         raise HarnessError(f"attention_chunk_size must be None, or with hybrid=True and "
                            f"neither use_eagle nor hash_lookahead (vLLM serves a chunked-local "
                            f"model with EAGLE by full attention alone) a multiple >= 2 of the "
-                           f"block size ({block_size}), got {attention_chunk_size!r}")
+                           f"block size ({block_size}, as vLLM's attention backend requires), "
+                           f"got {attention_chunk_size!r}")
     if attention_chunk_size is not None and retention:
         raise HarnessError(f"retention must be None or 0 beside a chunked-local group: vLLM "
                            f"refuses a prefix_cache_retention_interval where no group is a "
