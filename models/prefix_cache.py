@@ -1,6 +1,7 @@
 """Reference model of vLLM's prefix-caching KV block cache: one full-attention group, one
-sliding-window group, or a hybrid model's two (full attention in group 0, a sliding window
-or chunked local attention in group 1, vLLM's hybrid coordinator).
+sliding-window group, or a hybrid model's groups (full attention in group 0, then one or
+more groups of one local spec, a sliding window or chunked local attention: vLLM's hybrid
+coordinator).
 
 Scope: what ``KVCacheManager`` (over its ``BlockPool``) promises a scheduler: which blocks a
 request holds, the longest cached prefix a new request can reuse, whether ``allocate_slots``
@@ -26,14 +27,18 @@ left, and an admission that must fit whole is capped at a chunk and one step's t
 extra block: a chunk starts at a block's start, the chunk being a multiple of the block size
 as vLLM's chunked-local attention backend requires).
 
-With both groups (``hybrid``) every request holds a table in each, drawn from one pool, and
-each group caches its own blocks under its own hashes. A hit is the longest prefix both can
-serve: the full-attention run, then the local group's hit within it, and the
-full-attention blocks cut to that; where the local hit is shorter, the full-attention
-run's end is the shared-prefix boundary vLLM reports (``Hit.shared_prefix_boundary``).
+With several groups (``hybrid``) every request holds a table in each, drawn from one pool,
+and each group caches its own blocks under its own hashes. vLLM's hybrid allocator gives
+each group the same number of layers, so a model with more local layers than full ones
+has several local groups of one spec (``local_groups``: Llama 4 Scout's three chunked-local
+groups beside one full-attention group); a local block index counts as cached only where
+every local group caches it. A hit is the longest prefix all can serve: the full-attention
+run, then the local groups' hit within it, and the full-attention blocks cut to that;
+where the local hit is shorter, the full-attention run's end is the shared-prefix boundary
+vLLM reports (``Hit.shared_prefix_boundary``).
 A step takes each group's blocks in group order (the hits first, then a connector's blocks,
-then new blocks), caches group 0's blocks before group 1's, and a finished request releases
-group 0's blocks (last first) before group 1's. Tables, hits and new blocks are then one
+then new blocks), caches the groups' blocks in group order, and a finished request releases
+each group's blocks (last first) in group order. Tables, hits and new blocks are then one
 tuple per group; with one group, the group's own.
 
 The model keeps only facts: each request's block tables and tokens, the prefix cached on a
@@ -129,6 +134,7 @@ class PrefixCacheModel:
     # A hybrid pool's local group attends within chunks of this many tokens instead of a
     # sliding window (vLLM's attention_chunk_size).
     attention_chunk_size: int | None = None
+    local_groups: int = 1           # a hybrid pool's groups of the local spec
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[list[int]]] = field(factory=dict)   # request -> its blocks, by group
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
@@ -152,6 +158,9 @@ class PrefixCacheModel:
                              "sliding_window or attention_chunk_size")
         if self.attention_chunk_size is not None and not self.hybrid:
             raise ValueError("a chunked-local group comes beside full attention: give hybrid")
+        if self.local_groups < 1 or (self.local_groups > 1 and not self.hybrid):
+            raise ValueError("local_groups counts a hybrid pool's local groups: at least 1, "
+                             "more only with hybrid")
         self.released = {b: b for b in range(1, self.num_blocks)}   # block id order
         self.tick = self.num_blocks
 
@@ -167,7 +176,8 @@ class PrefixCacheModel:
             local = (SLIDING_WINDOW, self.sliding_window)
         else:
             local = (FULL_ATTENTION, None)
-        return ((FULL_ATTENTION, None), local) if self.hybrid else (local,)
+        return ((FULL_ATTENTION, None),) + (local,) * self.local_groups if self.hybrid \
+            else (local,)
 
     def shaped(self, per_group):
         """A per-group answer as the port gives it: one tuple per group, or, with one group,
@@ -269,30 +279,31 @@ class PrefixCacheModel:
         keys = self.block_keys(request_id)
         capped = keys[:(len(state.tokens) - 1) // self.block_size]
         if not self.hybrid:
-            blocks = self._group_hit(0, capped)
+            blocks, = self._group_hit((0,), capped)
             return Hit(tuple(blocks), len(blocks) * self.block_size)
         # With EAGLE each group looks one block past its bound (the length cap, then the
         # run), within the request's hashes, and drops it: a hybrid pool's hit may end at the
         # cap itself, where one group's ends a block short of it.
-        run = self._group_hit(0, keys[:len(capped) + self.use_eagle])
-        window = self._group_hit(1, keys[:len(run) + self.use_eagle])
-        boundary = len(run) * self.block_size if len(run) > len(window) else 0
+        run, = self._group_hit((0,), keys[:len(capped) + self.use_eagle])
+        local = self._group_hit(range(1, len(self.groups)), keys[:len(run) + self.use_eagle])
+        boundary = len(run) * self.block_size if len(run) > len(local[0]) else 0
         self.junction[request_id] = boundary      # the scheduler keeps it on the request
-        return Hit((tuple(run[:len(window)]), tuple(window)),
-                   len(window) * self.block_size, boundary)
+        return Hit((tuple(run[:len(local[0])]), *map(tuple, local)),
+                   len(local[0]) * self.block_size, boundary)
 
-    def _group_hit(self, group: int, keys: list[BlockKey]) -> list[int]:
-        """``group``'s hit among ``keys``: the longest prefix whose last blocks the group
-        reads (all, the window's, the chunk's) are cached in it, the null block before them; with
-        EAGLE one block less."""
-        cached = self.cached_in(group)
+    def _group_hit(self, groups, keys: list[BlockKey]) -> list[list[int]]:
+        """The hit of ``groups`` (of one spec) among ``keys``, one block list per group: the
+        longest prefix whose last blocks the spec reads (all, the window's, the chunk's) are
+        cached in every one of them, the null block before them; with EAGLE one block
+        less."""
+        caches = [self.cached_in(group) for group in groups]
+        first = self._first_read
+        spec = groups[0]
         end = max(e for e in range(len(keys) + 1)
-                  if all(k in cached for k in keys[self._first_read(group, e):e]))
-        blocks = [NULL_BLOCK if i < self._first_read(group, end) else cached[keys[i]]
-                  for i in range(end)]
-        if self.use_eagle and blocks:
-            blocks.pop()
-        return blocks
+                  if all(k in cached for cached in caches for k in keys[first(spec, e):e]))
+        hits = [[NULL_BLOCK if i < first(spec, end) else cached[keys[i]] for i in range(end)]
+                for cached in caches]
+        return [blocks[:-1] if self.use_eagle and blocks else blocks for blocks in hits]
 
     def _first_read(self, group: int, end: int) -> int:
         """The first block a hit of ``end`` blocks must find cached in ``group``: the first

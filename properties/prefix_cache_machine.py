@@ -70,6 +70,7 @@ HAZARDS = (
     "asynchronous load finished: blocks cached, request waits",
     "lookahead hash: a computed block waits for its next token",
     "hybrid: the window's hit shorter than full attention's",
+    "local groups: a prefix cached in one and not in another",
 )
 
 PROPERTIES = {
@@ -109,7 +110,7 @@ class PrefixCacheMachine(HarnessMachine):
             "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first",
             "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark",
             "sliding_window", "max_in_flight_tokens", "kv_connector", "hash_lookahead",
-            "hybrid", "retention", "attention_chunk_size"))
+            "hybrid", "retention", "attention_chunk_size", "local_groups"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
@@ -121,7 +122,7 @@ class PrefixCacheMachine(HarnessMachine):
                                                     max_in_flight_tokens=None)),
                             ("kv_connector", dict(kv_connector=False)),
                             ("hybrid", dict(hybrid=False, retention=None,
-                                            attention_chunk_size=None)),
+                                            attention_chunk_size=None, local_groups=1)),
                             # a release without lookahead hashes drops the EAGLE block
                             ("hash_lookahead", dict(hash_lookahead=0, use_eagle=True))):
             if getattr(world, option) and not getattr(self.cache, f"drives_{option}", True):
@@ -142,7 +143,8 @@ class PrefixCacheMachine(HarnessMachine):
                   "hash_lookahead": self.cache.hash_lookahead,
                   "hybrid": self.cache.hybrid,
                   "retention": self.cache.retention,
-                  "attention_chunk_size": self.cache.attention_chunk_size}
+                  "attention_chunk_size": self.cache.attention_chunk_size,
+                  "local_groups": getattr(self.cache, "local_groups", 1)}
         self.model = PrefixCacheModel(**config, event_fields=self.cache.event_fields)
         self.arrived = 0
         self.finished: set[int] = set()
@@ -520,6 +522,10 @@ class PrefixCacheMachine(HarnessMachine):
                 self.hazard("hit shared with a running request")
         if hit.shared_prefix_boundary:
             self.hazard("hybrid: the window's hit shorter than full attention's")
+        if model.local_groups > 1:
+            local = [set(model.cached_in(g)) for g in range(1, len(model.groups))]
+            if any(len({key in cached for cached in local}) > 1 for key in keys):
+                self.hazard("local groups: a prefix cached in one and not in another")
         run = 0
         for key in keys:
             if key not in cached:

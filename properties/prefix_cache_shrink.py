@@ -23,7 +23,7 @@ SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")
 def simpler_worlds(world, actions: list[tuple]):
     """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
     prompt logprobs, shrink the pool, the block size or the length cap, turn EAGLE or its
-    lookahead hashes off, one group for two, turn caching and
+    lookahead hashes off, one local group for several, one group for two, turn caching and
     events back on and the admission gates off, full attention for a sliding window, no KV
     connector (the default world), make a resent prompt a fresh request, fold a sampled
     token into the prompt, merge a request's two steps, lower a step's chunk, lookahead or
@@ -69,14 +69,17 @@ def simpler_worlds(world, actions: list[tuple]):
         yield evolve(world, max_in_flight_tokens=None), actions
     if world.retention is not None:
         yield evolve(world, retention=None), actions
+    if world.local_groups > 1:
+        yield evolve(world, local_groups=1), actions
     if world.attention_chunk_size is not None:       # the window in the chunk's place
         yield evolve(world, attention_chunk_size=None,
                      sliding_window=world.attention_chunk_size), actions
     if world.hybrid:        # a chunked-local model without it: full attention alone
-        yield evolve(world, hybrid=False, retention=None, attention_chunk_size=None), actions
+        yield evolve(world, hybrid=False, retention=None, attention_chunk_size=None,
+                     local_groups=1), actions
     if world.sliding_window is not None:
         yield evolve(world, sliding_window=None, max_in_flight_tokens=None, hybrid=False,
-                     retention=None), actions
+                     retention=None, local_groups=1), actions
     yield from _resends_made_fresh(world, actions)
     yield from _sampled_into_prompt(world, actions)
     yield from _steps_merged(world, actions)

@@ -57,6 +57,8 @@ class PrefixCacheWorld:
     # A hybrid model's local group attending within chunks of this many tokens in place of
     # the sliding window (Llama 4's chunked local attention).
     attention_chunk_size: int | None = None
+    # A hybrid model's groups of the local spec (Llama 4 Scout: three chunked-local groups).
+    local_groups: int = 1
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -68,7 +70,8 @@ class PrefixCacheWorld:
                     max_in_flight_tokens=self.max_in_flight_tokens,
                     kv_connector=self.kv_connector, hash_lookahead=self.hash_lookahead,
                     hybrid=self.hybrid, retention=self.retention,
-                    attention_chunk_size=self.attention_chunk_size)
+                    attention_chunk_size=self.attention_chunk_size,
+                    local_groups=self.local_groups)
 
 
 @st.composite
@@ -147,11 +150,18 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
             max_in_flight_tokens = draw(st.sampled_from(IN_FLIGHT_TOKENS))
             retention = draw(st.sampled_from((0, None)))
         sliding_window, retention = None, retention and 0
+    # A third of the hybrid worlds have two or three local groups (a model with more local
+    # layers than full ones: vLLM's hybrid allocator groups layers in equal numbers), each
+    # taking its blocks from the same pool, which gets a prompt's worth more per group.
+    local_groups = 1
+    if hybrid and draw(st.integers(0, 2)) == 0:
+        local_groups = draw(st.integers(2, 3))
+        num_blocks += (local_groups - 1) * draw(st.integers(0, blocks_longest))
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
                             reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,
                             kv_connector, hash_lookahead, hybrid, retention,
-                            attention_chunk_size)
+                            attention_chunk_size, local_groups)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

@@ -571,3 +571,28 @@ def test_a_chunked_local_admission_is_capped_at_a_chunk_and_a_step(target, num_b
     agrees(FIT, cache.allocate_slots("r0", 2, hit=hit),
            ((1, 2), (3, 4)) if admitted else None)
     _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_block_index_is_a_hit_only_where_every_local_group_caches_it(target):
+    """Scenario: blocks of one token, full attention beside two chunked-local groups of
+    chunks of 2 (a model with twice as many local layers as full ones). r0 computes four
+    tokens, samples a fifth and steps: its next token starts a chunk, so both local groups
+    give back their four blocks (the first group's, last first, then the second's) and the
+    step takes one block per group. r1's one-token step takes three blocks from the front:
+    three of the first local group's cached blocks. r2 = (1, 2, 3, 9): full attention's run
+    is three blocks (r0 holds them), and its next token's chunk starts at the third block,
+    whose prefix (1, 2, 3) the second local group still caches but the first does not: the
+    hit stops before it, at the chunk's start, and the run's end is the boundary."""
+    cache = _chunked(target, drives=("local_groups",), num_blocks=16, block_size=1,
+                     max_model_len=8, attention_chunk_size=2, local_groups=2)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4)),
+           ((1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11, 12)))
+    cache.append_token_ids("r0", (5,))
+    agrees(FIT, cache.allocate_slots("r0", 1), ((13,), (14,), (15,)))
+    agrees(FREEQ, cache.free_queue(), (8, 7, 6, 5, 12, 11, 10, 9))
+    agrees(FIT, _computed(cache, "r1", (7,)), ((8,), (7,), (6,)))
+    cache.add_request(PrefixRequest("r2", (1, 2, 3, 9)))
+    agrees(HIT, cache.get_computed_blocks("r2"),
+           Hit(((1, 2), (0, 0), (0, 0)), 2, shared_prefix_boundary=3))
+    _valid(cache)

@@ -13,7 +13,8 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                         max_in_flight_tokens: int | None = None,
                         kv_connector: bool = False, hash_lookahead: int = 0,
                         hybrid: bool = False, retention: int | None = None,
-                        attention_chunk_size: int | None = None) -> dict:
+                        attention_chunk_size: int | None = None,
+                        local_groups: int = 1) -> dict:
     """A pool of ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens;
     ``uncached_first``: where a block released without a cached hash goes in the free queue
     (vLLM's target takes its release's answer and ignores it); ``enable_caching`` and
@@ -37,7 +38,10 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     size: those and one run per interval); ``attention_chunk_size``: with ``hybrid``, group
     1 is a chunked-local group of chunks of that many tokens instead of a sliding window (a
     Llama 4 model's, as vLLM 0.33.0 builds it by default: without EAGLE, which makes vLLM
-    serve such a model with full attention alone)."""
+    serve such a model with full attention alone); ``local_groups``: with ``hybrid``, the
+    groups of the local spec after full attention's (vLLM's hybrid allocator gives each
+    group as many layers as the full-attention group has: Llama 4 Scout's 48 layers are one
+    full-attention group of 12 and three chunked-local groups of 12)."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -70,6 +74,11 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                            f"model with EAGLE by full attention alone) a multiple >= 2 of the "
                            f"block size ({block_size}, as vLLM's attention backend requires), "
                            f"got {attention_chunk_size!r}")
+    if not isinstance(local_groups, int) or local_groups < 1 or (local_groups > 1 and
+                                                                  not hybrid):
+        raise HarnessError(f"local_groups must be 1, or with hybrid=True an integer >= 1 (the "
+                           f"groups of the local spec beside full attention), got "
+                           f"{local_groups!r}")
     if attention_chunk_size is not None and retention:
         raise HarnessError(f"retention must be None or 0 beside a chunked-local group: vLLM "
                            f"refuses a prefix_cache_retention_interval where no group is a "
@@ -87,4 +96,4 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                 sliding_window=sliding_window, max_in_flight_tokens=max_in_flight_tokens,
                 kv_connector=bool(kv_connector), hash_lookahead=hash_lookahead,
                 hybrid=bool(hybrid), retention=retention,
-                attention_chunk_size=attention_chunk_size)
+                attention_chunk_size=attention_chunk_size, local_groups=local_groups)

@@ -21,6 +21,7 @@ class PrefixCachePort(Protocol):
     hybrid: bool                      # full attention (group 0) beside a local group (1)
     retention: int | None             # a hybrid window's retention interval (None: dense)
     attention_chunk_size: int | None  # the local group's chunk (None: a sliding window)
+    local_groups: int                 # a hybrid pool's groups of the local spec
 
     def add_request(self, request: PrefixRequest) -> None: ...
     def get_computed_blocks(self, request_id: str) -> Hit: ...

@@ -78,7 +78,7 @@ class NativePrefixCache:
                  sliding_window: int | None = None, max_in_flight_tokens: int | None = None,
                  kv_connector: bool = False, hash_lookahead: int = 0, hybrid: bool = False,
                  retention: int | None = None, attention_chunk_size: int | None = None,
-                 bugs: frozenset[str] = frozenset()):
+                 local_groups: int = 1, bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
@@ -88,12 +88,13 @@ class NativePrefixCache:
         self.sliding_window, self.max_in_flight_tokens = sliding_window, max_in_flight_tokens
         self.kv_connector, self.hash_lookahead = kv_connector, hash_lookahead
         self.hybrid, self.retention = hybrid, retention
-        self.attention_chunk_size = attention_chunk_size
+        self.attention_chunk_size, self.local_groups = attention_chunk_size, local_groups
         self.junction: dict[str, int] = {}    # each request's last hit's shared-prefix end
-        # Per group (full attention first where there are two).
+        # Per group: full attention first in a hybrid pool, then its local groups (one spec).
         local = self._chunked(attention_chunk_size) if attention_chunk_size else \
             self._window(sliding_window)
-        self.groups = [Attention(FULL_ATTENTION), local] if hybrid else [local]
+        self.groups = [Attention(FULL_ATTENTION)] + [local] * local_groups if hybrid \
+            else [local]
         self.refs = [0] * num_blocks
         self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.hash_of: list[tuple | None] = [None] * num_blocks     # as cached_blocks names it
@@ -142,52 +143,68 @@ class NativePrefixCache:
             return Hit(self._shape([[] for _ in self.groups]))
         limit = len(tokens) if "pc-hit-last-token" in self.bugs else len(tokens) - 1
         if not self.hybrid:
-            found = self._dropped(self._hit_in(0, request_id, limit // size))
+            found = self._dropped([b for b, in self._hit_in((0,), request_id, limit // size)])
             return Hit(tuple(found), len(found) * size)
-        # Full attention's run, then the window's hit within it, the run cut to that; with
-        # EAGLE each searches one block past its bound (within the hashes) and drops it.
+        # Full attention's run, then the local groups' hit within it, the run cut to that;
+        # with EAGLE each searches one block past its bound (within the hashes) and drops it.
         hashed = (len(tokens) - self.hash_lookahead) // size
-        found = self._dropped(self._hit_in(0, request_id,
-                                           min(limit // size + self.use_eagle, hashed)))
-        window = self._dropped(self._hit_in(1, request_id,
-                                            min(len(found) + self.use_eagle, hashed)))
-        boundary = len(found) * size if len(found) > len(window) else 0
+        found = self._dropped([b for b, in self._hit_in(
+            (0,), request_id, min(limit // size + self.use_eagle, hashed))])
+        local = self._dropped(self._hit_in(tuple(range(1, len(self.groups))), request_id,
+                                           min(len(found) + self.use_eagle, hashed)))
+        boundary = len(found) * size if len(found) > len(local) else 0
         self.junction[request_id] = boundary
         if "pc-hybrid-run-uncut" not in self.bugs:
-            found = found[:len(window)]
-        return Hit((tuple(found), tuple(window)), len(window) * size, boundary)
+            found = found[:len(local)]
+        # One column per local group (every index holds one block of each).
+        columns = zip(*local, strict=True) if local else [() for _ in range(self.local_groups)]
+        return Hit((tuple(found), *map(tuple, columns)), len(local) * size, boundary)
 
     def _dropped(self, found: list[int]) -> list[int]:
         if self.use_eagle and found and "pc-eagle-keeps-last" not in self.bugs:
             found.pop()
         return found
 
-    def _hit_in(self, group: int, request_id: str, num_blocks: int) -> list[int]:
-        """``group``'s cached run among the first ``num_blocks`` blocks: from the first
-        block (full attention), or from the right the first run as long as the window reads,
-        the null block before it, failing that the (shorter) run from the first block."""
-        kind, span, hit_blocks, _ = self.groups[group]
+    def _hit_in(self, groups: tuple[int, ...], request_id: str,
+                num_blocks: int) -> list[tuple[int, ...]]:
+        """The cached run of ``groups`` (of one spec) among the first ``num_blocks`` blocks,
+        each block index as the blocks of the groups (cached only where all cache it): from
+        the first block (full attention), or from the right the first run as long as the
+        window reads, the null block before it, failing that the (shorter) run from the
+        first block."""
+        kind, span, hit_blocks, _ = self.groups[groups[0]]
+        null = (NULL_BLOCK,) * len(groups)
         if kind != SLIDING_WINDOW:
             # Forward from the first block read: the first (full attention), or the first of
             # the chunk holding the lookup's end (the null block in the slots before it).
             start = 0 if kind == FULL_ATTENTION else \
                 num_blocks * self.block_size // span * span // self.block_size
-            found = [NULL_BLOCK] * start
+            found = [null] * start
             for n in range(start, num_blocks):
-                blocks = self.by_hash.get(self._named(group, request_id, (n + 1) *
-                                                      self.block_size))
-                if not blocks:
+                blocks = self._lookup(groups, request_id, (n + 1) * self.block_size)
+                if blocks is None:
                     break
-                found.append(blocks[0])
+                found.append(blocks)
             return found
-        run: list[int] = []
+        run: list[tuple[int, ...]] = []
         for n in range(num_blocks - 1, -1, -1):
-            blocks = self.by_hash.get(self._named(group, request_id,
-                                                  (n + 1) * self.block_size))
-            run = [blocks[0], *run] if blocks else []
+            blocks = self._lookup(groups, request_id, (n + 1) * self.block_size)
+            run = [blocks, *run] if blocks is not None else []
             if len(run) == hit_blocks:
-                return [NULL_BLOCK] * n + run
+                return [null] * n + run
         return run          # the scan ended at the first block: the run from it
+
+    def _lookup(self, groups: tuple[int, ...], request_id: str,
+                end: int) -> tuple[int, ...] | None:
+        """The block each of ``groups`` finds the request's first ``end`` tokens cached in,
+        or None where one of them has none."""
+        found = []
+        for group in groups:
+            blocks = self.by_hash.get(self._named(group, request_id, end))
+            if not blocks:
+                return None
+            found.append(blocks[0])
+        return tuple(found)
 
     def _behind_window(self, group: int, num_computed: int, giving_back: bool = False) -> int:
         """Blocks no next token of ``group`` reads: behind the window, or in the chunks

@@ -56,7 +56,8 @@ class VllmPrefixCache:
                  watermark: float = 0.0, sliding_window: int | None = None,
                  max_in_flight_tokens: int | None = None, kv_connector: bool = False,
                  hash_lookahead: int = 0, hybrid: bool = False,
-                 retention: int | None = None, attention_chunk_size: int | None = None):
+                 retention: int | None = None, attention_chunk_size: int | None = None,
+                 local_groups: int = 1):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -88,6 +89,9 @@ class VllmPrefixCache:
         # without EAGLE; unset, or without the hybrid coordinator, the model's chunked-local
         # layers are full attention: the world is full attention alone.
         self.attention_chunk_size = attention_chunk_size if self.hybrid else None
+        # The hybrid allocator's groups of the local spec (one per as many layers as full
+        # attention has): the hybrid coordinator looks a block up in all of them at once.
+        self.local_groups = local_groups if self.hybrid else 1
         if self.attention_chunk_size is not None:   # it caps the chunked group's admissions
             self.max_in_flight_tokens = max_in_flight_tokens    # (0.33.0 has the keyword)
         # A world option the release is not driven with (its rules were not read): the
@@ -112,7 +116,8 @@ class VllmPrefixCache:
             spec = _chunked_local(kv, spec, self.attention_chunk_size)
         groups = [kv.KVCacheGroupSpec(["layer"], spec)]
         if self.hybrid:         # full attention is group 0, as a hybrid model's config has it
-            groups = [kv.KVCacheGroupSpec(["full"], full), kv.KVCacheGroupSpec(["local"], spec)]
+            groups = [kv.KVCacheGroupSpec(["full"], full)] + [
+                kv.KVCacheGroupSpec([f"local{i}"], spec) for i in range(self.local_groups)]
         # A hybrid pool's retention, as the engine passes CacheConfig's (vLLM 0.33.0: 0).
         self.retention = retention if self.hybrid else None
         extra = {} if self.retention is None else \
@@ -193,7 +198,7 @@ class VllmPrefixCache:
         connector's load past the hit, synchronous, or asynchronous with
         ``delay_cache_blocks`` (the request then waits for the remote KV, holding its
         blocks, and ``reserved_blocks`` stay free for the prefills in flight)."""
-        hit = hit or Hit(self._shaped([[]] * (1 + self.hybrid)))
+        hit = hit or Hit(self._shaped([[]] * (1 + self.hybrid * self.local_groups)))
         req = self.requests[request_id]
         groups = hit.block_ids if self.hybrid else (hit.block_ids,)
         computed = None if not any(groups) else \
@@ -469,9 +474,10 @@ def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       max_in_flight_tokens: int | None = None,
                       kv_connector: bool = False, hash_lookahead: int = 0,
                       hybrid: bool = False, retention: int | None = None,
-                      attention_chunk_size: int | None = None) -> VllmPrefixCache:
+                      attention_chunk_size: int | None = None,
+                      local_groups: int = 1) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
                            enable_kv_cache_events, reserve_full_isl, watermark,
                            sliding_window, max_in_flight_tokens, kv_connector, hash_lookahead,
-                           hybrid, retention, attention_chunk_size)
+                           hybrid, retention, attention_chunk_size, local_groups)
