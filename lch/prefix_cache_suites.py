@@ -1,11 +1,14 @@
 """The prefix cache's mutation subjects (its manifest names them; ``lch/suites.py`` gathers
-them): vLLM's ``BlockPool``, ``FreeKVCacheBlockQueue`` and ``KVCacheManager``, each judged by
+them): vLLM's ``BlockPool``, ``FreeKVCacheBlockQueue`` and ``KVCacheManager``, and for hybrid
+pools the ``HybridKVCacheCoordinator``'s hit search and the ``ChunkedLocalAttentionManager``,
+each judged by
 the harness's prefix-cache suites with ``--target vllm`` (the written-out scenarios first:
 cheap kills; for the pool, its own calls beside a second pool too) and by vLLM's own unit
 tests of that class from the release's sdist.
 
 Mutated methods: the path the suites drive, one full-attention group (hits, allocation,
-eviction, freeing, reset, events). Left out, for each class, what only other configurations
+eviction, freeing, reset, events), and a hybrid pool's hit (full attention beside one or
+more local groups of one spec). Left out, for each class, what only other configurations
 reach (partial-block hashes, pinning, move_block_hashes, KV-connector and Mamba hooks,
 metrics); the free queue is small and mutated whole.
 """
@@ -59,6 +62,16 @@ def subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
                      "reset_prefix_cache", "take_events", "get_blocks", "get_block_ids",
                      "create_kv_cache_blocks", "cache_blocks", "prefix_cache_lookup_enabled",
                      "remove_skipped_blocks")),
+        # The hybrid coordinator's hit: its fixed point over the specs, the EAGLE drop, the
+        # cut of full attention's blocks, the shared prefix. Its partial-hash and DCP parts
+        # are left out (not driven).
+        "vllm.v1.core.kv_cache_coordinator:HybridKVCacheCoordinator": Subject(
+            harness=(SCENARIOS, MACHINE),
+            upstream=UPSTREAM_CORE, support=SUPPORT,
+            methods=("verify_and_split_kv_cache_groups", "find_longest_cache_hit")),
+        "vllm.v1.core.single_type_kv_cache_manager:ChunkedLocalAttentionManager": Subject(
+            harness=(SCENARIOS, MACHINE),
+            upstream=UPSTREAM_CORE, support=SUPPORT),
     }
 
 
