@@ -35,7 +35,10 @@ groups beside one full-attention group); a local block index counts as cached on
 every local group caches it. A hit is the longest prefix all can serve: the full-attention
 run, then the local groups' hit within it, and the full-attention blocks cut to that;
 where the local hit is shorter, the full-attention run's end is the shared-prefix boundary
-vLLM reports (``Hit.shared_prefix_boundary``).
+vLLM reports (``Hit.shared_prefix_boundary``). A model may pair full attention with two
+sliding windows of different sizes (``second_window``: one more group, after the first
+window's): the hit is then the longest prefix within the run that both windows serve
+(each needs the blocks its own window covers at the hit's end).
 A step takes each group's blocks in group order (the hits first, then a connector's blocks,
 then new blocks), caches the groups' blocks in group order, and a finished request releases
 each group's blocks (last first) in group order. Tables, hits and new blocks are then one
@@ -135,6 +138,7 @@ class PrefixCacheModel:
     # sliding window (vLLM's attention_chunk_size).
     attention_chunk_size: int | None = None
     local_groups: int = 1           # a hybrid pool's groups of the local spec
+    second_window: int | None = None    # a hybrid pool's last group: another window
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[list[int]]] = field(factory=dict)   # request -> its blocks, by group
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
@@ -158,6 +162,8 @@ class PrefixCacheModel:
                              "sliding_window or attention_chunk_size")
         if self.attention_chunk_size is not None and not self.hybrid:
             raise ValueError("a chunked-local group comes beside full attention: give hybrid")
+        if self.second_window is not None and (self.sliding_window is None or self.use_eagle):
+            raise ValueError("a second window comes beside a first one, without EAGLE")
         if self.local_groups < 1 or (self.local_groups > 1 and not self.hybrid):
             raise ValueError("local_groups counts a hybrid pool's local groups: at least 1, "
                              "more only with hybrid")
@@ -176,8 +182,16 @@ class PrefixCacheModel:
             local = (SLIDING_WINDOW, self.sliding_window)
         else:
             local = (FULL_ATTENTION, None)
-        return ((FULL_ATTENTION, None),) + (local,) * self.local_groups if self.hybrid \
-            else (local,)
+        second = ((SLIDING_WINDOW, self.second_window),) if self.second_window else ()
+        return ((FULL_ATTENTION, None),) + (local,) * self.local_groups + second \
+            if self.hybrid else (local,)
+
+    @property
+    def local_specs(self) -> list[tuple[int, ...]]:
+        """A hybrid pool's local groups, spec by spec (each spec's groups are looked up
+        together)."""
+        first = tuple(range(1, 1 + self.local_groups))
+        return [first, (len(self.groups) - 1,)] if self.second_window else [first]
 
     def shaped(self, per_group):
         """A per-group answer as the port gives it: one tuple per group, or, with one group,
@@ -279,30 +293,32 @@ class PrefixCacheModel:
         keys = self.block_keys(request_id)
         capped = keys[:(len(state.tokens) - 1) // self.block_size]
         if not self.hybrid:
-            blocks, = self._group_hit((0,), capped)
+            blocks, = self._group_hit([(0,)], capped)
             return Hit(tuple(blocks), len(blocks) * self.block_size)
         # With EAGLE each group looks one block past its bound (the length cap, then the
         # run), within the request's hashes, and drops it: a hybrid pool's hit may end at the
         # cap itself, where one group's ends a block short of it.
-        run, = self._group_hit((0,), keys[:len(capped) + self.use_eagle])
-        local = self._group_hit(range(1, len(self.groups)), keys[:len(run) + self.use_eagle])
+        run, = self._group_hit([(0,)], keys[:len(capped) + self.use_eagle])
+        local = self._group_hit(self.local_specs, keys[:len(run) + self.use_eagle])
         boundary = len(run) * self.block_size if len(run) > len(local[0]) else 0
         self.junction[request_id] = boundary      # the scheduler keeps it on the request
         return Hit((tuple(run[:len(local[0])]), *map(tuple, local)),
                    len(local[0]) * self.block_size, boundary)
 
-    def _group_hit(self, groups, keys: list[BlockKey]) -> list[list[int]]:
-        """The hit of ``groups`` (of one spec) among ``keys``, one block list per group: the
-        longest prefix whose last blocks the spec reads (all, the window's, the chunk's) are
-        cached in every one of them, the null block before them; with EAGLE one block
-        less."""
-        caches = [self.cached_in(group) for group in groups]
-        first = self._first_read
-        spec = groups[0]
-        end = max(e for e in range(len(keys) + 1)
-                  if all(k in cached for cached in caches for k in keys[first(spec, e):e]))
-        hits = [[NULL_BLOCK if i < first(spec, end) else cached[keys[i]] for i in range(end)]
-                for cached in caches]
+    def _group_hit(self, specs: list[tuple[int, ...]],
+                   keys: list[BlockKey]) -> list[list[int]]:
+        """The hit of the groups of ``specs`` among ``keys``, one block list per group in
+        group order: the longest prefix whose last blocks each spec reads (all, the
+        window's, the chunk's) are cached in every group of that spec, the null block before
+        them; with EAGLE one block less."""
+        cached = {group: self.cached_in(group) for spec in specs for group in spec}
+
+        def served(spec, end):
+            return all(k in cached[g] for g in spec
+                       for k in keys[self._first_read(spec[0], end):end])
+        end = max(e for e in range(len(keys) + 1) if all(served(spec, e) for spec in specs))
+        hits = [[NULL_BLOCK if i < self._first_read(group, end) else cached[group][keys[i]]
+                 for i in range(end)] for spec in specs for group in spec]
         return [blocks[:-1] if self.use_eagle and blocks else blocks for blocks in hits]
 
     def _first_read(self, group: int, end: int) -> int:

@@ -58,8 +58,16 @@ class Reach:
 
 SCHEDULER_PASS = "properties.scheduler_pass_machine"
 TIERED_LOOKUP = "properties.tiered_lookup_machine"
+PREFIX_CACHE = "properties.prefix_cache_machine"
+# Hazards a main machine leaves to a further machine that reaches them: why, by hazard.
+LEFT_TO = {f"{PREFIX_CACHE}:PrefixCacheMachine": dict.fromkeys(
+    ("local groups: a prefix cached in one and not in another",
+     "two windows: the hit cut by the second window",
+     "two windows: a second round cut the hit"),
+    "a hit in a hybrid world of several local groups or two windows (a few in a hundred of "
+    "the main machine's worlds): HybridPrefixCacheMachine reaches it")}
 REACHES = [
-    *(Reach(spec) for _, spec in sorted(MACHINES.items())),
+    *(Reach(spec, unreached=LEFT_TO.get(spec, {})) for _, spec in sorted(MACHINES.items())),
     # The policy machines' larger worlds exist for their own hazards (``POLICY_HAZARDS``);
     # the mixed machine reaches the rest. Their programs are long (100 steps): 50 examples.
     Reach(f"{TIERED_LOOKUP}:TieredLookupLRUMachine", 50,
@@ -91,6 +99,18 @@ REACHES = [
            "waiting request held back under a watermark")),
     Reach(f"{SCHEDULER_PASS}:PrefixKvSchedulerPassMachine", 150,
           ("prefix hit skipped an encoder input", "prefix hit on a free cached block")),
+    # The prefix cache in hybrid worlds only.
+    Reach(f"{PREFIX_CACHE}:HybridPrefixCacheMachine", 150, (
+        "hybrid: the window's hit shorter than full attention's",
+        "local groups: a prefix cached in one and not in another",
+        "two windows: the hit cut by the second window",
+        "two windows: a second round cut the hit",
+        "chunked local: hit past the chunks before it"), unreached={
+        "two windows: a second round cut the hit": "not met in these worlds (results/hazards/"
+        "prefix-cache-hybrid-hazards-seeds-0-3.json): the first window must lack, at the "
+        "length the second cut the hit to, blocks it had at the longer one, and a chain's "
+        "later blocks leave the free queue before its earlier ones; a gap in what the "
+        "worlds reach, not a promise shown kept"}),
 ]
 
 

@@ -71,6 +71,8 @@ HAZARDS = (
     "lookahead hash: a computed block waits for its next token",
     "hybrid: the window's hit shorter than full attention's",
     "local groups: a prefix cached in one and not in another",
+    "two windows: the hit cut by the second window",
+    "two windows: a second round cut the hit",
 )
 
 PROPERTIES = {
@@ -110,7 +112,7 @@ class PrefixCacheMachine(HarnessMachine):
             "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first",
             "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark",
             "sliding_window", "max_in_flight_tokens", "kv_connector", "hash_lookahead",
-            "hybrid", "retention", "attention_chunk_size", "local_groups"))
+            "hybrid", "retention", "attention_chunk_size", "local_groups", "second_window"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
@@ -119,10 +121,12 @@ class PrefixCacheMachine(HarnessMachine):
         # An option the target's release is not driven with: noted, and the world runs
         # without it (the target was built so; the model and the reproducer follow).
         for option, off in (("sliding_window", dict(sliding_window=None,
-                                                    max_in_flight_tokens=None)),
+                                                    max_in_flight_tokens=None,
+                                                    second_window=None)),
                             ("kv_connector", dict(kv_connector=False)),
                             ("hybrid", dict(hybrid=False, retention=None,
-                                            attention_chunk_size=None, local_groups=1)),
+                                            attention_chunk_size=None, local_groups=1,
+                                            second_window=None)),
                             # a release without lookahead hashes drops the EAGLE block
                             ("hash_lookahead", dict(hash_lookahead=0, use_eagle=True))):
             if getattr(world, option) and not getattr(self.cache, f"drives_{option}", True):
@@ -144,7 +148,8 @@ class PrefixCacheMachine(HarnessMachine):
                   "hybrid": self.cache.hybrid,
                   "retention": self.cache.retention,
                   "attention_chunk_size": self.cache.attention_chunk_size,
-                  "local_groups": getattr(self.cache, "local_groups", 1)}
+                  "local_groups": getattr(self.cache, "local_groups", 1),
+                  "second_window": getattr(self.cache, "second_window", None)}
         self.model = PrefixCacheModel(**config, event_fields=self.cache.event_fields)
         self.arrived = 0
         self.finished: set[int] = set()
@@ -522,6 +527,8 @@ class PrefixCacheMachine(HarnessMachine):
                 self.hazard("hit shared with a running request")
         if hit.shared_prefix_boundary:
             self.hazard("hybrid: the window's hit shorter than full attention's")
+        if model.second_window and model.enable_caching:
+            self._note_two_windows(keys[:(model.num_tokens(rid) - 1) // model.block_size])
         if model.local_groups > 1:
             local = [set(model.cached_in(g)) for g in range(1, len(model.groups))]
             if any(len({key in cached for cached in local}) > 1 for key in keys):
@@ -536,6 +543,19 @@ class PrefixCacheMachine(HarnessMachine):
             self.hazard("hit capped at the last token")
         if model.use_eagle and min(run, usable) > len(model.by_group(hit.block_ids)[0]):
             self.hazard("EAGLE dropped the last hit block")
+
+    def _note_two_windows(self, keys: list) -> None:
+        """Where the second window's hit at the first's is shorter, and where the first's
+        at that length is shorter again (the hit needs a second round over the specs)."""
+        model = self.model
+        first, second = model.local_specs
+        run, = model._group_hit([(0,)], keys)
+        at_first = len(model._group_hit([first], keys[:len(run)])[0])
+        at_second = len(model._group_hit([second], keys[:at_first])[0])
+        if at_second < at_first:
+            self.hazard("two windows: the hit cut by the second window")
+            if len(model._group_hit([first], keys[:at_second])[0]) < at_second:
+                self.hazard("two windows: a second round cut the hit")
 
     def _note_release(self, rid: str) -> None:
         model = self.model
@@ -634,3 +654,15 @@ def duplicate_listings(calls: list[tuple[tuple[int, ...], dict[int, int]]]) -> l
                 wrong.append(f"free_blocks listed block {block} {times}x (ref_cnt "
                              f"{refs[block]}) in {list(listed)}")
     return wrong
+
+
+
+class HybridPrefixCacheMachine(PrefixCacheMachine):
+    """The machine in hybrid models' worlds only: full attention beside a sliding window's
+    or a chunked-local model's groups, several of one spec, or two windows
+    (``prefix_cache_worlds(hybrid_only=True)``), each of which the main machine draws in a
+    fifth of its worlds or fewer."""
+
+    @initialize(world=prefix_cache_worlds(hybrid_only=True))
+    def setup(self, world):
+        PrefixCacheMachine.setup(self, world)

@@ -23,7 +23,8 @@ SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")
 def simpler_worlds(world, actions: list[tuple]):
     """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
     prompt logprobs, shrink the pool, the block size or the length cap, turn EAGLE or its
-    lookahead hashes off, one local group for several, one group for two, turn caching and
+    lookahead hashes off, no second window, one local group for several, one group for two,
+    turn caching and
     events back on and the admission gates off, full attention for a sliding window, no KV
     connector (the default world), make a resent prompt a fresh request, fold a sampled
     token into the prompt, merge a request's two steps, lower a step's chunk, lookahead or
@@ -69,6 +70,8 @@ def simpler_worlds(world, actions: list[tuple]):
         yield evolve(world, max_in_flight_tokens=None), actions
     if world.retention is not None:
         yield evolve(world, retention=None), actions
+    if world.second_window is not None:
+        yield evolve(world, second_window=None), actions
     if world.local_groups > 1:
         yield evolve(world, local_groups=1), actions
     if world.attention_chunk_size is not None:       # the window in the chunk's place
@@ -76,10 +79,10 @@ def simpler_worlds(world, actions: list[tuple]):
                      sliding_window=world.attention_chunk_size), actions
     if world.hybrid:        # a chunked-local model without it: full attention alone
         yield evolve(world, hybrid=False, retention=None, attention_chunk_size=None,
-                     local_groups=1), actions
+                     local_groups=1, second_window=None), actions
     if world.sliding_window is not None:
         yield evolve(world, sliding_window=None, max_in_flight_tokens=None, hybrid=False,
-                     retention=None, local_groups=1), actions
+                     retention=None, local_groups=1, second_window=None), actions
     yield from _resends_made_fresh(world, actions)
     yield from _sampled_into_prompt(world, actions)
     yield from _steps_merged(world, actions)

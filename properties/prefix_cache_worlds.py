@@ -59,6 +59,8 @@ class PrefixCacheWorld:
     attention_chunk_size: int | None = None
     # A hybrid model's groups of the local spec (Llama 4 Scout: three chunked-local groups).
     local_groups: int = 1
+    # A hybrid window model's second window (a last group of another window size).
+    second_window: int | None = None
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -71,12 +73,13 @@ class PrefixCacheWorld:
                     kv_connector=self.kv_connector, hash_lookahead=self.hash_lookahead,
                     hybrid=self.hybrid, retention=self.retention,
                     attention_chunk_size=self.attention_chunk_size,
-                    local_groups=self.local_groups)
+                    local_groups=self.local_groups, second_window=self.second_window)
 
 
 @st.composite
-def prefix_cache_worlds(draw, max_requests: int = 5):
-    """Request i is ``r<i>``; stems are runs of 10, 20, ... so a key shows its stem."""
+def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False):
+    """Request i is ``r<i>``; stems are runs of 10, 20, ... so a key shows its stem.
+    ``hybrid_only``: every world a hybrid model's (full attention beside local groups)."""
     block_size = draw(st.sampled_from(BLOCK_SIZES))
     stems = [tuple(range(10 * (s + 1), 10 * (s + 1) + block_size * draw(st.integers(1, 2))))
              for s in range(draw(st.integers(1, 2)))]
@@ -110,7 +113,7 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
     # A third of the worlds have one sliding-window group; the scheduler then steps at most
     # ``max_in_flight_tokens`` tokens of a request at once, where it is set.
     sliding_window = max_in_flight_tokens = None
-    if draw(st.integers(0, 2)) == 2:
+    if hybrid_only or draw(st.integers(0, 2)) == 2:
         sliding_window = draw(st.sampled_from(SLIDING_WINDOWS))
         max_in_flight_tokens = draw(st.sampled_from(IN_FLIGHT_TOKENS))
     kv_connector = draw(st.integers(0, 3)) == 3       # a quarter of the worlds
@@ -121,7 +124,7 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
         use_eagle, hash_lookahead = False, 1
     # Half the sliding-window worlds are a hybrid model's: full attention beside the window,
     # each request holding blocks in both groups of one pool (which then needs more blocks).
-    hybrid = sliding_window is not None and draw(st.booleans())
+    hybrid = sliding_window is not None and (hybrid_only or draw(st.booleans()))
     if hybrid:
         num_blocks += draw(st.integers(0, blocks_longest))
         # Half of them load through a KV connector: a load leaves the window's group without
@@ -157,11 +160,20 @@ def prefix_cache_worlds(draw, max_requests: int = 5):
     if hybrid and draw(st.integers(0, 2)) == 0:
         local_groups = draw(st.integers(2, 3))
         num_blocks += (local_groups - 1) * draw(st.integers(0, blocks_longest))
+    # A third of the hybrid window worlds without EAGLE have a second window of another
+    # size in one more group (a model whose local layers use two windows): the hit is then
+    # searched over three specs, each window needing its own blocks at the hit's end.
+    second_window = None
+    if hybrid and sliding_window is not None and not use_eagle and \
+            draw(st.integers(0, 2)) == 0:
+        second_window = draw(st.sampled_from([w for w in SLIDING_WINDOWS
+                                              if w != sliding_window]))
+        num_blocks += draw(st.integers(0, blocks_longest))
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
                             reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,
                             kv_connector, hash_lookahead, hybrid, retention,
-                            attention_chunk_size, local_groups)
+                            attention_chunk_size, local_groups, second_window)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

@@ -6,9 +6,13 @@ with the property's message and the reproducer's path.
 
 from __future__ import annotations
 
-from properties.prefix_cache_machine import PrefixCacheMachine
+from properties.prefix_cache_machine import HybridPrefixCacheMachine, PrefixCacheMachine
 from properties.run import check_machine
 
 
 def test_prefix_cache_machine(target, reproducer_dir):
     check_machine(PrefixCacheMachine, target, reproducer_dir)
+
+
+def test_hybrid_prefix_cache_machine(target, reproducer_dir):
+    check_machine(HybridPrefixCacheMachine, target, reproducer_dir)

@@ -596,3 +596,29 @@ def test_a_block_index_is_a_hit_only_where_every_local_group_caches_it(target):
     agrees(HIT, cache.get_computed_blocks("r2"),
            Hit(((1, 2), (0, 0), (0, 0)), 2, shared_prefix_boundary=3))
     _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_hit_with_two_windows_is_the_longest_both_serve(target):
+    """Scenario: blocks of one token, full attention beside a window of 2 (group 1) and one
+    of 3 (group 2). r0 computes five tokens, samples a sixth and steps: each window gives
+    back the blocks behind it (the window of 2 four, the window of 3 three, the last first)
+    and the step takes one block per group. r1's one-token step takes three blocks from the
+    front: the window of 2's cached (1..4), (1..3) and (1, 2). r2 = (1, 2, 3, 4, 9): full
+    attention's run is four blocks (r0 holds them); the window of 3 could end a hit there
+    (it caches (1, 2, 3) and (1..4)), but the window of 2 caches only (1) of that run: the
+    hit is one token, each window's block for it, and the run's end is the boundary."""
+    cache = _hybrid(target, drives=("second_window",), num_blocks=19, block_size=1,
+                    max_model_len=8, sliding_window=2, second_window=3)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5)),
+           ((1, 2, 3, 4, 5), (6, 7, 8, 9, 10), (11, 12, 13, 14, 15)))
+    cache.append_token_ids("r0", (6,))
+    agrees(FIT, cache.allocate_slots("r0", 1), ((16,), (17,), (18,)))
+    agrees(TABLES, cache.get_block_ids("r0"),
+           ((1, 2, 3, 4, 5, 16), (0, 0, 0, 0, 10, 17), (0, 0, 0, 14, 15, 18)))
+    agrees(FREEQ, cache.free_queue(), (9, 8, 7, 6, 13, 12, 11))
+    agrees(FIT, _computed(cache, "r1", (7,)), ((9,), (8,), (7,)))
+    cache.add_request(PrefixRequest("r2", (1, 2, 3, 4, 9)))
+    agrees(HIT, cache.get_computed_blocks("r2"),
+           Hit(((1,), (6,), (11,)), 1, shared_prefix_boundary=4))
+    _valid(cache)

@@ -14,7 +14,7 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                         kv_connector: bool = False, hash_lookahead: int = 0,
                         hybrid: bool = False, retention: int | None = None,
                         attention_chunk_size: int | None = None,
-                        local_groups: int = 1) -> dict:
+                        local_groups: int = 1, second_window: int | None = None) -> dict:
     """A pool of ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens;
     ``uncached_first``: where a block released without a cached hash goes in the free queue
     (vLLM's target takes its release's answer and ignores it); ``enable_caching`` and
@@ -41,7 +41,9 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     serve such a model with full attention alone); ``local_groups``: with ``hybrid``, the
     groups of the local spec after full attention's (vLLM's hybrid allocator gives each
     group as many layers as the full-attention group has: Llama 4 Scout's 48 layers are one
-    full-attention group of 12 and three chunked-local groups of 12)."""
+    full-attention group of 12 and three chunked-local groups of 12); ``second_window``: with
+    ``hybrid`` and a ``sliding_window``, one more group, a sliding window of another size
+    (vLLM's hybrid coordinator then searches the hit over three specs), without EAGLE."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -79,6 +81,12 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
         raise HarnessError(f"local_groups must be 1, or with hybrid=True an integer >= 1 (the "
                            f"groups of the local spec beside full attention), got "
                            f"{local_groups!r}")
+    if second_window is not None and (
+            not hybrid or sliding_window is None or not isinstance(second_window, int)
+            or second_window < 2 or second_window == sliding_window or use_eagle):
+        raise HarnessError(f"second_window must be None, or with hybrid=True, a "
+                           f"sliding_window and use_eagle off, an integer >= 2 other than "
+                           f"the first window ({sliding_window!r}), got {second_window!r}")
     if attention_chunk_size is not None and retention:
         raise HarnessError(f"retention must be None or 0 beside a chunked-local group: vLLM "
                            f"refuses a prefix_cache_retention_interval where no group is a "
@@ -96,4 +104,5 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                 sliding_window=sliding_window, max_in_flight_tokens=max_in_flight_tokens,
                 kv_connector=bool(kv_connector), hash_lookahead=hash_lookahead,
                 hybrid=bool(hybrid), retention=retention,
-                attention_chunk_size=attention_chunk_size, local_groups=local_groups)
+                attention_chunk_size=attention_chunk_size, local_groups=local_groups,
+                second_window=second_window)

@@ -22,6 +22,7 @@ class PrefixCachePort(Protocol):
     retention: int | None             # a hybrid window's retention interval (None: dense)
     attention_chunk_size: int | None  # the local group's chunk (None: a sliding window)
     local_groups: int                 # a hybrid pool's groups of the local spec
+    second_window: int | None         # a hybrid pool's last group: another window
 
     def add_request(self, request: PrefixRequest) -> None: ...
     def get_computed_blocks(self, request_id: str) -> Hit: ...

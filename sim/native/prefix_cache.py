@@ -78,7 +78,8 @@ class NativePrefixCache:
                  sliding_window: int | None = None, max_in_flight_tokens: int | None = None,
                  kv_connector: bool = False, hash_lookahead: int = 0, hybrid: bool = False,
                  retention: int | None = None, attention_chunk_size: int | None = None,
-                 local_groups: int = 1, bugs: frozenset[str] = frozenset()):
+                 local_groups: int = 1, second_window: int | None = None,
+                 bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
@@ -89,12 +90,18 @@ class NativePrefixCache:
         self.kv_connector, self.hash_lookahead = kv_connector, hash_lookahead
         self.hybrid, self.retention = hybrid, retention
         self.attention_chunk_size, self.local_groups = attention_chunk_size, local_groups
+        self.second_window = second_window
         self.junction: dict[str, int] = {}    # each request's last hit's shared-prefix end
         # Per group: full attention first in a hybrid pool, then its local groups (one spec).
         local = self._chunked(attention_chunk_size) if attention_chunk_size else \
             self._window(sliding_window)
         self.groups = [Attention(FULL_ATTENTION)] + [local] * local_groups if hybrid \
             else [local]
+        if second_window:       # another window's group, last
+            self.groups.append(self._window(second_window))
+        # The local groups by spec, looked up together.
+        self.specs = [tuple(range(1, 1 + local_groups))] + \
+            ([(len(self.groups) - 1,)] if second_window else [])
         self.refs = [0] * num_blocks
         self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.hash_of: list[tuple | None] = [None] * num_blocks     # as cached_blocks names it
@@ -150,15 +157,26 @@ class NativePrefixCache:
         hashed = (len(tokens) - self.hash_lookahead) // size
         found = self._dropped([b for b, in self._hit_in(
             (0,), request_id, min(limit // size + self.use_eagle, hashed))])
-        local = self._dropped(self._hit_in(tuple(range(1, len(self.groups))), request_id,
-                                           min(len(found) + self.use_eagle, hashed)))
-        boundary = len(found) * size if len(found) > len(local) else 0
+        # Each spec in turn cuts the candidate length to its own hit within it, until a
+        # whole round leaves it (a window's hit at a shorter length may need other blocks).
+        length = len(found)
+        while True:
+            hits = []
+            for spec in self.specs:
+                hits.append(self._dropped(self._hit_in(
+                    spec, request_id, min(length + self.use_eagle, hashed))))
+                length = len(hits[-1])
+            if len(self.specs) == 1 or all(len(hit) == length for hit in hits):
+                break
+        boundary = len(found) * size if len(found) > length else 0
         self.junction[request_id] = boundary
         if "pc-hybrid-run-uncut" not in self.bugs:
-            found = found[:len(local)]
-        # One column per local group (every index holds one block of each).
-        columns = zip(*local, strict=True) if local else [() for _ in range(self.local_groups)]
-        return Hit((tuple(found), *map(tuple, columns)), len(local) * size, boundary)
+            found = found[:length]
+        columns = []
+        for spec, local in zip(self.specs, hits, strict=True):
+            # One column per group of the spec (every index holds one block of each).
+            columns += zip(*local, strict=True) if local else [() for _ in spec]
+        return Hit((tuple(found), *map(tuple, columns)), length * size, boundary)
 
     def _dropped(self, found: list[int]) -> list[int]:
         if self.use_eagle and found and "pc-eagle-keeps-last" not in self.bugs:

@@ -57,7 +57,7 @@ class VllmPrefixCache:
                  max_in_flight_tokens: int | None = None, kv_connector: bool = False,
                  hash_lookahead: int = 0, hybrid: bool = False,
                  retention: int | None = None, attention_chunk_size: int | None = None,
-                 local_groups: int = 1):
+                 local_groups: int = 1, second_window: int | None = None):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -92,6 +92,7 @@ class VllmPrefixCache:
         # The hybrid allocator's groups of the local spec (one per as many layers as full
         # attention has): the hybrid coordinator looks a block up in all of them at once.
         self.local_groups = local_groups if self.hybrid else 1
+        self.second_window = second_window if self.hybrid and self.sliding_window else None
         if self.attention_chunk_size is not None:   # it caps the chunked group's admissions
             self.max_in_flight_tokens = max_in_flight_tokens    # (0.33.0 has the keyword)
         # A world option the release is not driven with (its rules were not read): the
@@ -118,6 +119,9 @@ class VllmPrefixCache:
         if self.hybrid:         # full attention is group 0, as a hybrid model's config has it
             groups = [kv.KVCacheGroupSpec(["full"], full)] + [
                 kv.KVCacheGroupSpec([f"local{i}"], spec) for i in range(self.local_groups)]
+            if self.second_window is not None:
+                groups.append(kv.KVCacheGroupSpec(["second"], _sliding_window(
+                    kv, full, self.second_window)))
         # A hybrid pool's retention, as the engine passes CacheConfig's (vLLM 0.33.0: 0).
         self.retention = retention if self.hybrid else None
         extra = {} if self.retention is None else \
@@ -198,7 +202,7 @@ class VllmPrefixCache:
         connector's load past the hit, synchronous, or asynchronous with
         ``delay_cache_blocks`` (the request then waits for the remote KV, holding its
         blocks, and ``reserved_blocks`` stay free for the prefills in flight)."""
-        hit = hit or Hit(self._shaped([[]] * (1 + self.hybrid * self.local_groups)))
+        hit = hit or Hit(self._shaped([[]] * len(self.manager.kv_cache_config.kv_cache_groups)))
         req = self.requests[request_id]
         groups = hit.block_ids if self.hybrid else (hit.block_ids,)
         computed = None if not any(groups) else \
@@ -475,9 +479,11 @@ def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       kv_connector: bool = False, hash_lookahead: int = 0,
                       hybrid: bool = False, retention: int | None = None,
                       attention_chunk_size: int | None = None,
-                      local_groups: int = 1) -> VllmPrefixCache:
+                      local_groups: int = 1,
+                      second_window: int | None = None) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
                            enable_kv_cache_events, reserve_full_isl, watermark,
                            sliding_window, max_in_flight_tokens, kv_connector, hash_lookahead,
-                           hybrid, retention, attention_chunk_size, local_groups)
+                           hybrid, retention, attention_chunk_size, local_groups,
+                           second_window)
