@@ -148,8 +148,8 @@ class PrefixCacheMachine(HarnessMachine):
                   "hybrid": self.cache.hybrid,
                   "retention": self.cache.retention,
                   "attention_chunk_size": self.cache.attention_chunk_size,
-                  "local_groups": getattr(self.cache, "local_groups", 1),
-                  "second_window": getattr(self.cache, "second_window", None)}
+                  "local_groups": self.cache.local_groups,
+                  "second_window": self.cache.second_window}
         self.model = PrefixCacheModel(**config, event_fields=self.cache.event_fields)
         self.arrived = 0
         self.finished: set[int] = set()
