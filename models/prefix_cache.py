@@ -162,8 +162,8 @@ class PrefixCacheModel:
                              "sliding_window or attention_chunk_size")
         if self.attention_chunk_size is not None and not self.hybrid:
             raise ValueError("a chunked-local group comes beside full attention: give hybrid")
-        if self.second_window is not None and (self.sliding_window is None or self.use_eagle):
-            raise ValueError("a second window comes beside a first one, without EAGLE")
+        if self.second_window is not None and self.sliding_window is None:
+            raise ValueError("a second window comes beside a first one: give sliding_window")
         if self.local_groups < 1 or (self.local_groups > 1 and not self.hybrid):
             raise ValueError("local_groups counts a hybrid pool's local groups: at least 1, "
                              "more only with hybrid")

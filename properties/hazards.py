@@ -106,11 +106,12 @@ REACHES = [
         "two windows: the hit cut by the second window",
         "two windows: a second round cut the hit",
         "chunked local: hit past the chunks before it"), unreached={
-        "two windows: a second round cut the hit": "not met in these worlds (results/hazards/"
-        "prefix-cache-hybrid-hazards-seeds-0-3.json): the first window must lack, at the "
-        "length the second cut the hit to, blocks it had at the longer one, and a chain's "
-        "later blocks leave the free queue before its earlier ones; a gap in what the "
-        "worlds reach, not a promise shown kept"}),
+        "two windows: a second round cut the hit": "not met by these random worlds "
+        "(results/hazards/prefix-cache-hybrid-hazards-seeds-0-3.json): the first window must "
+        "lack, at the length the second cut the hit to, a block it had at the longer one, "
+        "which takes one exact eviction; the callers reach it, and two written-out "
+        "scenarios (test_prefix_cache_scenarios.py, 'searched_again', one with EAGLE) check "
+        "it on every target"}),
 ]
 
 

@@ -530,7 +530,7 @@ class PrefixCacheMachine(HarnessMachine):
         if model.second_window and model.enable_caching:
             self._note_two_windows(keys[:(model.num_tokens(rid) - 1) // model.block_size])
         if model.local_groups > 1:
-            local = [set(model.cached_in(g)) for g in range(1, len(model.groups))]
+            local = [set(model.cached_in(g)) for g in model.local_specs[0]]
             if any(len({key in cached for cached in local}) > 1 for key in keys):
                 self.hazard("local groups: a prefix cached in one and not in another")
         run = 0

@@ -133,9 +133,11 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False):
         if not kv_connector and not hash_lookahead:
             kv_connector = draw(st.booleans())
     # vLLM 0.33.0's default retention (0: the window keeps only the runs below the replay
-    # boundaries and junctions) in most hybrid worlds, dense or one run per two blocks in
-    # the others.
-    retention = draw(st.sampled_from((0, 0, None, 2 * block_size))) if hybrid else None
+    # boundaries and junctions) in most hybrid worlds, dense or one run per two or four
+    # blocks in the others (any multiple of the block size is accepted; with EAGLE a window
+    # reads a block more, so an interval of two blocks keeps every one).
+    retention = draw(st.sampled_from((0, 0, None, 2 * block_size, 4 * block_size))) \
+        if hybrid else None
     # A third of the worlds without EAGLE (vLLM serves a chunked-local model with EAGLE by
     # full attention alone) are a chunked-local model's, full attention beside chunks of one
     # to three blocks (two tokens at least), so prompts cross chunks: a hybrid world with the
@@ -160,12 +162,12 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False):
     if hybrid and draw(st.integers(0, 2)) == 0:
         local_groups = draw(st.integers(2, 3))
         num_blocks += (local_groups - 1) * draw(st.integers(0, blocks_longest))
-    # A third of the hybrid window worlds without EAGLE have a second window of another
-    # size in one more group (a model whose local layers use two windows): the hit is then
-    # searched over three specs, each window needing its own blocks at the hit's end.
+    # A third of the hybrid window worlds have a second window of another size in one more
+    # group (a model whose local layers use two windows): the hit is then searched over
+    # three specs, each window needing its own blocks at the hit's end (with EAGLE, and the
+    # block after it that each spec's search drops).
     second_window = None
-    if hybrid and sliding_window is not None and not use_eagle and \
-            draw(st.integers(0, 2)) == 0:
+    if hybrid and sliding_window is not None and draw(st.integers(0, 2)) == 0:
         second_window = draw(st.sampled_from([w for w in SLIDING_WINDOWS
                                               if w != sliding_window]))
         num_blocks += draw(st.integers(0, blocks_longest))

@@ -622,3 +622,74 @@ def test_a_hit_with_two_windows_is_the_longest_both_serve(target):
     agrees(HIT, cache.get_computed_blocks("r2"),
            Hit(((1,), (6,), (11,)), 1, shared_prefix_boundary=4))
     _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_hit_the_second_window_cuts_is_searched_again_by_the_first(target):
+    """Scenario: blocks of one token, full attention beside a window of 3 (group 1) and one
+    of 2 (group 2), a retention interval of 2 tokens: the window of 3 needs two blocks for a
+    hit, so it caches every block; the window of 2 needs one, so it keeps one block in two
+    (the second of each pair) and the run below the replay boundary. r0 = (1..7) computes
+    five tokens, then two: that step's windows give back the blocks behind them (the window
+    of 3 its first three, the last first, then the window of 2's two cached ones; its
+    uncached ones go to the front and the step takes them). r0 finishes, and r1's one-token
+    step takes three blocks from the front: two uncached ones and the window of 3's (1, 2, 3).
+    r2 = (1..6): full attention's run is five blocks; the window of 3 serves a hit of five,
+    the window of 2 (which does not cache (1..5)) cuts it to four, where the window of 3
+    lacks (1, 2, 3): searched again, it serves two, as does the window of 2. The hit is two
+    tokens, and the run's end is the boundary."""
+    cache = _hybrid(target, drives=("second_window",), num_blocks=20, block_size=1,
+                    max_model_len=10, sliding_window=3, second_window=2, retention=2)
+    prompt = (1, 2, 3, 4, 5, 6, 7)
+    cache.add_request(PrefixRequest("r0", prompt))
+    agrees(FIT, cache.allocate_slots("r0", 5, hit=cache.get_computed_blocks("r0")),
+           ((1, 2, 3, 4, 5), (6, 7, 8, 9, 10), (11, 12, 13, 14, 15)))
+    agrees(CACHED, sorted(len(key[1]) for key in cache.cached_blocks() if key[0] == 2), [2, 4])
+    agrees(FIT, cache.allocate_slots("r0", 2), ((13, 11), (16, 17), (18, 19)))
+    cache.free("r0")
+    agrees(FREEQ, cache.free_queue(),
+           (19, 15, 8, 7, 6, 14, 12, 11, 13, 5, 4, 3, 2, 1, 17, 16, 10, 9, 18))
+    agrees(FIT, _computed(cache, "r1", (9,)), ((19,), (15,), (8,)))
+    cache.add_request(PrefixRequest("r2", prompt[:6]))
+    agrees(HIT, cache.get_computed_blocks("r2"),
+           Hit(((1, 2), (6, 7), (0, 12)), 2, shared_prefix_boundary=5))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_eagle_hit_searched_again_needs_each_window_s_dropped_block(target):
+    """Scenario: blocks of one token, EAGLE, full attention beside a window of 3 (group 1)
+    and one of 2 (group 2), a retention interval of 4 tokens. r0..r4 compute prefixes of
+    (1..10) and of other prompts, leaving full attention caching every prefix of (1..10),
+    the window of 3 all but those of 3 and 4 tokens, the window of 2 all but those of 3 and
+    7. With EAGLE a hit of n blocks needs each group to cache the block after it too (each
+    group's search looks one block further and drops it), and a window the blocks it reads
+    before that. r5 = (1..7): full attention's run, capped, is six blocks; the window of 3
+    serves six; the window of 2, which lacks (1..7), cuts it to five. At five the window of 3
+    lacks (1..4): searched again it serves two, where the window of 2 must look again (with
+    its dropped block, (1, 2, 3), which it lacks): one. The hit is one token."""
+    cache = _hybrid(target, drives=("second_window",), num_blocks=35, block_size=1,
+                    max_model_len=16, sliding_window=3, second_window=2, retention=4,
+                    use_eagle=True)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5)),
+           ((1, 2, 3, 4, 5), (6, 7, 8, 9, 10), (11, 12, 13, 14, 15)))
+    cache.free("r0")
+    prompt = tuple(range(1, 11))
+    cache.add_request(PrefixRequest("r1", prompt[:7]))
+    agrees(FIT, cache.allocate_slots("r1", 3, hit=cache.get_computed_blocks("r1")),
+           ((12, 11, 6), (16, 17, 18), (19, 20, 21)))
+    cache.free("r1")
+    agrees(FIT, _computed(cache, "r2", (1, 2, 53)), ((22, 23, 24), (25, 26, 27), (28, 29, 30)))
+    cache.add_request(PrefixRequest("r3", prompt))
+    agrees(FIT, cache.allocate_slots("r3", 2, hit=cache.get_computed_blocks("r3")),
+           ((31, 32), (33, 34), (7, 15)))
+    agrees(FIT, cache.allocate_slots("r3", 2), ((7, 13), (6, 12), (18, 16)))
+    agrees(FIT, _computed(cache, "r4", (1,)), ((9,), (8,), (21,)))
+    prefixes = {group: sorted(len(key) for g, key in cache.cached_blocks()
+                              if g == group and key == prompt[:len(key)]) for group in (0, 1, 2)}
+    agrees(CACHED, prefixes, {0: list(range(1, 11)), 1: [1, 2, 5, 6, 7, 8, 9, 10],
+                              2: [1, 2, 4, 5, 6, 8, 9, 10]})
+    cache.add_request(PrefixRequest("r5", prompt[:7]))
+    agrees(HIT, cache.get_computed_blocks("r5"),
+           Hit(((1,), (25,), (28,)), 1, shared_prefix_boundary=6))
+    _valid(cache)

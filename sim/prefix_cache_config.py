@@ -43,7 +43,7 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     group as many layers as the full-attention group has: Llama 4 Scout's 48 layers are one
     full-attention group of 12 and three chunked-local groups of 12); ``second_window``: with
     ``hybrid`` and a ``sliding_window``, one more group, a sliding window of another size
-    (vLLM's hybrid coordinator then searches the hit over three specs), without EAGLE."""
+    (vLLM's hybrid coordinator then searches the hit over three specs)."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -83,10 +83,10 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                            f"{local_groups!r}")
     if second_window is not None and (
             not hybrid or sliding_window is None or not isinstance(second_window, int)
-            or second_window < 2 or second_window == sliding_window or use_eagle):
-        raise HarnessError(f"second_window must be None, or with hybrid=True, a "
-                           f"sliding_window and use_eagle off, an integer >= 2 other than "
-                           f"the first window ({sliding_window!r}), got {second_window!r}")
+            or second_window < 2 or second_window == sliding_window):
+        raise HarnessError(f"second_window must be None, or with hybrid=True and a "
+                           f"sliding_window, an integer >= 2 other than the first window "
+                           f"({sliding_window!r}), got {second_window!r}")
     if attention_chunk_size is not None and retention:
         raise HarnessError(f"retention must be None or 0 beside a chunked-local group: vLLM "
                            f"refuses a prefix_cache_retention_interval where no group is a "
