@@ -285,7 +285,8 @@ class PrefixCacheModel:
         less (its drafter recomputes the last block's hidden states; a sliding window needs
         one block more cached for it). With both groups, the local group's hit within the
         full-attention run's, which is cut to it (the run's end, where longer, is the shared
-        prefix's boundary); with EAGLE each looks one block past its bound and drops it.
+        prefix's boundary); with EAGLE only full attention, the group holding the drafter's
+        layer, looks one block past its bound and drops it (``drops``).
         Nothing with caching off, nor for a request that wants its prompt's logprobs."""
         state = self.requests[request_id]
         if not self.enable_caching or state.request.prompt_logprobs:
@@ -295,11 +296,11 @@ class PrefixCacheModel:
         if not self.hybrid:
             blocks, = self._group_hit([(0,)], capped)
             return Hit(tuple(blocks), len(blocks) * self.block_size)
-        # With EAGLE each group looks one block past its bound (the length cap, then the
-        # run), within the request's hashes, and drops it: a hybrid pool's hit may end at the
-        # cap itself, where one group's ends a block short of it.
+        # With EAGLE full attention looks one block past the length cap, within the request's
+        # hashes, and drops it: a hybrid pool's hit may end at the cap itself, where a
+        # single group's ends a block short of it. The local groups search within the run.
         run, = self._group_hit([(0,)], keys[:len(capped) + self.use_eagle])
-        local = self._group_hit(self.local_specs, keys[:len(run) + self.use_eagle])
+        local = self._group_hit(self.local_specs, keys[:len(run)])
         boundary = len(run) * self.block_size if len(run) > len(local[0]) else 0
         self.junction[request_id] = boundary      # the scheduler keeps it on the request
         return Hit((tuple(run[:len(local[0])]), *map(tuple, local)),
@@ -310,7 +311,7 @@ class PrefixCacheModel:
         """The hit of the groups of ``specs`` among ``keys``, one block list per group in
         group order: the longest prefix whose last blocks each spec reads (all, the
         window's, the chunk's) are cached in every group of that spec, the null block before
-        them; with EAGLE one block less."""
+        them; one block less in a group that drops EAGLE's block (``drops``)."""
         cached = {group: self.cached_in(group) for spec in specs for group in spec}
 
         def served(spec, end):
@@ -319,15 +320,25 @@ class PrefixCacheModel:
         end = max(e for e in range(len(keys) + 1) if all(served(spec, e) for spec in specs))
         hits = [[NULL_BLOCK if i < self._first_read(group, end) else cached[group][keys[i]]
                  for i in range(end)] for spec in specs for group in spec]
-        return [blocks[:-1] if self.use_eagle and blocks else blocks for blocks in hits]
+        groups = [group for spec in specs for group in spec]
+        return [blocks[:-1] if self.drops(group) and blocks else blocks
+                for group, blocks in zip(groups, hits, strict=True)]
+
+    def drops(self, group: int) -> bool:
+        """Whether ``group``'s hit search drops its last block for EAGLE: vLLM drops it only
+        in the groups holding the drafter's layers (``KVCacheGroupSpec.is_eagle_group``, from
+        the drafter's layer specs): the one group of a single-group pool; in a hybrid pool,
+        full attention's (the drafter's layer is full attention and joins that group), never
+        a local group's."""
+        return self.use_eagle and (not self.hybrid or group == 0)
 
     def _first_read(self, group: int, end: int) -> int:
         """The first block a hit of ``end`` blocks must find cached in ``group``: the first
-        (full attention), the first of the window's (one more with EAGLE), or the first of
-        the chunk the next token falls in."""
+        (full attention), the first of the window's (one more where it drops EAGLE's), or
+        the first of the chunk the next token falls in."""
         kind, span = self.groups[group]
         if kind == SLIDING_WINDOW:
-            return max(0, end - (-(-(span - 1) // self.block_size) + self.use_eagle))
+            return max(0, end - (-(-(span - 1) // self.block_size) + self.drops(group)))
         if kind == CHUNKED_LOCAL_ATTENTION:
             return self.skipped_blocks(group, end * self.block_size)
         return 0
@@ -634,17 +645,20 @@ class PrefixCacheModel:
     def _retained(self, request_id: str, group: int):
         """Which of the request's full blocks ``group`` caches: all but in a hybrid pool's
         window under a retention, where only the blocks a hit at a retained boundary reads
-        are kept: the window's run (one block more with EAGLE, which also shifts it one
-        block up) below the prompt's replay boundaries (its resend, capped at the last
-        token, and with EAGLE its extension) and the request's shared-prefix junction, and
+        are kept: the window's run (one block more where the group drops an EAGLE block,
+        which also shifts it one block up: never a hybrid pool's window) below the prompt's
+        replay boundaries (its resend, capped at the last token, and with EAGLE its
+        extension) and the request's shared-prefix junction, and
         with an interval, one such run at the end of each interval."""
         kind, window = self.groups[group]
         if not self.hybrid or kind != SLIDING_WINDOW or self.retention is None:
             return lambda i: True
-        size, eagle = self.block_size, int(self.use_eagle)
+        # The replay boundaries move with EAGLE anywhere in the pool; the run's length and
+        # its shift with the group's own drop (``drops``: never a hybrid pool's window).
+        size, eagle = self.block_size, int(self.drops(group))
         need = -(-(window - 1) // size) + eagle
         prompt = len(self.requests[request_id].request.prompt)
-        if eagle:
+        if self.use_eagle:
             ends = {max((prompt - 1) // size * size - size, 0),
                     max(prompt // size * size - size, 0)}
         else:

@@ -109,9 +109,8 @@ REACHES = [
         "two windows: a second round cut the hit": "not met by these random worlds "
         "(results/hazards/prefix-cache-hybrid-hazards-seeds-0-3.json): the first window must "
         "lack, at the length the second cut the hit to, a block it had at the longer one, "
-        "which takes one exact eviction; the callers reach it, and two written-out "
-        "scenarios (test_prefix_cache_scenarios.py, 'searched_again', one with EAGLE) check "
-        "it on every target"}),
+        "which takes one exact eviction; the callers reach it, and a written-out scenario "
+        "(test_prefix_cache_scenarios.py, 'searched_again') checks it on every target"}),
 ]
 
 

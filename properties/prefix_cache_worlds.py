@@ -134,8 +134,8 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False):
             kv_connector = draw(st.booleans())
     # vLLM 0.33.0's default retention (0: the window keeps only the runs below the replay
     # boundaries and junctions) in most hybrid worlds, dense or one run per two or four
-    # blocks in the others (any multiple of the block size is accepted; with EAGLE a window
-    # reads a block more, so an interval of two blocks keeps every one).
+    # blocks in the others (any multiple of the block size is accepted; an interval no longer
+    # than the run a window's hit reads keeps every block).
     retention = draw(st.sampled_from((0, 0, None, 2 * block_size, 4 * block_size))) \
         if hybrid else None
     # A third of the worlds without EAGLE (vLLM serves a chunked-local model with EAGLE by
@@ -164,8 +164,7 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False):
         num_blocks += (local_groups - 1) * draw(st.integers(0, blocks_longest))
     # A third of the hybrid window worlds have a second window of another size in one more
     # group (a model whose local layers use two windows): the hit is then searched over
-    # three specs, each window needing its own blocks at the hit's end (with EAGLE, and the
-    # block after it that each spec's search drops).
+    # three specs, each window needing its own blocks at the hit's end.
     second_window = None
     if hybrid and sliding_window is not None and draw(st.integers(0, 2)) == 0:
         second_window = draw(st.sampled_from([w for w in SLIDING_WINDOWS

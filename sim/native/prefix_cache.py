@@ -121,7 +121,9 @@ class NativePrefixCache:
     def _window(self, window: int | None) -> Attention:
         if window is None:
             return Attention(FULL_ATTENTION)
-        hit_blocks = -(-(window - 1) // self.block_size) + self.use_eagle
+        # EAGLE's drop is the drafter's group's: a window alone, not one beside full
+        # attention (the drafter's layer joins full attention's group).
+        hit_blocks = -(-(window - 1) // self.block_size) + (self.use_eagle and not self.hybrid)
         most_held = -(-min(window - 1 + (self.max_in_flight_tokens or self.max_model_len),
                            self.max_model_len) // self.block_size) + 1
         return Attention(SLIDING_WINDOW, window, hit_blocks, most_held)
@@ -153,7 +155,8 @@ class NativePrefixCache:
             found = self._dropped([b for b, in self._hit_in((0,), request_id, limit // size)])
             return Hit(tuple(found), len(found) * size)
         # Full attention's run, then the local groups' hit within it, the run cut to that;
-        # with EAGLE each searches one block past its bound (within the hashes) and drops it.
+        # with EAGLE full attention (the drafter's layer's group) searches one block past
+        # its bound (within the hashes) and drops it, the local groups do not.
         hashed = (len(tokens) - self.hash_lookahead) // size
         found = self._dropped([b for b, in self._hit_in(
             (0,), request_id, min(limit // size + self.use_eagle, hashed))])
@@ -163,8 +166,7 @@ class NativePrefixCache:
         while True:
             hits = []
             for spec in self.specs:
-                hits.append(self._dropped(self._hit_in(
-                    spec, request_id, min(length + self.use_eagle, hashed))))
+                hits.append(self._hit_in(spec, request_id, length))
                 length = len(hits[-1])
             if len(self.specs) == 1 or all(len(hit) == length for hit in hits):
                 break
@@ -497,13 +499,15 @@ class NativePrefixCache:
         kind, window, need, _ = self.groups[g]
         if not self.hybrid or kind != SLIDING_WINDOW or self.retention is None:
             return range(len(self.tokens[request_id]) // self.block_size + 1)
-        size, shift = self.block_size, int(self.use_eagle)
+        # A hybrid pool's window never drops an EAGLE block: no shift, no extra block; the
+        # prompt's replay points move with EAGLE all the same.
+        size, shift = self.block_size, 0
         per_segment = self.retention // size
         top = len(self.tokens[request_id]) // size + 1
         if per_segment and need >= per_segment:
             return range(top)
         prompt = len(self.sent[request_id].prompt)
-        points = [prompt - 1] if not shift else \
+        points = [prompt - 1] if not self.use_eagle else \
             [max((prompt - 1) // size * size - size, 0), max(prompt // size * size - size, 0)]
         junction = self.junction.get(request_id, 0)
         if junction:

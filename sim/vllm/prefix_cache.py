@@ -117,7 +117,12 @@ class VllmPrefixCache:
             spec = _chunked_local(kv, spec, self.attention_chunk_size)
         groups = [kv.KVCacheGroupSpec(["layer"], spec)]
         if self.hybrid:         # full attention is group 0, as a hybrid model's config has it
-            groups = [kv.KVCacheGroupSpec(["full"], full)] + [
+            # With EAGLE the drafter's layer (full attention) sits in full attention's group,
+            # which the engine marks (vLLM 0.33.0's kv_cache_planning: the groups holding a
+            # draft layer's spec): only that group drops its EAGLE block. Unmarked, vLLM would
+            # fall back to every group dropping one, a layout the engine does not build.
+            groups = [kv.KVCacheGroupSpec(["full", "draft"] if use_eagle else ["full"], full,
+                                          **({"is_eagle_group": True} if use_eagle else {}))] + [
                 kv.KVCacheGroupSpec([f"local{i}"], spec) for i in range(self.local_groups)]
             if self.second_window is not None:
                 groups.append(kv.KVCacheGroupSpec(["second"], _sliding_window(
