@@ -645,18 +645,16 @@ class PrefixCacheModel:
     def _retained(self, request_id: str, group: int):
         """Which of the request's full blocks ``group`` caches: all but in a hybrid pool's
         window under a retention, where only the blocks a hit at a retained boundary reads
-        are kept: the window's run (one block more where the group drops an EAGLE block,
-        which also shifts it one block up: never a hybrid pool's window) below the prompt's
-        replay boundaries (its resend, capped at the last token, and with EAGLE its
-        extension) and the request's shared-prefix junction, and
-        with an interval, one such run at the end of each interval."""
+        are kept: the window's run (a hybrid pool's window drops no EAGLE block: only the
+        drafter's full-attention group does) below the prompt's replay boundaries (its resend,
+        capped at the last token, and with EAGLE its extension) and the request's
+        shared-prefix junction, and with an interval, one such run at the end of each
+        interval."""
         kind, window = self.groups[group]
         if not self.hybrid or kind != SLIDING_WINDOW or self.retention is None:
             return lambda i: True
-        # The replay boundaries move with EAGLE anywhere in the pool; the run's length and
-        # its shift with the group's own drop (``drops``: never a hybrid pool's window).
-        size, eagle = self.block_size, int(self.drops(group))
-        need = -(-(window - 1) // size) + eagle
+        size = self.block_size
+        need = -(-(window - 1) // size)
         prompt = len(self.requests[request_id].request.prompt)
         if self.use_eagle:
             ends = {max((prompt - 1) // size * size - size, 0),
@@ -664,14 +662,13 @@ class PrefixCacheModel:
         else:
             ends = {prompt - 1}
         if self.junction.get(request_id):
-            ends |= {self.junction[request_id]} | ({self.junction[request_id] - size}
-                                                  if eagle else set())
-        tails = [b // size + eagle for b in ends]
+            ends.add(self.junction[request_id])
+        tails = [b // size for b in ends]
         per_segment = self.retention // size
         if per_segment and need >= per_segment:
             return lambda i: True
         return lambda i: any(end - need <= i < end for end in tails) or (
-            per_segment > 0 and i >= eagle and (i - eagle) % per_segment >= per_segment - need)
+            per_segment > 0 and i % per_segment >= per_segment - need)
 
     def _event(self, event: Event) -> None:
         if self.enable_kv_cache_events:

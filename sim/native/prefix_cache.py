@@ -499,9 +499,9 @@ class NativePrefixCache:
         kind, window, need, _ = self.groups[g]
         if not self.hybrid or kind != SLIDING_WINDOW or self.retention is None:
             return range(len(self.tokens[request_id]) // self.block_size + 1)
-        # A hybrid pool's window never drops an EAGLE block: no shift, no extra block; the
-        # prompt's replay points move with EAGLE all the same.
-        size, shift = self.block_size, 0
+        # A hybrid pool's window never drops an EAGLE block (only the drafter's full-attention
+        # group does): its runs end on the points; the replay points move with EAGLE all the same.
+        size = self.block_size
         per_segment = self.retention // size
         top = len(self.tokens[request_id]) // size + 1
         if per_segment and need >= per_segment:
@@ -509,13 +509,10 @@ class NativePrefixCache:
         prompt = len(self.sent[request_id].prompt)
         points = [prompt - 1] if not self.use_eagle else \
             [max((prompt - 1) // size * size - size, 0), max(prompt // size * size - size, 0)]
-        junction = self.junction.get(request_id, 0)
-        if junction:
-            points += [junction] + ([junction - size] if shift else [])
-        kept = {i for p in points for i in range(p // size + shift - need, p // size + shift)}
+        points += [self.junction[request_id]] if self.junction.get(request_id) else []
+        kept = {i for p in points for i in range(p // size - need, p // size)}
         if per_segment:
-            kept |= {i for i in range(shift, top)
-                     if (i - shift) % per_segment >= per_segment - need}
+            kept |= {i for i in range(top) if i % per_segment >= per_segment - need}
         return kept
 
     def _key(self, request_id: str, end: int) -> tuple:
