@@ -139,6 +139,9 @@ class PrefixCacheModel:
     attention_chunk_size: int | None = None
     local_groups: int = 1           # a hybrid pool's groups of the local spec
     second_window: int | None = None    # a hybrid pool's last group: another window
+    # The groups holding the drafter's layers, as vLLM's engine marks them
+    # (``KVCacheGroupSpec.is_eagle_group``): with EAGLE their specs drop a hit block.
+    eagle_groups: tuple[int, ...] = (0,)
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[list[int]]] = field(factory=dict)   # request -> its blocks, by group
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
@@ -285,52 +288,60 @@ class PrefixCacheModel:
         less (its drafter recomputes the last block's hidden states; a sliding window needs
         one block more cached for it). With both groups, the local group's hit within the
         full-attention run's, which is cut to it (the run's end, where longer, is the shared
-        prefix's boundary); with EAGLE only full attention, the group holding the drafter's
-        layer, looks one block past its bound and drops it (``drops``).
+        prefix's boundary); with EAGLE the specs of the groups holding the drafter's layers
+        look one block past their bound and drop it (``drops``).
         Nothing with caching off, nor for a request that wants its prompt's logprobs."""
         state = self.requests[request_id]
         if not self.enable_caching or state.request.prompt_logprobs:
             return Hit(self.shaped(() for _ in self.groups))
         keys = self.block_keys(request_id)
-        capped = keys[:(len(state.tokens) - 1) // self.block_size]
+        capped = (len(state.tokens) - 1) // self.block_size
         if not self.hybrid:
-            blocks, = self._group_hit([(0,)], capped)
+            blocks, = self._group_hit([(0,)], keys[:capped])
             return Hit(tuple(blocks), len(blocks) * self.block_size)
-        # With EAGLE full attention looks one block past the length cap, within the request's
-        # hashes, and drops it: a hybrid pool's hit may end at the cap itself, where a
-        # single group's ends a block short of it. The local groups search within the run.
-        run, = self._group_hit([(0,)], keys[:len(capped) + self.use_eagle])
-        local = self._group_hit(self.local_specs, keys[:len(run)])
+        # In a hybrid pool a spec that drops looks past the length cap, within the request's
+        # hashes: the hit may end at the cap itself, where a single group's ends a block
+        # short of it. The local groups search within full attention's run.
+        run, = self._group_hit([(0,)], keys, capped)
+        local = self._group_hit(self.local_specs, keys, len(run))
         boundary = len(run) * self.block_size if len(run) > len(local[0]) else 0
         self.junction[request_id] = boundary      # the scheduler keeps it on the request
         return Hit((tuple(run[:len(local[0])]), *map(tuple, local)),
                    len(local[0]) * self.block_size, boundary)
 
-    def _group_hit(self, specs: list[tuple[int, ...]],
-                   keys: list[BlockKey]) -> list[list[int]]:
-        """The hit of the groups of ``specs`` among ``keys``, one block list per group in
-        group order: the longest prefix whose last blocks each spec reads (all, the
-        window's, the chunk's) are cached in every group of that spec, the null block before
-        them; one block less in a group that drops EAGLE's block (``drops``)."""
+    def _group_hit(self, specs: list[tuple[int, ...]], keys: list[BlockKey],
+                   limit: int | None = None) -> list[list[int]]:
+        """The hit of the groups of ``specs`` among ``keys``, of at most ``limit`` blocks
+        (default: all), one block list per group in group order: the longest prefix whose
+        last blocks each spec reads (all, the window's, the chunk's) are cached in every
+        group of that spec, the null block before them. A spec that drops EAGLE's block
+        (``drops``) reads up to one block past the prefix, within ``keys``: its hit ended
+        there before the drop."""
         cached = {group: self.cached_in(group) for spec in specs for group in spec}
 
         def served(spec, end):
-            return all(k in cached[g] for g in spec
-                       for k in keys[self._first_read(spec[0], end):end])
-        end = max(e for e in range(len(keys) + 1) if all(served(spec, e) for spec in specs))
-        hits = [[NULL_BLOCK if i < self._first_read(group, end) else cached[group][keys[i]]
-                 for i in range(end)] for spec in specs for group in spec]
-        groups = [group for spec in specs for group in spec]
-        return [blocks[:-1] if self.drops(group) and blocks else blocks
-                for group, blocks in zip(groups, hits, strict=True)]
+            past = end + self.drops(spec[0])
+            return end == 0 or past <= len(keys) and all(
+                k in cached[g] for g in spec
+                for k in keys[self._first_read(spec[0], past):past])
+        end = max(e for e in range(len(keys) + 1 if limit is None else limit + 1)
+                  if all(served(spec, e) for spec in specs))
+        return [[NULL_BLOCK if i < self._first_read(group, end + self.drops(group))
+                 else cached[group][keys[i]] for i in range(end)]
+                for spec in specs for group in spec]
 
     def drops(self, group: int) -> bool:
-        """Whether ``group``'s hit search drops its last block for EAGLE: vLLM drops it only
-        in the groups holding the drafter's layers (``KVCacheGroupSpec.is_eagle_group``, from
-        the drafter's layer specs): the one group of a single-group pool; in a hybrid pool,
-        full attention's (the drafter's layer is full attention and joins that group), never
-        a local group's."""
-        return self.use_eagle and (not self.hybrid or group == 0)
+        """Whether ``group``'s hit search drops a block for EAGLE: vLLM drops it in the
+        groups holding the drafter's layers (``KVCacheGroupSpec.is_eagle_group``, from the
+        drafter's layer specs: ``eagle_groups``) and in every group of their spec (its
+        hybrid coordinator looks a spec's groups up together, the bit merged); the one
+        group of a single-group pool."""
+        return self.use_eagle and (not self.hybrid or any(
+            g in self.eagle_groups for g in self.spec_of(group)))
+
+    def spec_of(self, group: int) -> tuple[int, ...]:
+        """The groups of ``group``'s spec (looked up together)."""
+        return next((spec for spec in self.local_specs if group in spec), (group,))
 
     def _first_read(self, group: int, end: int) -> int:
         """The first block a hit of ``end`` blocks must find cached in ``group``: the first
@@ -645,16 +656,17 @@ class PrefixCacheModel:
     def _retained(self, request_id: str, group: int):
         """Which of the request's full blocks ``group`` caches: all but in a hybrid pool's
         window under a retention, where only the blocks a hit at a retained boundary reads
-        are kept: the window's run (a hybrid pool's window drops no EAGLE block: only the
-        drafter's full-attention group does) below the prompt's replay boundaries (its resend,
-        capped at the last token, and with EAGLE its extension) and the request's
-        shared-prefix junction, and with an interval, one such run at the end of each
-        interval."""
+        are kept: the window's run below the prompt's replay boundaries (its resend, capped
+        at the last token, and with EAGLE its extension) and the request's shared-prefix
+        junction, and with an interval, one such run at the end of each interval. A window
+        that drops EAGLE's block keeps the block past each run too, and the run ending a
+        block before the junction (a sibling diverging right after it has no block past it
+        to read)."""
         kind, window = self.groups[group]
         if not self.hybrid or kind != SLIDING_WINDOW or self.retention is None:
             return lambda i: True
-        size = self.block_size
-        need = -(-(window - 1) // size)
+        size, past = self.block_size, self.drops(group)
+        need = -(-(window - 1) // size) + past
         prompt = len(self.requests[request_id].request.prompt)
         if self.use_eagle:
             ends = {max((prompt - 1) // size * size - size, 0),
@@ -662,13 +674,13 @@ class PrefixCacheModel:
         else:
             ends = {prompt - 1}
         if self.junction.get(request_id):
-            ends.add(self.junction[request_id])
-        tails = [b // size for b in ends]
+            ends |= {self.junction[request_id], self.junction[request_id] - size * past}
+        tails = [b // size + past for b in ends]
         per_segment = self.retention // size
         if per_segment and need >= per_segment:
             return lambda i: True
         return lambda i: any(end - need <= i < end for end in tails) or (
-            per_segment > 0 and i % per_segment >= per_segment - need)
+            per_segment > 0 and i >= past and (i - past) % per_segment >= per_segment - need)
 
     def _event(self, event: Event) -> None:
         if self.enable_kv_cache_events:

@@ -43,6 +43,7 @@ HAZARDS = (
     "prefix hit",
     "hit capped at the last token",
     "EAGLE dropped the last hit block",
+    "EAGLE: a hit read past by the drafter's window",
     "hit revived a free block",
     "hit shared with a running request",
     "allocate_slots refused",
@@ -112,7 +113,8 @@ class PrefixCacheMachine(HarnessMachine):
             "num_blocks", "block_size", "max_model_len", "use_eagle", "uncached_first",
             "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark",
             "sliding_window", "max_in_flight_tokens", "kv_connector", "hash_lookahead",
-            "hybrid", "retention", "attention_chunk_size", "local_groups", "second_window"))
+            "hybrid", "retention", "attention_chunk_size", "local_groups", "second_window",
+            "eagle_groups"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
@@ -122,11 +124,11 @@ class PrefixCacheMachine(HarnessMachine):
         # without it (the target was built so; the model and the reproducer follow).
         for option, off in (("sliding_window", dict(sliding_window=None,
                                                     max_in_flight_tokens=None,
-                                                    second_window=None)),
+                                                    second_window=None, eagle_groups=(0,))),
                             ("kv_connector", dict(kv_connector=False)),
                             ("hybrid", dict(hybrid=False, retention=None,
                                             attention_chunk_size=None, local_groups=1,
-                                            second_window=None)),
+                                            second_window=None, eagle_groups=(0,))),
                             # a release without lookahead hashes drops the EAGLE block
                             ("hash_lookahead", dict(hash_lookahead=0, use_eagle=True))):
             if getattr(world, option) and not getattr(self.cache, f"drives_{option}", True):
@@ -543,6 +545,9 @@ class PrefixCacheMachine(HarnessMachine):
             self.hazard("hit capped at the last token")
         if model.use_eagle and min(run, usable) > len(model.by_group(hit.block_ids)[0]):
             self.hazard("EAGLE dropped the last hit block")
+        if hit.num_computed_tokens and model.hybrid and any(
+                model.drops(g) for g in range(1, len(model.groups))):
+            self.hazard("EAGLE: a hit read past by the drafter's window")
 
     def _note_two_windows(self, keys: list) -> None:
         """Where the second window's hit at the first's is shorter, and where the first's
@@ -550,11 +555,11 @@ class PrefixCacheMachine(HarnessMachine):
         model = self.model
         first, second = model.local_specs
         run, = model._group_hit([(0,)], keys)
-        at_first = len(model._group_hit([first], keys[:len(run)])[0])
-        at_second = len(model._group_hit([second], keys[:at_first])[0])
+        at_first = len(model._group_hit([first], keys, len(run))[0])
+        at_second = len(model._group_hit([second], keys, at_first)[0])
         if at_second < at_first:
             self.hazard("two windows: the hit cut by the second window")
-            if len(model._group_hit([first], keys[:at_second])[0]) < at_second:
+            if len(model._group_hit([first], keys, at_second)[0]) < at_second:
                 self.hazard("two windows: a second round cut the hit")
 
     def _note_release(self, rid: str) -> None:

@@ -23,12 +23,11 @@ SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")
 def simpler_worlds(world, actions: list[tuple]):
     """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
     prompt logprobs, shrink the pool, the block size or the length cap, turn EAGLE or its
-    lookahead hashes off, no second window, one local group for several, one group for two,
-    turn caching and
-    events back on and the admission gates off, full attention for a sliding window, no KV
-    connector (the default world), make a resent prompt a fresh request, fold a sampled
-    token into the prompt, merge a request's two steps, lower a step's chunk, lookahead or
-    connector load."""
+    lookahead hashes off, the drafter in full attention alone, no second window, one local
+    group for several, one group for two, turn caching and events back on and the admission
+    gates off, full attention for a sliding window, no KV connector (the default world),
+    make a resent prompt a fresh request, fold a sampled token into the prompt, merge a
+    request's two steps, lower a step's chunk, lookahead or connector load."""
     requests = world.requests
     for k in range(len(requests)):
         if len(requests) > 1:
@@ -54,7 +53,7 @@ def simpler_worlds(world, actions: list[tuple]):
     if world.max_model_len > max(len(r.prompt) for r in requests):
         yield evolve(world, max_model_len=world.max_model_len - 1), actions
     if world.use_eagle:
-        yield evolve(world, use_eagle=False), actions
+        yield evolve(world, use_eagle=False, eagle_groups=(0,)), actions
     if world.hash_lookahead:
         yield evolve(world, hash_lookahead=0), actions
     for switch in ("enable_caching", "enable_kv_cache_events"):
@@ -70,19 +69,24 @@ def simpler_worlds(world, actions: list[tuple]):
         yield evolve(world, max_in_flight_tokens=None), actions
     if world.retention is not None:
         yield evolve(world, retention=None), actions
+    if world.eagle_groups != (0,):
+        yield evolve(world, eagle_groups=(0,)), actions
     if world.second_window is not None:
-        yield evolve(world, second_window=None), actions
+        yield evolve(world, second_window=None,
+                     eagle_groups=_regrouped(world, world.local_groups, False)), actions
     if world.local_groups > 1:
-        yield evolve(world, local_groups=1), actions
+        yield evolve(world, local_groups=1,
+                     eagle_groups=_regrouped(world, 1, world.second_window)), actions
     if world.attention_chunk_size is not None:       # the window in the chunk's place
         yield evolve(world, attention_chunk_size=None,
                      sliding_window=world.attention_chunk_size), actions
     if world.hybrid:        # a chunked-local model without it: full attention alone
         yield evolve(world, hybrid=False, retention=None, attention_chunk_size=None,
-                     local_groups=1, second_window=None), actions
+                     local_groups=1, second_window=None, eagle_groups=(0,)), actions
     if world.sliding_window is not None:
         yield evolve(world, sliding_window=None, max_in_flight_tokens=None, hybrid=False,
-                     retention=None, local_groups=1, second_window=None), actions
+                     retention=None, local_groups=1, second_window=None,
+                     eagle_groups=(0,)), actions
     yield from _resends_made_fresh(world, actions)
     yield from _sampled_into_prompt(world, actions)
     yield from _steps_merged(world, actions)
@@ -164,3 +168,18 @@ def _renamed(requests: tuple[PrefixRequest, ...]) -> tuple[PrefixRequest, ...]:
     return tuple(evolve(r, request_id=f"r{k}") for k, r in enumerate(requests))
 
 
+
+
+def _regrouped(world, local_groups: int, second_window) -> tuple[int, ...]:
+    """The world's drafter groups with ``local_groups`` local groups and a second window or
+    none: a local group's mark on the last of them, the second window's after them (or
+    gone with it); full attention's where none is left."""
+    marked = []
+    for g in world.eagle_groups:
+        if g == 0:
+            marked.append(0)
+        elif g <= world.local_groups:
+            marked.append(min(g, local_groups))
+        elif second_window:
+            marked.append(local_groups + 1)
+    return tuple(dict.fromkeys(marked)) or (0,)

@@ -61,6 +61,9 @@ class PrefixCacheWorld:
     local_groups: int = 1
     # A hybrid window model's second window (a last group of another window size).
     second_window: int | None = None
+    # With EAGLE in a hybrid pool, the groups holding the drafter's layers (vLLM's
+    # is_eagle_group): full attention's, a window's, or both.
+    eagle_groups: tuple[int, ...] = (0,)
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -73,7 +76,8 @@ class PrefixCacheWorld:
                     kv_connector=self.kv_connector, hash_lookahead=self.hash_lookahead,
                     hybrid=self.hybrid, retention=self.retention,
                     attention_chunk_size=self.attention_chunk_size,
-                    local_groups=self.local_groups, second_window=self.second_window)
+                    local_groups=self.local_groups, second_window=self.second_window,
+                    eagle_groups=self.eagle_groups)
 
 
 @st.composite
@@ -170,11 +174,20 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False):
         second_window = draw(st.sampled_from([w for w in SLIDING_WINDOWS
                                               if w != sliding_window]))
         num_blocks += draw(st.integers(0, blocks_longest))
+    # With EAGLE in a hybrid window world the drafter's layer is full attention (it joins
+    # group 0), in half of them a layer of a window's size (vLLM 0.33.0's engine marks the
+    # groups holding the drafter's layers, and its hybrid coordinator merges the mark over
+    # a spec's groups: the drafter's window layer joins the local spec's last group, or
+    # the second window's), or a drafter of both.
+    eagle_groups = (0,)
+    if use_eagle and hybrid and draw(st.booleans()):
+        eagle_groups = draw(st.sampled_from([(local_groups,), (0, local_groups)] + (
+            [(local_groups + 1,)] if second_window else [])))
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
                             reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,
                             kv_connector, hash_lookahead, hybrid, retention,
-                            attention_chunk_size, local_groups, second_window)
+                            attention_chunk_size, local_groups, second_window, eagle_groups)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

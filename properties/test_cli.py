@@ -48,6 +48,17 @@ def test_invalid_cache_size_names_the_problem(size):
         make("native", "encoder_cache", cache_size=size)
 
 
+@pytest.mark.parametrize("eagle_groups, world", [
+    ((1,), dict(use_eagle=False)),                                  # no drafter
+    ((3,), dict(use_eagle=True)),                                   # no such group
+    ((1, 2), dict(use_eagle=True, second_window=2)),                # both windows
+])
+def test_a_drafter_group_the_pool_cannot_hold_names_the_problem(eagle_groups, world):
+    with pytest.raises(HarnessError, match=r"eagle_groups must be \(0,\), or with use_eagle"):
+        make("native", "prefix_cache", num_blocks=8, block_size=1, max_model_len=8,
+             hybrid=True, sliding_window=3, eagle_groups=eagle_groups, **world)
+
+
 def test_bug_of_another_subsystem_is_refused():
     with pytest.raises(HarnessError, match="no encoder_cache implementation|belongs to"):
         make("native:enc-stale-freed", "tiered_lookup")

@@ -677,3 +677,32 @@ def test_with_eagle_only_full_attention_drops_a_block_in_a_hybrid_pool(target):
     cache.add_request(PrefixRequest("r1", prompt))
     agrees(HIT, cache.get_computed_blocks("r1"), Hit(((1, 2, 3, 4, 5), (0, 0, 0, 10, 11)), 5))
     _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("local_groups", [1, 2])
+def test_with_the_drafter_in_a_window_the_window_keeps_and_reads_a_block_past_its_run(
+        target, local_groups):
+    """Scenario: as test_with_eagle_only_full_attention_drops_a_block_in_a_hybrid_pool, with
+    the drafter's layer a window of 3 (vLLM's test_eagle_swa_alignment_caches_extra_block
+    builds one): it sits in the last group of the window's spec, marked is_eagle_group, and
+    with two groups of that spec the mark holds for both. Full attention drops nothing now.
+    r0 = (1..6): each window group keeps the blocks a hit at a replay point (4 and 5 tokens)
+    reads and the block past it: its run needs three blocks, (1..3) to (1..6).
+    r1 = (1..7): full attention serves all six blocks; the window finds (1..4) to (1..6) and
+    drops the last, serving five. The hit is five tokens, and full attention's longer run
+    (six) is the shared-prefix boundary."""
+    cache = _hybrid(target, num_blocks=24, block_size=1, max_model_len=10, sliding_window=3,
+                    retention=0, use_eagle=True, local_groups=local_groups,
+                    eagle_groups=(local_groups,))
+    prompt = (1, 2, 3, 4, 5, 6)
+    windows = [tuple(range(1 + 6 * g, 7 + 6 * g)) for g in range(1, local_groups + 1)]
+    agrees(FIT, _computed(cache, "r0", prompt), ((1, 2, 3, 4, 5, 6), *windows))
+    for g in range(1, local_groups + 1):
+        agrees(CACHED, sorted(len(key) for group, key in cache.cached_blocks() if group == g),
+               [3, 4, 5, 6])
+    cache.free("r0")
+    cache.add_request(PrefixRequest("r1", prompt + (7,)))
+    agrees(HIT, cache.get_computed_blocks("r1"),
+           Hit(((1, 2, 3, 4, 5), *((0, 0, 0, w[3], w[4]) for w in windows)), 5, 6))
+    _valid(cache)

@@ -14,7 +14,8 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                         kv_connector: bool = False, hash_lookahead: int = 0,
                         hybrid: bool = False, retention: int | None = None,
                         attention_chunk_size: int | None = None,
-                        local_groups: int = 1, second_window: int | None = None) -> dict:
+                        local_groups: int = 1, second_window: int | None = None,
+                        eagle_groups: tuple[int, ...] = (0,)) -> dict:
     """A pool of ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens;
     ``uncached_first``: where a block released without a cached hash goes in the free queue
     (vLLM's target takes its release's answer and ignores it); ``enable_caching`` and
@@ -43,7 +44,11 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     group as many layers as the full-attention group has: Llama 4 Scout's 48 layers are one
     full-attention group of 12 and three chunked-local groups of 12); ``second_window``: with
     ``hybrid`` and a ``sliding_window``, one more group, a sliding window of another size
-    (vLLM's hybrid coordinator then searches the hit over three specs)."""
+    (vLLM's hybrid coordinator then searches the hit over three specs); ``eagle_groups``:
+    with ``use_eagle`` and ``hybrid``, the groups holding the drafter's layers, which vLLM's
+    engine marks ``is_eagle_group`` (a drafter's full-attention layer joins group 0, a
+    sliding-window layer of the window's size a window's group): their specs drop EAGLE's
+    block."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -96,6 +101,23 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
         raise HarnessError(f"retention must be None, or with hybrid=True 0 or a multiple of "
                            f"the block size ({block_size}) as vLLM's prefix_cache_retention_"
                            f"interval takes it, got {retention!r}")
+    eagle_groups = tuple(eagle_groups) if isinstance(eagle_groups, (tuple, list)) \
+        else eagle_groups
+    windows = ({*range(1, local_groups + 1)} if sliding_window is not None else set(),
+               {local_groups + 1} if second_window is not None else set())
+    if eagle_groups != (0,) and not (
+            use_eagle and hybrid and isinstance(eagle_groups, tuple) and eagle_groups
+            and all(isinstance(g, int) for g in eagle_groups)
+            and set(eagle_groups) <= {0}.union(*windows)
+            and len(eagle_groups) == len(set(eagle_groups))
+            and not all(set(eagle_groups) & w for w in windows)):
+        # Both windows holding the drafter's layers is left out: vLLM's hybrid coordinator
+        # then skips a verified window's drop after another window's cut (eagle_verified),
+        # which the model does not follow.
+        raise HarnessError(f"eagle_groups must be (0,), or with use_eagle=True and hybrid=True "
+                           f"distinct groups among full attention's (0) and the windows' "
+                           f"(1..{local_groups + (second_window is not None)}), in at most "
+                           f"one window's spec, got {eagle_groups!r}")
     return dict(num_blocks=num_blocks, block_size=block_size, max_model_len=max_model_len,
                 use_eagle=bool(use_eagle), uncached_first=bool(uncached_first),
                 enable_caching=bool(enable_caching),
@@ -105,4 +127,4 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                 kv_connector=bool(kv_connector), hash_lookahead=hash_lookahead,
                 hybrid=bool(hybrid), retention=retention,
                 attention_chunk_size=attention_chunk_size, local_groups=local_groups,
-                second_window=second_window)
+                second_window=second_window, eagle_groups=eagle_groups)

@@ -79,7 +79,7 @@ class NativePrefixCache:
                  kv_connector: bool = False, hash_lookahead: int = 0, hybrid: bool = False,
                  retention: int | None = None, attention_chunk_size: int | None = None,
                  local_groups: int = 1, second_window: int | None = None,
-                 bugs: frozenset[str] = frozenset()):
+                 eagle_groups: tuple[int, ...] = (0,), bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
@@ -92,16 +92,21 @@ class NativePrefixCache:
         self.attention_chunk_size, self.local_groups = attention_chunk_size, local_groups
         self.second_window = second_window
         self.junction: dict[str, int] = {}    # each request's last hit's shared-prefix end
+        # The local groups by spec, looked up together: after full attention's group in a
+        # hybrid pool, the local spec's, then a second window's.
+        self.specs = [tuple(range(1, 1 + local_groups))] + \
+            ([(local_groups + 1,)] if second_window else [])
+        # With EAGLE the groups whose hit search drops a block: the one group, or in a hybrid
+        # pool every group of a spec one of whose groups holds the drafter's layers.
+        self.dropping = set() if not use_eagle else {0} if not hybrid else {
+            g for spec in [(0,), *self.specs] if set(spec) & set(eagle_groups) for g in spec}
         # Per group: full attention first in a hybrid pool, then its local groups (one spec).
         local = self._chunked(attention_chunk_size) if attention_chunk_size else \
-            self._window(sliding_window)
+            self._window(sliding_window, (1 if hybrid else 0) in self.dropping)
         self.groups = [Attention(FULL_ATTENTION)] + [local] * local_groups if hybrid \
             else [local]
         if second_window:       # another window's group, last
-            self.groups.append(self._window(second_window))
-        # The local groups by spec, looked up together.
-        self.specs = [tuple(range(1, 1 + local_groups))] + \
-            ([(len(self.groups) - 1,)] if second_window else [])
+            self.groups.append(self._window(second_window, local_groups + 1 in self.dropping))
         self.refs = [0] * num_blocks
         self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.hash_of: list[tuple | None] = [None] * num_blocks     # as cached_blocks names it
@@ -118,12 +123,11 @@ class NativePrefixCache:
         self.waiting: set[str] = set()
         self.loading: set[str] = set()
 
-    def _window(self, window: int | None) -> Attention:
+    def _window(self, window: int | None, drops: bool) -> Attention:
         if window is None:
             return Attention(FULL_ATTENTION)
-        # EAGLE's drop is the drafter's group's: a window alone, not one beside full
-        # attention (the drafter's layer joins full attention's group).
-        hit_blocks = -(-(window - 1) // self.block_size) + (self.use_eagle and not self.hybrid)
+        # A window that drops EAGLE's block finds one block more before dropping it.
+        hit_blocks = -(-(window - 1) // self.block_size) + drops
         most_held = -(-min(window - 1 + (self.max_in_flight_tokens or self.max_model_len),
                            self.max_model_len) // self.block_size) + 1
         return Attention(SLIDING_WINDOW, window, hit_blocks, most_held)
@@ -152,21 +156,29 @@ class NativePrefixCache:
             return Hit(self._shape([[] for _ in self.groups]))
         limit = len(tokens) if "pc-hit-last-token" in self.bugs else len(tokens) - 1
         if not self.hybrid:
-            found = self._dropped([b for b, in self._hit_in((0,), request_id, limit // size)])
+            found = [b for b, in self._hit_in((0,), request_id, limit // size)]
+            if self.dropping:
+                found = self._dropped(found)
             return Hit(tuple(found), len(found) * size)
         # Full attention's run, then the local groups' hit within it, the run cut to that;
-        # with EAGLE full attention (the drafter's layer's group) searches one block past
-        # its bound (within the hashes) and drops it, the local groups do not.
+        # with EAGLE each spec holding the drafter's layers searches one block past its
+        # bound (within the hashes) and drops it.
         hashed = (len(tokens) - self.hash_lookahead) // size
-        found = self._dropped([b for b, in self._hit_in(
-            (0,), request_id, min(limit // size + self.use_eagle, hashed))])
+        full_drops = 0 in self.dropping
+        found = [b for b, in self._hit_in((0,), request_id,
+                                          min(limit // size + full_drops, hashed))]
+        if full_drops:
+            found = self._dropped(found)
         # Each spec in turn cuts the candidate length to its own hit within it, until a
         # whole round leaves it (a window's hit at a shorter length may need other blocks).
         length = len(found)
         while True:
             hits = []
             for spec in self.specs:
-                hits.append(self._hit_in(spec, request_id, length))
+                if spec[0] in self.dropping:
+                    hits.append(self._hit_in(spec, request_id, min(length + 1, hashed))[:-1])
+                else:
+                    hits.append(self._hit_in(spec, request_id, length))
                 length = len(hits[-1])
             if len(self.specs) == 1 or all(len(hit) == length for hit in hits):
                 break
@@ -181,7 +193,7 @@ class NativePrefixCache:
         return Hit((tuple(found), *map(tuple, columns)), length * size, boundary)
 
     def _dropped(self, found: list[int]) -> list[int]:
-        if self.use_eagle and found and "pc-eagle-keeps-last" not in self.bugs:
+        if found and "pc-eagle-keeps-last" not in self.bugs:
             found.pop()
         return found
 
@@ -495,13 +507,13 @@ class NativePrefixCache:
     def _kept(self, request_id: str, g: int):
         """The block indices group ``g`` caches: every one, but in a hybrid pool's window
         under a retention, the runs ending at the retained boundaries (the prompt's replay
-        points, the request's junction) and, with an interval, one run per interval."""
+        points, the request's junction) and, with an interval, one run per interval; a
+        window that drops EAGLE's block, the block past each too, and the run a block
+        before the junction."""
         kind, window, need, _ = self.groups[g]
         if not self.hybrid or kind != SLIDING_WINDOW or self.retention is None:
             return range(len(self.tokens[request_id]) // self.block_size + 1)
-        # A hybrid pool's window never drops an EAGLE block (only the drafter's full-attention
-        # group does): its runs end on the points; the replay points move with EAGLE all the same.
-        size = self.block_size
+        size, past = self.block_size, int(g in self.dropping)
         per_segment = self.retention // size
         top = len(self.tokens[request_id]) // size + 1
         if per_segment and need >= per_segment:
@@ -509,10 +521,11 @@ class NativePrefixCache:
         prompt = len(self.sent[request_id].prompt)
         points = [prompt - 1] if not self.use_eagle else \
             [max((prompt - 1) // size * size - size, 0), max(prompt // size * size - size, 0)]
-        points += [self.junction[request_id]] if self.junction.get(request_id) else []
-        kept = {i for p in points for i in range(p // size - need, p // size)}
+        if self.junction.get(request_id):
+            points += [self.junction[request_id], self.junction[request_id] - past * size]
+        kept = {i for p in points for i in range(p // size + past - need, p // size + past)}
         if per_segment:
-            kept |= {i for i in range(top) if i % per_segment >= per_segment - need}
+            kept |= {i for i in range(past, top) if (i - past) % per_segment >= per_segment - need}
         return kept
 
     def _key(self, request_id: str, end: int) -> tuple:

@@ -57,7 +57,8 @@ class VllmPrefixCache:
                  max_in_flight_tokens: int | None = None, kv_connector: bool = False,
                  hash_lookahead: int = 0, hybrid: bool = False,
                  retention: int | None = None, attention_chunk_size: int | None = None,
-                 local_groups: int = 1, second_window: int | None = None):
+                 local_groups: int = 1, second_window: int | None = None,
+                 eagle_groups: tuple[int, ...] = (0,)):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -117,16 +118,19 @@ class VllmPrefixCache:
             spec = _chunked_local(kv, spec, self.attention_chunk_size)
         groups = [kv.KVCacheGroupSpec(["layer"], spec)]
         if self.hybrid:         # full attention is group 0, as a hybrid model's config has it
-            # With EAGLE the drafter's layer (full attention) sits in full attention's group,
-            # which the engine marks (vLLM 0.33.0's kv_cache_planning: the groups holding a
-            # draft layer's spec): only that group drops its EAGLE block. Unmarked, vLLM would
-            # fall back to every group dropping one, a layout the engine does not build.
-            groups = [kv.KVCacheGroupSpec(["full", "draft"] if use_eagle else ["full"], full,
-                                          **({"is_eagle_group": True} if use_eagle else {}))] + [
-                kv.KVCacheGroupSpec([f"local{i}"], spec) for i in range(self.local_groups)]
+            groups = [(["full"], full)] + [([f"local{i}"], spec)
+                                           for i in range(self.local_groups)]
             if self.second_window is not None:
-                groups.append(kv.KVCacheGroupSpec(["second"], _sliding_window(
-                    kv, full, self.second_window)))
+                groups.append((["second"], _sliding_window(kv, full, self.second_window)))
+            # With EAGLE the drafter's layers sit in the groups of their specs, which the
+            # engine marks (vLLM 0.33.0's kv_cache_planning: the groups holding a draft
+            # layer's spec, is_eagle_group): those groups' specs drop an EAGLE block.
+            # Unmarked, vLLM would fall back to every group dropping one, a layout the
+            # engine does not build.
+            marked = tuple(eagle_groups) if use_eagle else ()
+            groups = [kv.KVCacheGroupSpec(names + ["draft"], group_spec, is_eagle_group=True)
+                      if g in marked else kv.KVCacheGroupSpec(names, group_spec)
+                      for g, (names, group_spec) in enumerate(groups)]
         # A hybrid pool's retention, as the engine passes CacheConfig's (vLLM 0.33.0: 0).
         self.retention = retention if self.hybrid else None
         extra = {} if self.retention is None else \
@@ -484,11 +488,11 @@ def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       kv_connector: bool = False, hash_lookahead: int = 0,
                       hybrid: bool = False, retention: int | None = None,
                       attention_chunk_size: int | None = None,
-                      local_groups: int = 1,
-                      second_window: int | None = None) -> VllmPrefixCache:
+                      local_groups: int = 1, second_window: int | None = None,
+                      eagle_groups: tuple[int, ...] = (0,)) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
                            enable_kv_cache_events, reserve_full_isl, watermark,
                            sliding_window, max_in_flight_tokens, kv_connector, hash_lookahead,
                            hybrid, retention, attention_chunk_size, local_groups,
-                           second_window)
+                           second_window, eagle_groups)
