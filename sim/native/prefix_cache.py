@@ -33,6 +33,8 @@ switched back on:
 - ``pc-chunk-boundary-keeps-chunk``: a chunked-local request whose computed tokens end just
   at a chunk's end keeps that chunk's blocks (it counts the chunks before its last computed
   token, not before its next one).
+- ``pc-eagle-mark-unmerged``: with EAGLE, a hybrid pool drops a block only in the groups
+  holding the drafter's layers, not in the other groups of their spec.
 """
 
 from __future__ import annotations
@@ -99,12 +101,13 @@ class NativePrefixCache:
         # With EAGLE the groups whose hit search drops a block: the one group, or in a hybrid
         # pool every group of a spec one of whose groups holds the drafter's layers.
         self.dropping = set() if not use_eagle else {0} if not hybrid else {
-            g for spec in [(0,), *self.specs] if set(spec) & set(eagle_groups) for g in spec}
+            g for spec in [(0,), *self.specs] if set(spec) & set(eagle_groups) for g in spec
+            if g in eagle_groups or "pc-eagle-mark-unmerged" not in bugs}
         # Per group: full attention first in a hybrid pool, then its local groups (one spec).
-        local = self._chunked(attention_chunk_size) if attention_chunk_size else \
-            self._window(sliding_window, (1 if hybrid else 0) in self.dropping)
-        self.groups = [Attention(FULL_ATTENTION)] + [local] * local_groups if hybrid \
-            else [local]
+        local = [self._chunked(attention_chunk_size) if attention_chunk_size else
+                 self._window(sliding_window, g in self.dropping)
+                 for g in (range(1, 1 + local_groups) if hybrid else [0])]
+        self.groups = [Attention(FULL_ATTENTION)] + local if hybrid else local
         if second_window:       # another window's group, last
             self.groups.append(self._window(second_window, local_groups + 1 in self.dropping))
         self.refs = [0] * num_blocks
