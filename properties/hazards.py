@@ -63,11 +63,12 @@ PREFIX_CACHE = "properties.prefix_cache_machine"
 LEFT_TO = {f"{PREFIX_CACHE}:PrefixCacheMachine": dict.fromkeys(
     ("local groups: a prefix cached in one and not in another",
      "two windows: the hit cut by the second window",
-     "two windows: a second round cut the hit",
-     "EAGLE: a hit read past by the drafter's window"),
-    "a hit in a hybrid world of several local groups, two windows or the drafter in a "
-    "window (a few in a hundred of the main machine's worlds): HybridPrefixCacheMachine "
-    "reaches it")}
+     "two windows: a second round cut the hit"),
+    "a hit in a hybrid world of several local groups or two windows (a few in a hundred of "
+    "the main machine's worlds): HybridPrefixCacheMachine reaches it") | {
+    "EAGLE: a hit read past by the drafter's window": "a hit in a hybrid world with the "
+    "drafter in a window (one world in about seventy): EagleHybridPrefixCacheMachine "
+    "reaches it"}}
 REACHES = [
     *(Reach(spec, unreached=LEFT_TO.get(spec, {})) for _, spec in sorted(MACHINES.items())),
     # The policy machines' larger worlds exist for their own hazards (``POLICY_HAZARDS``);
@@ -107,13 +108,17 @@ REACHES = [
         "local groups: a prefix cached in one and not in another",
         "two windows: the hit cut by the second window",
         "two windows: a second round cut the hit",
-        "chunked local: hit past the chunks before it",
-        "EAGLE: a hit read past by the drafter's window"), unreached={
+        "chunked local: hit past the chunks before it"), unreached={
         "two windows: a second round cut the hit": "not met by these random worlds "
         "(results/hazards/prefix-cache-hybrid-hazards-seeds-0-3.json): the first window must "
         "lack, at the length the second cut the hit to, a block it had at the longer one, "
         "which takes one exact eviction; the callers reach it, and a written-out scenario "
         "(test_prefix_cache_scenarios.py, 'searched_again') checks it on every target"}),
+    # The prefix cache in hybrid window worlds with EAGLE's block drop only.
+    Reach(f"{PREFIX_CACHE}:EagleHybridPrefixCacheMachine", 150, (
+        "EAGLE dropped the last hit block",
+        "EAGLE: a hit read past by the drafter's window",
+        "hybrid: the window's hit shorter than full attention's")),
 ]
 
 

@@ -81,9 +81,12 @@ class PrefixCacheWorld:
 
 
 @st.composite
-def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False):
+def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
+                        eagle_only: bool = False):
     """Request i is ``r<i>``; stems are runs of 10, 20, ... so a key shows its stem.
-    ``hybrid_only``: every world a hybrid model's (full attention beside local groups)."""
+    ``hybrid_only``: every world a hybrid model's (full attention beside local groups);
+    ``eagle_only``: every world with EAGLE's block drop (with ``hybrid_only``: a window
+    model's, the drafter's layers in any of the groups that can hold them)."""
     block_size = draw(st.sampled_from(BLOCK_SIZES))
     stems = [tuple(range(10 * (s + 1), 10 * (s + 1) + block_size * draw(st.integers(1, 2))))
              for s in range(draw(st.integers(1, 2)))]
@@ -103,7 +106,7 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False):
     # two prompts' worth: requests wait, evict and are refused.
     num_blocks = 1 + draw(st.integers(max(1, blocks_longest - 1), 2 * blocks_longest + 1))
     max_model_len = longest + draw(st.integers(0, 2 * block_size))
-    use_eagle = draw(st.integers(0, 2)) == 0
+    use_eagle = eagle_only or draw(st.integers(0, 2)) == 0
     uncached_first = draw(st.booleans())
     # vLLM's default scheduler admits a request only if it fits whole; a watermark of a
     # quarter or half the pool (int(fraction * num_blocks) blocks) holds admissions back.
@@ -124,7 +127,8 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False):
     # Half the EAGLE worlds hash each block with the token after it, as vLLM 0.33.0's config
     # does for EAGLE by default (prefix caching on, no KV connector): no block is dropped.
     hash_lookahead = 0
-    if use_eagle and enable_caching and not kv_connector and draw(st.booleans()):
+    if use_eagle and enable_caching and not kv_connector and not eagle_only \
+            and draw(st.booleans()):
         use_eagle, hash_lookahead = False, 1
     # Half the sliding-window worlds are a hybrid model's: full attention beside the window,
     # each request holding blocks in both groups of one pool (which then needs more blocks).
@@ -175,14 +179,15 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False):
                                               if w != sliding_window]))
         num_blocks += draw(st.integers(0, blocks_longest))
     # With EAGLE in a hybrid window world the drafter's layer is full attention (it joins
-    # group 0), in half of them a layer of a window's size (vLLM 0.33.0's engine marks the
-    # groups holding the drafter's layers, and its hybrid coordinator merges the mark over
-    # a spec's groups: the drafter's window layer joins the local spec's last group, or
-    # the second window's), or a drafter of both.
+    # group 0), in half of them (in most ``eagle_only`` ones) a layer of a window's size
+    # (vLLM 0.33.0's engine marks the groups holding the drafter's layers, and its hybrid
+    # coordinator merges the mark over a spec's groups: the drafter's window layer joins
+    # the local spec's last group, or the second window's), or a drafter of both.
     eagle_groups = (0,)
-    if use_eagle and hybrid and draw(st.booleans()):
-        eagle_groups = draw(st.sampled_from([(local_groups,), (0, local_groups)] + (
-            [(local_groups + 1,)] if second_window else [])))
+    if use_eagle and hybrid and (eagle_only or draw(st.booleans())):
+        eagle_groups = draw(st.sampled_from([(0,)] * eagle_only + [
+            (local_groups,), (0, local_groups)] + ([(local_groups + 1,)] if second_window
+                                                   else [])))
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
                             reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,

@@ -6,7 +6,11 @@ with the property's message and the reproducer's path.
 
 from __future__ import annotations
 
-from properties.prefix_cache_machine import HybridPrefixCacheMachine, PrefixCacheMachine
+from properties.prefix_cache_machine import (
+    EagleHybridPrefixCacheMachine,
+    HybridPrefixCacheMachine,
+    PrefixCacheMachine,
+)
 from properties.run import check_machine
 
 
@@ -16,3 +20,7 @@ def test_prefix_cache_machine(target, reproducer_dir):
 
 def test_hybrid_prefix_cache_machine(target, reproducer_dir):
     check_machine(HybridPrefixCacheMachine, target, reproducer_dir)
+
+
+def test_eagle_hybrid_prefix_cache_machine(target, reproducer_dir):
+    check_machine(EagleHybridPrefixCacheMachine, target, reproducer_dir)

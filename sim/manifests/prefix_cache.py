@@ -39,10 +39,11 @@ SUBSYSTEM = Subsystem(
     spec_page="docs/prefix-cache.md",
     # vLLM's free-block queue on its own, and its block pool beside a second one: the calls
     # their APIs offer beyond what the KV cache manager makes; the manager in hybrid models'
-    # worlds only (full attention beside local groups).
+    # worlds only (full attention beside local groups), and in those with EAGLE's drop.
     machines={"free_queue": "properties.prefix_cache_queue_machine:FreeQueueMachine",
               "block_pools": "properties.prefix_cache_pools_machine:BlockPoolsMachine",
-              "hybrid": "properties.prefix_cache_machine:HybridPrefixCacheMachine"},
+              "hybrid": "properties.prefix_cache_machine:HybridPrefixCacheMachine",
+              "hybrid_eagle": "properties.prefix_cache_machine:EagleHybridPrefixCacheMachine"},
     spec_properties=("properties.prefix_cache_queue_machine",
                      "properties.prefix_cache_pools_machine"),
 )
