@@ -706,3 +706,38 @@ def test_with_the_drafter_in_a_window_the_window_keeps_and_reads_a_block_past_it
     agrees(HIT, cache.get_computed_blocks("r1"),
            Hit(((1, 2, 3, 4, 5), *((0, 0, 0, w[3], w[4]) for w in windows)), 5, 6))
     _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_drafter_window_drops_again_at_the_length_another_window_cuts_the_hit_to(target):
+    """Scenario: blocks of one token, EAGLE, the drafter's layer a window of 5 (group 1)
+    beside a window of 3 (group 2), retention 3. r0 = (1..11) computes seven tokens, then
+    four, and finishes; r1 = (1, 2) computes a token at a time and finishes. The blocks of
+    both second steps evict cached ones (the windows' blocks behind them, given back first,
+    go first): the drafter's window lacks (1..3), the window of 3 lacks (1..3) to (1..5)
+    and (1..7) (its retention kept no (1..4), (1..7)), full attention keeps (1..1) to
+    (1..8). r2 = (1..9, 99): full attention serves eight blocks; the drafter's
+    window finds (1..5) to (1..9) and drops the last, serving eight; the window of 3 cuts
+    that to two. At two the drafter's window must read a block past again, (1..3), which it
+    lacks: it serves one, and the hit is one token (full attention's eight the boundary).
+    vLLM 0.33.0 re-applies the drop at the length a window without the drafter cut the hit
+    to (it clears eagle_verified); keeping the drop verified at eight would serve two."""
+    cache = _hybrid(target, num_blocks=28, block_size=1, max_model_len=40, sliding_window=5,
+                    second_window=3, retention=3, use_eagle=True, eagle_groups=(1,))
+    cache.add_request(PrefixRequest("r0", tuple(range(1, 12))))
+    hit = cache.get_computed_blocks("r0")
+    cache.allocate_slots("r0", 7, hit=hit)
+    cache.allocate_slots("r0", 4)
+    cache.free("r0")
+    cache.add_request(PrefixRequest("r1", (1, 2)))
+    hit = cache.get_computed_blocks("r1")
+    cache.allocate_slots("r1", 1, hit=hit)
+    cache.allocate_slots("r1", 1)
+    cache.free("r1")
+    lengths = [sorted(len(key) for group, key in cache.cached_blocks() if group == g)
+               for g in range(3)]
+    agrees(CACHED, lengths, [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 4, 5, 6, 7, 8, 9, 10, 11],
+                             [1, 2, 6, 8, 9, 10, 11]])
+    cache.add_request(PrefixRequest("r2", tuple(range(1, 10)) + (99,)))
+    agrees(HIT, cache.get_computed_blocks("r2"), Hit(((1,), (17,), (16,)), 1, 8))
+    _valid(cache)
