@@ -525,7 +525,8 @@ class NativePrefixCache:
         points = [prompt - 1] if not self.use_eagle else \
             [max((prompt - 1) // size * size - size, 0), max(prompt // size * size - size, 0)]
         if self.junction.get(request_id):
-            points += [self.junction[request_id], self.junction[request_id] - past * size]
+            # A window that drops EAGLE's block also keeps the run a block before it.
+            points += [self.junction[request_id]] + [self.junction[request_id] - size] * past
         kept = {i for p in points for i in range(p // size + past - need, p // size + past)}
         if per_segment:
             kept |= {i for i in range(past, top) if (i - past) % per_segment >= per_segment - need}
