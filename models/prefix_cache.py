@@ -261,6 +261,17 @@ class PrefixCacheModel:
         """Slots of the request's tables that hold the null block (behind a window)."""
         return sum(t.count(NULL_BLOCK) for t in self.tables.get(request_id, ()))
 
+    def estimate_cached_tokens(self, request_id: str) -> int:
+        """How much of the request its own blocks have cached, as vLLM's scheduler reads it
+        for a prefill's stats (``estimate_cached_tokens``): the longest prefix each group
+        holds a block cached under (0 where it holds none), the shortest over the groups.
+        A block's prefix is read off its key: the token ids in it, less its lookahead."""
+        tables = self.tables.get(request_id) or [[]]
+        longest = [max((sum(isinstance(part, int) for part in self.key_of[b])
+                        - self.hash_lookahead for b in table if b in self.key_of), default=0)
+                   for table in tables]
+        return min(longest)
+
     def num_tokens(self, request_id: str) -> int:
         return len(self.requests[request_id].tokens)
 

@@ -92,6 +92,8 @@ PROPERTIES = {
     "block-hash-is-cached": "a block carries a hash exactly while the cached set names it "
                             "under that hash: none survives an eviction or a reset",
     "free-lists-held-blocks": "no free_blocks call lists a block twice or one not held",
+    "cached-tokens-agree": "estimate_cached_tokens(request) is the prefix every group has "
+                           "cached on the request's own blocks",
     "connector-blocks-agree": "a finishing request hands its KV connector the blocks of its "
                               "computed tokens, those behind the window given back first",
 }
@@ -135,6 +137,9 @@ class PrefixCacheMachine(HarnessMachine):
                 self.recorder.note_missing(getattr(self.cache, f"why_no_{option}")
                                            .removeprefix("absent: "))
                 world = evolve(world, **off)
+        if not self.cache.estimates_cached_tokens:
+            self.recorder.note_missing("estimate_cached_tokens: the release has none "
+                                       "(cached-tokens-agree not checked)")
         self.world = world
         # The model takes the free-queue order and the event shape of the target's release
         # (native: the world's order).
@@ -414,6 +419,12 @@ class PrefixCacheMachine(HarnessMachine):
             got, want = cache.get_block_ids(rid), model.get_block_ids(rid)
             if got != want:
                 self.fail("tables-agree", f"{rid} holds {got}, model {want}")
+            if not cache.estimates_cached_tokens:
+                continue
+            estimate = cache.estimate_cached_tokens(rid)
+            if estimate != model.estimate_cached_tokens(rid):
+                self.fail("cached-tokens-agree", f"estimate_cached_tokens({rid!r}) returned "
+                          f"{estimate}, the model expects {model.estimate_cached_tokens(rid)}")
         self.check("free-queue-agrees", queue == model.free_queue(),
                    lambda: f"free queue {list(queue)}, model {list(model.free_queue())}")
         self.check_valid(cache)
@@ -448,6 +459,9 @@ class PrefixCacheMachine(HarnessMachine):
                  f"{[model.ref_cnt(b) for b in range(1, model.num_blocks)]!r}"]
         lines += [f"assert cache.get_block_ids({self._rid(r)!r}) == "
                   f"{model.get_block_ids(self._rid(r))!r}" for r in self._live()]
+        if self.cache.estimates_cached_tokens:
+            lines += [f"assert cache.estimate_cached_tokens({self._rid(r)!r}) == "
+                      f"{model.estimate_cached_tokens(self._rid(r))!r}" for r in self._live()]
         lines.append(f"assert cache.cached_blocks() == {model.cached_blocks()!r}")
         return lines
 

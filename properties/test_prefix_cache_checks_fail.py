@@ -49,6 +49,15 @@ def test_tables_agree_can_fail(monkeypatch, tmp_path):
     _fails(tmp_path, "tables-agree")
 
 
+def test_cached_tokens_agree_can_fail(monkeypatch, tmp_path):
+    # Each cached block's hash counted as covering a block fewer tokens than it does (vLLM's
+    # block_hash_num_tokens set one block low): the estimate falls a block short.
+    real = NativePrefixCache.estimate_cached_tokens
+    monkeypatch.setattr(NativePrefixCache, "estimate_cached_tokens",
+                        lambda self, rid: max(real(self, rid) - self.block_size, 0))
+    _fails(tmp_path, "cached-tokens-agree")
+
+
 def test_cached_hash_names_contents_can_fail(monkeypatch, tmp_path):
     # The hash map names each prefix's block one id off: those blocks hold other tokens.
     monkeypatch.setattr(NativePrefixCache, "cached_blocks", lambda self: {

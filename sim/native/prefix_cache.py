@@ -72,6 +72,7 @@ class Attention(NamedTuple):
 
 class NativePrefixCache:
     event_fields = EVENT_FIELDS     # its events carry every optional field
+    estimates_cached_tokens = True
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
                  use_eagle: bool = False, uncached_first: bool = True,
@@ -113,6 +114,7 @@ class NativePrefixCache:
         self.refs = [0] * num_blocks
         self.queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.hash_of: list[tuple | None] = [None] * num_blocks     # as cached_blocks names it
+        self.hash_tokens = [0] * num_blocks     # the tokens a block's hash covers (0: none)
         self.by_hash: dict[tuple, list[int]] = {}
         self.kv = torch.full((num_blocks, block_size), EMPTY_SLOT, dtype=torch.long)
         self.tokens: dict[str, list[int]] = {}
@@ -396,6 +398,7 @@ class NativePrefixCache:
             return False
         self.by_hash.clear()
         self.hash_of = [None] * self.num_blocks
+        self.hash_tokens = [0] * self.num_blocks
         self._emit(AllBlocksCleared())
         return True
 
@@ -410,6 +413,11 @@ class NativePrefixCache:
 
     def ref_cnt(self, block_id: int) -> int:
         return self.refs[block_id]
+
+    def estimate_cached_tokens(self, request_id: str) -> int:
+        """The tokens the request's cached blocks cover, in the group that covers fewest."""
+        return min(max((self.hash_tokens[b] for b in table), default=0)
+                   for table in self.table.get(request_id) or [[]])
 
     def free_queue(self) -> tuple[int, ...]:
         return tuple(self.queue)
@@ -456,6 +464,7 @@ class NativePrefixCache:
         named = self.hash_of[block]
         if named is not None and "pc-evict-keeps-hash" not in self.bugs:
             self.hash_of[block] = None
+            self.hash_tokens[block] = 0
             self.by_hash[named].remove(block)
             if not self.by_hash[named]:
                 del self.by_hash[named]
@@ -492,6 +501,7 @@ class NativePrefixCache:
                     continue
                 key = self._key(request_id, (i + 1) * size)
                 self.hash_of[table[i]] = self._name(g, key)
+                self.hash_tokens[table[i]] = (i + 1) * size
                 self.by_hash.setdefault(self._name(g, key), []).append(table[i])
                 keys.append(key)
                 extra.append((salt,) if salt and i == 0 else None)

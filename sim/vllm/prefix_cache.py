@@ -154,6 +154,8 @@ class VllmPrefixCache:
         self.manager = cls(config, **prefix_cache_compat.manager_kwargs(
             cls, block_size, max_model_len, **switches))
         self.pool = prefix_cache_compat.block_pool(self.manager)
+        self._estimate = prefix_cache_compat.cached_tokens_estimate(self.manager)
+        self.estimates_cached_tokens = self._estimate is not None
         self.uncached_first = prefix_cache_compat.uncached_first(self._utils,
                                                                  type(self.pool))
         self.event_fields = prefix_cache_compat.event_fields(events)
@@ -305,6 +307,11 @@ class VllmPrefixCache:
 
     def ref_cnt(self, block_id: int) -> int:
         return self.pool.blocks[block_id].ref_cnt
+
+    def estimate_cached_tokens(self, request_id: str) -> int:
+        """The manager's estimate of the request's cached tokens (where the release has it:
+        ``estimates_cached_tokens``)."""
+        return self._estimate(self.requests[request_id])
 
     def free_queue(self) -> tuple[int, ...]:
         return tuple(b.block_id for b in self.pool.free_block_queue.get_all_free_blocks())

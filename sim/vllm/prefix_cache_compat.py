@@ -213,6 +213,18 @@ def carried_hash(block: Any) -> bytes | None:
     return block.block_hash
 
 
+def cached_tokens_estimate(manager: Any) -> Any:
+    """``KVCacheManager.estimate_cached_tokens`` (a request's cached tokens, read by the
+    scheduler for a prefill's stats), None where the release has none.
+
+    # vLLM >=0.26.0 (read in 0.26.0, 0.30.0 and 0.33.0): over each block's
+    #   ``block_hash_num_tokens``.
+    # vLLM 0.24.0 and before (read in 0.10.2, 0.14.0, 0.20.0, 0.24.0): absent; 0.25.x was not
+    #   read: the probe looks for the method.
+    """
+    return getattr(manager, "estimate_cached_tokens", None)
+
+
 def request_status(request_module: Any, name: str) -> Any:
     """``RequestStatus.<name>`` (RUNNING, PREEMPTED): the same in every release read."""
     return getattr(request_module.RequestStatus, name)
