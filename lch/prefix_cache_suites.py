@@ -62,7 +62,7 @@ def subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
                      "reset_prefix_cache", "take_events", "get_blocks", "get_block_ids",
                      "create_kv_cache_blocks", "cache_blocks", "prefix_cache_lookup_enabled",
                      "remove_skipped_blocks", "get_block_ids_for_computed_tokens",
-                     "estimate_cached_tokens")),
+                     "estimate_cached_tokens", "get_num_cached_tokens")),
         # The hybrid coordinator's hit: its fixed point over the specs, the EAGLE drop, the
         # cut of full attention's blocks, the shared prefix. Its partial-hash and DCP parts
         # are left out (not driven).

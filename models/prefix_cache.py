@@ -291,6 +291,20 @@ class PrefixCacheModel:
         self.requests[request.request_id] = RequestState(request, list(request.prompt))
 
     def get_computed_blocks(self, request_id: str) -> Hit:
+        """``hit``; with several groups the scheduler keeps its shared-prefix boundary on the
+        request (a window's retention keeps the run below it)."""
+        hit = self.hit(request_id)
+        if self.hybrid:
+            self.junction[request_id] = hit.shared_prefix_boundary
+        return hit
+
+    def get_num_cached_tokens(self, request_id: str) -> int:
+        """vLLM's probe of a waiting request (``get_num_cached_tokens``, 0.34.0 on; its
+        scheduler orders waiting requests by it): the length of the hit
+        ``get_computed_blocks`` would find now. It holds, caches and reports nothing."""
+        return self.hit(request_id).num_computed_tokens
+
+    def hit(self, request_id: str) -> Hit:
         """The longest prefix of the request's blocks whose blocks a lookup must find are all
         cached: every block from the first (full attention), or the ones the window covers
         at the prefix's end (sliding window), or those of the chunk its next token is in
@@ -316,7 +330,6 @@ class PrefixCacheModel:
         run, = self._group_hit([(0,)], keys, capped)
         local = self._group_hit(self.local_specs, keys, len(run))
         boundary = len(run) * self.block_size if len(run) > len(local[0]) else 0
-        self.junction[request_id] = boundary      # the scheduler keeps it on the request
         return Hit((tuple(run[:len(local[0])]), *map(tuple, local)),
                    len(local[0]) * self.block_size, boundary)
 

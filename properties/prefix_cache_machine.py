@@ -92,6 +92,9 @@ PROPERTIES = {
     "block-hash-is-cached": "a block carries a hash exactly while the cached set names it "
                             "under that hash: none survives an eviction or a reset",
     "free-lists-held-blocks": "no free_blocks call lists a block twice or one not held",
+    "probe-agrees": "get_num_cached_tokens(request) of a waiting request is the length of "
+                    "the hit get_computed_blocks would find, and takes, caches and reports "
+                    "nothing",
     "cached-tokens-agree": "estimate_cached_tokens(request) is the prefix every group has "
                            "cached on the request's own blocks",
     "connector-blocks-agree": "a finishing request hands its KV connector the blocks of its "
@@ -137,6 +140,9 @@ class PrefixCacheMachine(HarnessMachine):
                 self.recorder.note_missing(getattr(self.cache, f"why_no_{option}")
                                            .removeprefix("absent: "))
                 world = evolve(world, **off)
+        if not self.cache.probes_cached_tokens:
+            self.recorder.note_missing("get_num_cached_tokens: the release has none "
+                                       "(probe-agrees not checked)")
         if not self.cache.estimates_cached_tokens:
             self.recorder.note_missing("estimate_cached_tokens: the release has none "
                                        "(cached-tokens-agree not checked)")
@@ -195,6 +201,14 @@ class PrefixCacheMachine(HarnessMachine):
             asynchronous = int(external > 0 and draw_bool(data))
         self.act("schedule_waiting", r, min(left, chunk + 1, self._step_cap()), lookahead,
                  external, asynchronous)
+
+    # vLLM 0.34.0's scheduler probes waiting requests that hold nothing for the hit each
+    # would get (its cache-aware order of the waiting queue), before admitting any, where
+    # there are two or more to order.
+    @precondition(lambda self: self._probeable())
+    @rule(data=st.data())
+    def probe_waiting(self, data):
+        self.act("probe_waiting", pick(data, self._probeable()))
 
     # The test finishes a load when it chooses (the connector's transfer completes).
     @precondition(lambda self: getattr(self, "model", None) is not None and self.model.loading)
@@ -313,6 +327,15 @@ class PrefixCacheMachine(HarnessMachine):
             self._allocate(rid, 0, hit, 0, external, asynchronous=True)
             return
         self._allocate(rid, max(1, num_new_tokens), hit, lookahead, external)
+
+    def do_probe_waiting(self, r: int):
+        if r not in self._probeable():
+            raise InvalidAction("probe_waiting: not a waiting request holding nothing, or a "
+                                "release without the probe")
+        rid = self._rid(r)
+        self.call("probe-agrees", "get_num_cached_tokens", rid,
+                  shown=f"cache.get_num_cached_tokens({rid!r})",
+                  effect=lambda n: f"{n} tokens cached")
 
     def do_finish_load(self, r: int):
         if r not in self._loading():
@@ -627,6 +650,12 @@ class PrefixCacheMachine(HarnessMachine):
         """Requests in the scheduler's waiting queue: arrived, preempted, or back from an
         asynchronous load (holding its blocks)."""
         return [r for r in self._live() if self._rid(r) in self.model.waiting]
+
+    def _probeable(self) -> list[int]:
+        if not getattr(getattr(self, "cache", None), "probes_cached_tokens", False):
+            return []
+        fresh = [r for r in self._waiting() if not self._holds(r)]
+        return fresh if len(fresh) > 1 else []
 
     def _loading(self) -> list[int]:
         return [r for r in self._live() if self._rid(r) in self.model.loading]

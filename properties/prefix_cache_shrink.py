@@ -14,7 +14,7 @@ from properties.prefix_cache_worlds import BLOCK_SIZES
 from properties.shrink_steps import without_request
 
 REQUEST_ACTIONS = ("add_request", "schedule_waiting", "allocate_slots", "append_token_ids",
-                   "free", "preempt", "finish_load")
+                   "free", "preempt", "finish_load", "probe_waiting")
 # (r, num_new_tokens, lookahead), and for schedule_waiting the connector's tokens and whether
 # it loads them asynchronously after them
 SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")

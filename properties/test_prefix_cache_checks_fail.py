@@ -58,6 +58,14 @@ def test_cached_tokens_agree_can_fail(monkeypatch, tmp_path):
     _fails(tmp_path, "cached-tokens-agree")
 
 
+def test_probe_agrees_can_fail(monkeypatch, tmp_path):
+    # A probe that reports one block more than the hit it would find (so a cache-aware
+    # scheduler favours it wrongly).
+    monkeypatch.setattr(NativePrefixCache, "get_num_cached_tokens", lambda self, rid:
+                        self._find_hit(rid).num_computed_tokens + self.block_size)
+    _fails(tmp_path, "probe-agrees")
+
+
 def test_cached_hash_names_contents_can_fail(monkeypatch, tmp_path):
     # The hash map names each prefix's block one id off: those blocks hold other tokens.
     monkeypatch.setattr(NativePrefixCache, "cached_blocks", lambda self: {

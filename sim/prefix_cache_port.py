@@ -24,9 +24,11 @@ class PrefixCachePort(Protocol):
     local_groups: int                 # a hybrid pool's groups of the local spec
     second_window: int | None         # a hybrid pool's last group: another window
     estimates_cached_tokens: bool     # it has estimate_cached_tokens (a release may lack it)
+    probes_cached_tokens: bool        # it has get_num_cached_tokens (vLLM 0.34.0 on)
 
     def add_request(self, request: PrefixRequest) -> None: ...
     def get_computed_blocks(self, request_id: str) -> Hit: ...
+    def get_num_cached_tokens(self, request_id: str) -> int: ...
     def allocate_slots(self, request_id: str, num_new_tokens: int, hit: Hit | None = None,
                        num_lookahead_tokens: int = 0, num_external_computed_tokens: int = 0,
                        delay_cache_blocks: bool = False,

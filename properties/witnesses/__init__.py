@@ -75,6 +75,8 @@ TESTS: tuple[Test, ...] = (
     Test("prefix_cache", "cached-tokens-agree",
          PREFIX_CHECKS + "test_cached_tokens_agree_can_fail",
          "each cached block counted as covering a block fewer tokens than its hash does"),
+    Test("prefix_cache", "probe-agrees", PREFIX_CHECKS + "test_probe_agrees_can_fail",
+         "a probe reporting one block more than the hit it would find"),
     Test("prefix_cache", "cached-hash-names-contents",
          PREFIX_CHECKS + "test_cached_hash_names_contents_can_fail",
          "a hash map naming each prefix's block one id off"),

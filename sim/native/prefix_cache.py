@@ -72,7 +72,7 @@ class Attention(NamedTuple):
 
 class NativePrefixCache:
     event_fields = EVENT_FIELDS     # its events carry every optional field
-    estimates_cached_tokens = True
+    estimates_cached_tokens = probes_cached_tokens = True
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
                  use_eagle: bool = False, uncached_first: bool = True,
@@ -156,6 +156,17 @@ class NativePrefixCache:
         self.waiting.add(request.request_id)
 
     def get_computed_blocks(self, request_id: str) -> Hit:
+        hit = self._find_hit(request_id)
+        if self.hybrid:
+            self.junction[request_id] = hit.shared_prefix_boundary
+        return hit
+
+    def get_num_cached_tokens(self, request_id: str) -> int:
+        """The probe (vLLM 0.34.0's ``get_num_cached_tokens``): the hit's length, nothing
+        taken or recorded."""
+        return self._find_hit(request_id).num_computed_tokens
+
+    def _find_hit(self, request_id: str) -> Hit:
         tokens, size = self.tokens[request_id], self.block_size
         if not self.enable_caching or self.sent[request_id].prompt_logprobs:
             return Hit(self._shape([[] for _ in self.groups]))
@@ -188,7 +199,6 @@ class NativePrefixCache:
             if len(self.specs) == 1 or all(len(hit) == length for hit in hits):
                 break
         boundary = len(found) * size if len(found) > length else 0
-        self.junction[request_id] = boundary
         if "pc-hybrid-run-uncut" not in self.bugs:
             found = found[:length]
         columns = []

@@ -156,6 +156,8 @@ class VllmPrefixCache:
         self.pool = prefix_cache_compat.block_pool(self.manager)
         self._estimate = prefix_cache_compat.cached_tokens_estimate(self.manager)
         self.estimates_cached_tokens = self._estimate is not None
+        self._probe = prefix_cache_compat.cached_tokens_probe(self.manager)
+        self.probes_cached_tokens = self._probe is not None
         self.uncached_first = prefix_cache_compat.uncached_first(self._utils,
                                                                  type(self.pool))
         self.event_fields = prefix_cache_compat.event_fields(events)
@@ -307,6 +309,11 @@ class VllmPrefixCache:
 
     def ref_cnt(self, block_id: int) -> int:
         return self.pool.blocks[block_id].ref_cnt
+
+    def get_num_cached_tokens(self, request_id: str) -> int:
+        """The manager's probe of a waiting request's hit (where the release has it:
+        ``probes_cached_tokens``)."""
+        return self._probe(self.requests[request_id])
 
     def estimate_cached_tokens(self, request_id: str) -> int:
         """The manager's estimate of the request's cached tokens (where the release has it:

@@ -194,11 +194,20 @@ def hash_lookahead(manager_cls: type, lookahead: int) -> int:
 def cached_entries(pool: Any) -> list[tuple[bytes, list[Any]]]:
     """The pool's hash map as (hash with group id, the blocks caching it, first first).
 
-    # vLLM >=0.14.0 (read in 0.14.0): ``BlockHashToBlockMap``, whose ``_cache`` maps a key to
-    #   one block, or to a dict of them by block id (several blocks caching one prefix).
+    # vLLM >=0.34.0 (read in 0.34.0): ``BlockHashToBlockMap._cache`` maps a key to one block
+    #   id, the one a lookup finds, and ``_dup_ids`` a key several blocks cache to all their
+    #   ids in insertion order: listed here from the lookup's block, then the others.
+    # vLLM 0.14.0-0.33.x (read in 0.14.0, 0.33.0): ``BlockHashToBlockMap``, whose ``_cache``
+    #   maps a key to one block, or to a dict of them by block id (several blocks caching one
+    #   prefix).
     # vLLM 0.10.2-0.13.x: a ``defaultdict(dict)``: key -> {block id: block}.
     """
     table = pool.cached_block_hash_to_block
+    duplicates = getattr(table, "_dup_ids", None)
+    if duplicates is not None:
+        return [(key, [pool.blocks[i] for i in dict.fromkeys(
+                    [found, *duplicates.get(key, ())])])
+                for key, found in table._cache.items()]
     table = getattr(table, "_cache", table)
     return [(key, list(blocks.values()) if isinstance(blocks, dict) else [blocks])
             for key, blocks in table.items() if blocks]
@@ -223,6 +232,16 @@ def cached_tokens_estimate(manager: Any) -> Any:
     #   read: the probe looks for the method.
     """
     return getattr(manager, "estimate_cached_tokens", None)
+
+
+def cached_tokens_probe(manager: Any) -> Any:
+    """``KVCacheManager.get_num_cached_tokens`` (the hit a waiting request would get, taking
+    nothing: the scheduler's cache-aware order of its waiting queue), None where absent.
+
+    # vLLM >=0.34.0 (read in 0.34.0): present.
+    # vLLM 0.33.0 and before (read in 0.33.0): absent.
+    """
+    return getattr(manager, "get_num_cached_tokens", None)
 
 
 def request_status(request_module: Any, name: str) -> Any:
@@ -312,8 +331,8 @@ def blocks_know_their_pool(block_cls: type) -> bool:
     """Whether a block names the pool that built it, so one pool frees another's blocks.
 
     # vLLM >=0.30.0 (read in 0.30.0, 0.33.0): ``KVCacheBlock.pool`` (deferred frees list
-    #   several pools' blocks). 0.10.2-0.27.0: absent, each pool is freed only its own blocks,
-    #   and that is noted.
+    #   several pools' blocks; from 0.34.0, read there, a weak reference to it).
+    #   0.10.2-0.27.0: absent, each pool is freed only its own blocks, and that is noted.
     """
     return "pool" in getattr(block_cls, "__dataclass_fields__", {})
 
