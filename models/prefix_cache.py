@@ -4,7 +4,8 @@ more groups of one local spec, a sliding window or chunked local attention: vLLM
 coordinator).
 
 Scope: what ``KVCacheManager`` (over its ``BlockPool``) promises a scheduler: which blocks a
-request holds, the longest cached prefix a new request can reuse, whether ``allocate_slots``
+request holds, the longest cached prefix a new request can reuse (and a probe of it that
+changes nothing), how far a request's own blocks are cached, whether ``allocate_slots``
 fits, the order free blocks are reused in, the hashes left cached, the KV events, and when
 ``reset_prefix_cache`` may succeed. Not in scope: KV tensors, Mamba groups, a chunked-local
 group on its own (no model has one: vLLM's chunked-local models keep full-attention layers

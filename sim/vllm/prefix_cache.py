@@ -301,11 +301,16 @@ class VllmPrefixCache:
     def get_block_ids(self, request_id: str) -> tuple:
         return self._shaped(self.manager.get_block_ids(request_id))
 
-    def _shaped(self, per_group) -> tuple:
+    def _shaped(self, per_group) -> tuple | Any:
         """vLLM's per-group block ids as the port gives them: one tuple per group, or, with
-        one group, that group's."""
-        per_group = tuple(tuple(ids) for ids in per_group)
-        return per_group if self.hybrid else per_group[0]
+        one group, that group's. An answer with nothing to iterate is returned as it came:
+        a scheduler iterating it would fail, so the machine reports it as a wrong answer
+        (``tables-agree``, ``connector-blocks-agree``), not as the adapter's error."""
+        try:
+            shaped = tuple(tuple(ids) for ids in per_group)
+        except TypeError:
+            return per_group
+        return shaped if self.hybrid else shaped[0]
 
     def ref_cnt(self, block_id: int) -> int:
         return self.pool.blocks[block_id].ref_cnt
