@@ -227,7 +227,8 @@ def cached_tokens_estimate(manager: Any) -> Any:
     scheduler for a prefill's stats), None where the release has none.
 
     # vLLM >=0.26.0 (read in 0.26.0, 0.30.0 and 0.33.0): over each block's
-    #   ``block_hash_num_tokens``.
+    #   ``block_hash_num_tokens`` (the largest per group; from 0.34.0, read there, the last
+    #   hashed block's, the same where a table's hashes grow along it).
     # vLLM 0.24.0 and before (read in 0.10.2, 0.14.0, 0.20.0, 0.24.0): absent; 0.25.x was not
     #   read: the probe looks for the method.
     """
