@@ -80,6 +80,8 @@ extra keys, block size, medium, group index and spec kind); the others are None.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from attrs import define, field
 
 from models.prefix_cache_values import (
@@ -115,6 +117,10 @@ class RequestState:
 @define
 class PrefixCacheModel:
     """What a block pool of ``num_blocks`` blocks of ``block_size`` tokens must answer."""
+
+    # The port's reads a release may lack: the model answers both.
+    estimates_cached_tokens: ClassVar[bool] = True
+    probes_cached_tokens: ClassVar[bool] = True
 
     num_blocks: int
     block_size: int
