@@ -444,10 +444,10 @@ class PrefixCacheMachine(HarnessMachine):
                 self.fail("tables-agree", f"{rid} holds {got}, model {want}")
             if not cache.estimates_cached_tokens:
                 continue
-            estimate = cache.estimate_cached_tokens(rid)
-            if estimate != model.estimate_cached_tokens(rid):
+            got, want = cache.estimate_cached_tokens(rid), model.estimate_cached_tokens(rid)
+            if got != want:
                 self.fail("cached-tokens-agree", f"estimate_cached_tokens({rid!r}) returned "
-                          f"{estimate}, the model expects {model.estimate_cached_tokens(rid)}")
+                          f"{got}, the model expects {want}")
         self.check("free-queue-agrees", queue == model.free_queue(),
                    lambda: f"free queue {list(queue)}, model {list(model.free_queue())}")
         self.check_valid(cache)
