@@ -1,9 +1,9 @@
 """The tiering checks can fail: each runs against vLLM 0.33.0's ``TieringOffloadingManager``
-with one planted bug (a mutant of the real class, applied in memory by ``lch.mutate``) and
-must report it. The checks are vLLM-only, so the native catalogue
-(``fixtures/known_bugs.py``) cannot plant these; this list is their ``bad machines``. It
-lives in ``lch/`` because it plants the bugs with ``lch.mutate`` (``properties`` sits below
-``lch`` in the layers).
+(or, for what it changed, 0.34.0's) with one planted bug (a mutant of the real class,
+applied in memory by ``lch.mutate``) and must report it. The checks are vLLM-only, so the
+native catalogue (``fixtures/known_bugs.py``) cannot plant these; this list is their ``bad
+machines``. It lives in ``lch/`` because it plants the bugs with ``lch.mutate``
+(``properties`` sits below ``lch`` in the layers).
 
 Each bug is a plausible slip, and each names the check it must trip: a tier never told a
 request finished, a tier's own stats dropped, a finished cascade that never unpins its
@@ -58,24 +58,43 @@ BAD_MANAGERS = [
     ("lookup L194: return self._m.lookup(key, req_context, exclude_tier_idx=self._origin_idx)"
      "  ->  pass", "machine", "peer-answers-agree"),
 ]
+# vLLM 0.34.0's manager, for what it changed: the tier-poll thread backs off instead of
+# giving up (a count that never restarts, a back-off announced every round, one round late),
+# and a polled tier's work that only a step can finish reported as none.
+BAD_MANAGERS_034 = [
+    ("_tier_poll_loop L431: failing_since = None  ->  pass",
+     "test_a_success_restarts_the_failure_count", "tier-poll-back-off: two runs"),
+    ("_tier_poll_loop L467: backing_off = True  ->  pass",
+     "test_failing_rounds_back_off_and_keep_polling", "tier-poll-back-off"),
+    ("_tier_poll_loop L456: and time.monotonic() - failing_since >= _TIER_POLL_BACK_OFF_AFTER_S"
+     "  ->  and time.monotonic() - failing_since > _TIER_POLL_BACK_OFF_AFTER_S",
+     "test_failing_rounds_back_off_and_keep_polling", "tier-poll-back-off"),
+    ("has_pending_work L1225: return True  ->  return False", "machine",
+     "pending-work-agrees"),
+]
+# The planted bugs are lines of one release's manager each.
+BY_RELEASE = {"0.33.0": BAD_MANAGERS, "0.34.0": BAD_MANAGERS_034}
 # The class each planted bug is a line of (the manager's, unless named here).
 PARENT_CLASS = "_SecondaryTierFacingParent"
 CLASS_OF = {"lookup L194": PARENT_CLASS}
 
 
-@pytest.mark.parametrize(("diff", "check", "message"), BAD_MANAGERS,
-                         ids=[d.split(":")[0] for d, _, _ in BAD_MANAGERS])
-def test_a_planted_bug_is_reported(target, monkeypatch, tmp_path, diff, check, message):
+@pytest.mark.parametrize(("line_of", "diff", "check", "message"),
+                         [(r, *bug) for r, bugs in BY_RELEASE.items() for bug in bugs],
+                         ids=[f"{r}-{d.split(':')[0]}" for r, bugs in BY_RELEASE.items()
+                              for d, _, _ in bugs])
+def test_a_planted_bug_is_reported(target, monkeypatch, tmp_path, line_of, diff, check,
+                                   message):
     if target != "vllm":
         pytest.skip("the tiering checks drive vLLM's manager")
     from sim.vllm import release
-    if release.release() != "0.33.0":
-        pytest.skip("the planted bugs are lines of vLLM 0.33.0's manager")
+    if release.release() != line_of:
+        pytest.skip(f"n/a: a line of vLLM {line_of}'s manager, not {release.release()}'s")
     module = release.import_module("vllm.v1.kv_offload.tiering.manager")
     cls = getattr(module, CLASS_OF.get(diff.split(":")[0], "TieringOffloadingManager"))
     found = [m for m in mutate.mutants(Path(module.__file__).read_text(), cls.__name__)
              if m.diff == diff]
-    assert found, f"no mutant {diff!r} in vLLM 0.33.0's {cls.__name__}"
+    assert found, f"no mutant {diff!r} in vLLM {line_of}'s {cls.__name__}"
     original = cls.__dict__[found[0].method]
     mutate.apply(found[0], module, cls)
     try:

@@ -39,12 +39,14 @@ connector called it right after ``on_schedule_end``, which began the step; 0.33.
 0.33.0; before, positions are not set and every LRU use ranks as a touch) and
 ``threshold_counts_lookups`` (the store threshold counted each ``lookup`` of a key, and
 ``prepare_store`` only filtered by the count: read in 0.22.0-0.26.x; from 0.30.0 offers to
-``prepare_store`` count) and ``recency_when_evictable`` (LRU kept only evictable chunks in its
-order: a touch of a pinned or write-pending chunk was dropped and the chunk became the most
-recent when its store or last load completed; read in 0.24.0, 0.26.0 and 0.30.0; 0.22.0
-orders by touches, 0.32.0 moved to request ranks) and ``load_polls`` (``prepare_load``
-noticed finished jobs first, the step's first poll as a lookup's is: read in 0.22.0 and
-0.24.0; 0.26.0 polls in lookups, step ends and stores only).
+``prepare_store`` count) and ``offers_count_per_request`` (a request's offers of a key
+count once toward the threshold: from 0.34.0; through 0.33.0 every offer counts, as its
+``store_threshold`` is documented) and ``recency_when_evictable`` (LRU kept only evictable
+chunks in its order: a touch of a pinned or write-pending chunk was dropped and the chunk
+became the most recent when its store or last load completed; read in 0.24.0, 0.26.0 and
+0.30.0; 0.22.0 orders by touches, 0.32.0 moved to request ranks) and ``load_polls``
+(``prepare_load`` noticed finished jobs first, the step's first poll as a lookup's is: read
+in 0.22.0 and 0.24.0; 0.26.0 polls in lookups, step ends and stores only).
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class TieredLookupModel:
     store_poll_gated: bool = False
     request_positions: bool = True           # LRU ranks a running request's keys by position
     threshold_counts_lookups: bool = False   # the store threshold counts lookups, not offers
+    offers_count_per_request: bool = False   # a request's offers of a key count once (0.34.0)
     recency_when_evictable: bool = False     # LRU: a chunk is MRU when it becomes evictable
     load_polls: bool = False                 # prepare_load polls first (once per step)
     arc_store_miss_adapts: bool = True       # ARC learns from a ghost offered for a store
@@ -272,9 +275,11 @@ class TieredLookupModel:
     # -- the primary tier ----------------------------------------------------------------
 
     def _primary_prepare_store(self, keys: Sequence[int]) -> StoreOutput | None:
+        already = self.access.offered if self.offers_count_per_request else frozenset()
         if not self.threshold_counts_lookups:
-            self.admission.offer(keys, self.clock.tick)
-        to_store = self.admission.admitted([k for k in keys if k not in self.chunks])
+            self.admission.offer(keys, self.clock.tick, already)
+        to_store = self.admission.admitted([k for k in keys if k not in self.chunks], already)
+        self.access.offered.update(keys)
         readable = [k for k in keys if self.read_chunk(k) is not None]
         misses = self.access.first_store_misses(to_store)
         if self.arc is not None and self.arc_store_miss_adapts:

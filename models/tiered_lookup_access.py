@@ -52,6 +52,7 @@ class RequestAccess:
     inserted: set[int] = field(factory=set)        # stored (allocated) by this request
     reused: set[int] = field(factory=set)          # readable chunks it loaded or re-offered
     store_missed: set[int] = field(factory=set)    # absent keys it offered for a store
+    offered: set[int] = field(factory=set)         # every key it offered for a store
 
     def observe(self, keys: Iterable[int], reused: Iterable[int] = ()) -> list[int]:
         """Record the keys; return those seen for the first time."""

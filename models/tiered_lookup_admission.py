@@ -8,13 +8,19 @@ never one of the same offer (with none to replace, it goes uncounted). The track
 ``reset_cache``: a reset frees chunks, not what the cache learned about offers. A rejected
 candidate is counted in ``stores_skipped`` (reported and zeroed by ``get_stats``).
 
+From vLLM 0.34.0 (the model's ``offers_count_per_request``) a key counts once per request:
+an offer of a key the same request already offered (a retry of a refused store, a re-offer
+after preemption) still marks the key recently offered, but adds nothing to its count, and
+its rejection is not counted as a skip again. The caller says which keys those are
+(``already``): what the request has offered is the request's fact, not the tracker's.
+
 Structure: each tracked key's count and when it was last offered; the least recent is found
 by sorting those times.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 
 from attrs import define, field
 
@@ -30,13 +36,13 @@ class StoreAdmission:
     def filtering(self) -> bool:
         return self.threshold >= 2
 
-    def offer(self, keys: Sequence[int], now) -> None:
+    def offer(self, keys: Sequence[int], now, already: Set[int] = frozenset()) -> None:
         if not self.filtering:
             return
         this_offer = {k for k in keys if k in self.offers}
         for key in keys:
             if key in this_offer:
-                self.offers[key] = (self.offers[key][0] + 1, now())
+                self.offers[key] = (self.offers[key][0] + (key not in already), now())
         for key in keys:
             if key in self.offers:
                 continue
@@ -48,10 +54,12 @@ class StoreAdmission:
                 del self.offers[others[0][1]]
             self.offers[key] = (1, now())
 
-    def admitted(self, candidates: Sequence[int]) -> tuple[int, ...]:
-        """The absent keys offered often enough to store; the rest are skipped."""
+    def admitted(self, candidates: Sequence[int],
+                 already: Set[int] = frozenset()) -> tuple[int, ...]:
+        """The absent keys offered often enough to store; the rest are skipped (a key the
+        request offered before was counted as a skip then)."""
         if not self.filtering:
             return tuple(candidates)
         kept = tuple(k for k in candidates if self.offers.get(k, (0, 0))[0] >= self.threshold)
-        self.skipped += len(candidates) - len(kept)
+        self.skipped += sum(k not in kept and k not in already for k in candidates)
         return kept

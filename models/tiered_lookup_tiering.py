@@ -99,6 +99,12 @@ class TieringModel:
     num_chunks: int
     chunk_bytes: int
     tiers: Sequence[TierSpec]
+    # vLLM 0.34.0's meaning (``pending_work``): with a polled tier and no tier-poll thread
+    # running, only a step makes progress, so there is always pending work.
+    pending_work_while_polled: bool = False
+    # vLLM 0.34.0's payload: each tier's chunks whose release it deferred (a failed promotion
+    # its I/O may still write into). The tiers here defer none, so the gauge reads 0.
+    deferred_release_gauge: bool = False
     clock: Timeline = field(factory=Timeline)
     requests: dict[str, RequestFacts] = field(factory=dict)   # insertion order: start order
     finished: dict[str, int] = field(factory=dict)     # req -> when the connector ended it
@@ -246,6 +252,11 @@ class TieringModel:
                 and (r == req if req is not None else self._alive(r) is not None)]
 
     def pending_work(self) -> bool:
+        """Whether only an engine step can finish some work: a job in flight or a parked
+        cascade; from vLLM 0.34.0 (``pending_work_while_polled``) also any polled tier, as
+        the tier-poll thread is off here (the machine plays its rounds)."""
+        if self.pending_work_while_polled and any(t.polled for t in self.tiers):
+            return True
         return bool(self._in_flight()) or bool(self._parked())
 
     # -- requests -------------------------------------------------------------------------
@@ -483,6 +494,8 @@ class TieringModel:
             out[("active_cascades", label)] = len(store)
             out[("primary_write_usage", label)] = _share(promote, self.num_chunks)
             out[("primary_read_usage", label)] = _share(store, self.num_chunks)
+            if self.deferred_release_gauge:
+                out[("deferred_release_chunks", label)] = 0
             lookups = sum(1 for at, t, call in self.calls
                           if t == i and at > since and call[0] == "lookup")
             if lookups:

@@ -29,6 +29,11 @@ SCENARIO_PROPERTIES = {
     "tier-poll-give-up": "rounds failing without a break end the tier-poll thread after "
                          "_TIER_POLL_GIVE_UP_AFTER_S (a success restarts the count), logging "
                          "a run of failures at most once per interval",
+    "tier-poll-back-off": "rounds failing without a break never end the tier-poll thread "
+                          "(vLLM 0.34.0 on): after _TIER_POLL_BACK_OFF_AFTER_S it pauses "
+                          "_TIER_POLL_BACKOFF_S between rounds, saying so once, until a "
+                          "success restarts the count; a run of failures is logged at most "
+                          "once per interval",
     "tier-poll-locking": "a round polls tiers only holding the manager's lock and pauses only "
                          "without it; a lock unavailable past the stall limit is warned of "
                          "once per limit",

@@ -1,7 +1,8 @@
 """Every model option a release gets adopts a change upstream made on purpose, with its
 citation; none absorbs a bug fix (PR #46363's window scan stays a divergence on 0.22-0.24).
 
-No vLLM needed: ``tiered_lookup_compat.model_semantics`` is a table by release, and the model
+No vLLM needed: ``tiered_lookup_compat.model_semantics`` (and ``tiering_semantics``) is a
+table by release, and the model
 runs alone.
 """
 
@@ -13,16 +14,19 @@ from models.tiered_lookup import TieredLookupModel
 from models.tiered_lookup_values import LookupResult
 from sim.vllm import tiered_lookup_compat
 
-# One release per family the adapters tell apart, 0.10.2 to 0.33.0.
+# One release per family the adapters tell apart, 0.10.2 to 0.34.0.
 RELEASES = ["0.10.2", "0.11.0", "0.14.0", "0.15.0", "0.18.0", "0.20.0", "0.22.0", "0.23.0",
-            "0.24.0", "0.25.0", "0.26.0", "0.28.0", "0.30.0", "0.32.0", "0.33.0"]
-OPTIONS = sorted({name for r in RELEASES for name in tiered_lookup_compat.model_semantics(r)})
+            "0.24.0", "0.25.0", "0.26.0", "0.28.0", "0.30.0", "0.32.0", "0.33.0", "0.34.0"]
+# The primary's model's options and the tiering model's.
+OPTIONS = sorted({name for r in RELEASES for name in (
+    *tiered_lookup_compat.model_semantics(r), *tiered_lookup_compat.tiering_semantics(r))})
 
 
 def test_every_option_is_listed_with_its_citation():
     assert OPTIONS, "model_semantics gives no release an option: the test checks nothing"
     assert sorted(tiered_lookup_compat.MODEL_OPTIONS) == OPTIONS, \
-        "every option model_semantics returns has a MODEL_OPTIONS entry, and only those"
+        "every option model_semantics or tiering_semantics returns has a MODEL_OPTIONS " \
+        "entry, and only those"
 
 
 @pytest.mark.parametrize("option", OPTIONS)
@@ -54,3 +58,19 @@ def test_the_fix_of_pr_46363_stays_a_divergence_where_the_release_lacks_it(relea
     model.prepare_store([3])
     assert model.lookup_meant(3) is LookupResult.HIT_PENDING
     assert model.lookup(3) is LookupResult.RETRY
+
+
+@pytest.mark.parametrize("per_request", [False, True])
+def test_a_requests_second_offer_counts_only_before_0_34(per_request):
+    """``offers_count_per_request`` (vLLM 0.34.0): one request offering a key twice brings it
+    no nearer the threshold, and its second refusal is no second skip; another request's
+    offer counts. Before, each offer counted."""
+    model = TieredLookupModel(num_chunks=2, store_threshold=2, requests=((1,), (1,)),
+                              offers_count_per_request=per_request)
+    assert model.prepare_store([1]).keys_to_store == ()
+    second = model.prepare_store([1]).keys_to_store
+    assert second == (() if per_request else (1,))
+    assert model.get_stats().skipped == 1     # the first refusal only, either way
+    if per_request:
+        model.use_request(1)
+        assert model.prepare_store([1]).keys_to_store == (1,)

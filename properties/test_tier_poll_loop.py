@@ -4,7 +4,10 @@
 
 - a round that raises does not end the thread; it gives up only once rounds have failed
   continuously for ``_TIER_POLL_GIVE_UP_AFTER_S``, a success starting the count again, and
-  logs a run of failures at most once per ``_TIER_POLL_ERROR_LOG_INTERVAL_S``;
+  logs a run of failures at most once per ``_TIER_POLL_ERROR_LOG_INTERVAL_S``; from vLLM
+  0.34.0 it never gives up (peers are served while the engine idles): after
+  ``_TIER_POLL_BACK_OFF_AFTER_S`` of failures it pauses ``_TIER_POLL_BACKOFF_S`` between
+  rounds, says so once, and a success returns it to the interval;
 - a round polls only while holding the manager's lock and releases it before pausing; while
   the lock stays unavailable it warns once it has waited more than
   ``_TIER_POLL_STALL_WARN_S``, and again only after as long once more;
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import threading
 from types import SimpleNamespace
+
+import pytest
 
 from models.tiered_lookup_values import TierSpec
 from properties.run import vllm_tiering_module
@@ -90,6 +95,7 @@ class PollLoopDriver:
         self.stopped = False
         self.log = Log(self)
         self.poll_times: list[float] = []
+        self.pauses: list[tuple[float, float | None]] = []   # (when, the pause asked for)
         monkeypatch.setattr(module, "time", SimpleNamespace(monotonic=lambda: self.now))
         monkeypatch.setattr(module, "logger", self.log)
         self.manager._lock = self          # vLLM 0.33.0: the manager's lock, as the loop uses it
@@ -117,7 +123,9 @@ class PollLoopDriver:
 
     def wait(self, timeout=None):
         holds("tier-poll-locking", not self.held, "the poll loop paused holding the manager lock")
-        self.now += ROUND_S
+        self.pauses.append((self.now, timeout))
+        # At least a round's time, so a zero interval still moves the clock.
+        self.now += max(ROUND_S, timeout or 0)
         return self.stopped
 
     def set(self):
@@ -145,8 +153,17 @@ def _expected_error_logs(fail_times: list[float], interval_s: float) -> list[flo
     return logged
 
 
+def _gives_up(module) -> bool:
+    """Whether the release's thread gives up after failing rounds (vLLM 0.33.0), or backs off
+    and keeps polling (vLLM >=0.34.0)."""
+    return hasattr(module, "_TIER_POLL_GIVE_UP_AFTER_S")
+
+
 def test_failing_rounds_give_up_after_the_limit(target, monkeypatch):
     module = _module(target)
+    if not _gives_up(module):
+        pytest.skip(f"n/a: vLLM {_release()}'s tier-poll thread never gives up: it backs off "
+                    "(test_failing_rounds_back_off_and_keep_polling)")
     world = _world()
     start = 1000.0
     driver = PollLoopDriver(module, world, monkeypatch, lambda now: True,
@@ -170,16 +187,60 @@ def test_failing_rounds_give_up_after_the_limit(target, monkeypatch):
 def test_a_success_restarts_the_failure_count(target, monkeypatch):
     module = _module(target)
     world = _world()
-    give_up = module._TIER_POLL_GIVE_UP_AFTER_S
-    start, half = 1000.0, module._TIER_POLL_GIVE_UP_AFTER_S * 2 / 3
+    # The limit after which failing rounds end the thread (0.33.0) or slow it (0.34.0 on).
+    prop, limit = ("tier-poll-give-up", module._TIER_POLL_GIVE_UP_AFTER_S) if _gives_up(module) \
+        else ("tier-poll-back-off", module._TIER_POLL_BACK_OFF_AFTER_S)
+    start, half = 1000.0, limit * 2 / 3
 
     def failing(now):   # two failing runs each shorter than the limit, one success between
         return not (start + half <= now < start + half + ROUND_S)
     driver = PollLoopDriver(module, world, monkeypatch, lambda now: True, failing,
                             rounds_max=int(2 * half / ROUND_S))
-    holds("tier-poll-give-up", not driver.run(),
+    holds(prop, not driver.run(),
           f"two runs of failures of {half} s each, a successful round between them, must not "
-          f"end the thread: it gives up only after {give_up} s of consecutive failures")
+          f"end the thread: it gives up only after {limit} s of consecutive failures")
+    holds(prop, not driver.log.times("error"),
+          lambda: f"two runs of failures of {half} s each, a successful round between them, "
+                  f"reached the {limit} s limit (logged {driver.log.times('error', '')}): a "
+                  "success must restart the count")
+
+
+def test_failing_rounds_back_off_and_keep_polling(target, monkeypatch):
+    module = _module(target)
+    if _gives_up(module):
+        pytest.skip(f"n/a: vLLM {_release()}'s tier-poll thread gives up instead "
+                    "(test_failing_rounds_give_up_after_the_limit)")
+    world = _world()
+    after, backoff = module._TIER_POLL_BACK_OFF_AFTER_S, module._TIER_POLL_BACKOFF_S
+    start = 1000.0
+    first_fail, recover = start + 2, start + 2 + after + 10 * backoff
+
+    def failing(now):
+        return first_fail <= now < recover
+    driver = PollLoopDriver(module, world, monkeypatch, lambda now: True, failing,
+                            rounds_max=int((recover - start) / ROUND_S) + 40)
+    holds("tier-poll-back-off", not driver.run(), "rounds failing continuously must not end "
+          "the thread: it keeps polling so peers are served while the engine idles")
+    fails = [t for t in driver.poll_times if failing(t)]
+    # After each round: the back-off pause once failures have lasted the limit, else the
+    # interval (the world's: 0).
+    want = [(t, backoff if failing(t) and t - fails[0] >= after else 0)
+            for t, _ in driver.pauses]
+    agrees("tier-poll-back-off", driver.pauses, want)
+    holds("tier-poll-back-off", any(t >= recover for t in driver.poll_times) and
+          any(t - fails[0] >= after for t in fails),
+          "the thread polled through the back-off and after the failures ended")
+    agrees("tier-poll-back-off", driver.log.times("error", "backing off"),
+           [t for t in fails if t - fails[0] >= after][:1])            # once, when it begins
+    logged = _expected_error_logs(fails, module._TIER_POLL_ERROR_LOG_INTERVAL_S)
+    agrees("tier-poll-back-off", (driver.log.times("exception"),
+                                  driver.log.times("warning", "consecutive")),
+           (logged[:1], logged[1:]))   # the first failure's traceback, then a count per interval
+
+
+def _release() -> str:
+    from sim.vllm import release
+    return release.release()
 
 
 def test_an_unavailable_lock_warns_and_polls_nothing(target, monkeypatch):

@@ -168,6 +168,7 @@ def end_step(mgr):
     def complete_load(self, data):
         self.act("complete_load", pick(data, self.loads))
 
+    @precondition(lambda self: "touch" not in self.missing_calls)
     @rule(data=st.data())
     def touch(self, data):
         # Slices of two or more resident keys are weighted 3:1: touching reorders LRU only

@@ -92,8 +92,14 @@ def make_tiering(target, num_chunks, tiers):
         except CapabilityMissing as why:
             self.recorder.note_missing(str(why))
             reject()
+        # What the target's release meant where it changed on purpose (``model_options``),
+        # and the calls it lacks (not made: ``missing_calls``, name -> reason).
+        options = getattr(self.tiering, "model_options", {})
+        self.missing_calls: dict[str, str] = getattr(self.tiering, "missing_calls", {})
+        for reason in self.missing_calls.values():
+            self.recorder.note_missing(reason)
         self.model = TieringModel(world.num_chunks, self.tiering.tiers[0].block_size_bytes,
-                                  world.tiers)
+                                  world.tiers, **options)
         self.checked_at = self.model.clock.now
         self.live: list[str] = []           # requests not finished
         self.batches: list[tuple[str, tuple[int, ...]]] = []
@@ -186,7 +192,8 @@ def make_tiering(target, num_chunks, tiers):
         for _ in range(draw_integer(data, 2, 3)):
             self.lookup(data)
 
-    @precondition(lambda self: getattr(self, "live", None))
+    @precondition(lambda self: getattr(self, "live", None)
+                  and "touch" not in self.missing_calls)
     @rule(data=st.data())
     def touch(self, data):
         keys = _distinct(data, KEYS, 1, 2)

@@ -49,7 +49,7 @@ TESTS: tuple[Test, ...] = (
          "a primary reporting the recency of its evictable chunks only"),
     # The tiering layer's own checks (its machine, vLLM only), each planted in vLLM 0.33.0's
     # manager (``lch.mutate``).
-    *(Test("tiered_lookup", prop, f"{TIERING_CHECKS}[vllm-{line}]", why, vllm=True)
+    *(Test("tiered_lookup", prop, f"{TIERING_CHECKS}[vllm-0.33.0-{line}]", why, vllm=True)
       for prop, line, why in (
           ("tier-calls-agree", "_maybe_finalize_request L1077",
            "a tier never told a request finished"),

@@ -10,16 +10,17 @@ the configs vLLM validated:
    ``SchedulerConfig`` (token budget, ``max_num_seqs``, chunked prefill) and ``CacheConfig``
    (prefix caching on), all through ``VllmConfig``: its hybrid-model hooks
    (``MambaModelConfig.verify_and_update_config``: align mode under prefix caching) and the
-   CPU platform's ``check_and_update_config`` run there.
+   CPU platform's ``check_and_update_config`` run there (as in vLLM's CPU build:
+   ``release.cpu_build``).
 2. The target model and the draft model are constructed (``initialize_model``: the layers,
    with uninitialised parameters; nothing is loaded and nothing runs), in a one-process
    ``gloo`` group, as a CPU worker does before loading weights. The draft model's attention
    layers are marked as the proposer's ``load_model`` marks them.
 3. ``Platform.update_block_size_for_backend``: vLLM's attention-page / Mamba-page
    alignment, which sets the block size (and the Mamba block size in align mode).
-4. Each layer's own ``get_kv_cache_spec`` (``GPUModelRunner.get_kv_cache_spec``, the
-   runner's method, called with the two fields it reads), then the core's grouping,
-   layout resolution, KV cache config, block sizes and hash block size.
+4. Each layer's own ``get_kv_cache_spec`` (the CPU worker's model runner's method, called
+   with the fields it reads: ``scheduler_pass_compat.layer_kv_cache_specs``), then the
+   core's grouping, layout resolution, KV cache config, block sizes and hash block size.
 5. ``SchedulerConfig.get_scheduler_cls()`` built as the core builds it, with the request
    block hasher the core gives requests (prefix caching on).
 
@@ -49,7 +50,7 @@ from unittest import mock
 from attrs import frozen
 
 from sim.errors import AdapterError, HarnessError, TargetUnavailable
-from sim.vllm import release
+from sim.vllm import release, scheduler_pass_compat
 
 SAMPLED_TOKEN = 7
 KV_CACHE_MEMORY = 8 << 30     # bytes "available" for the KV cache (KV pressure is not studied)
@@ -175,17 +176,19 @@ def _build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative
     model_config = config.ModelConfig(
         model=model_dir, seed=0, skip_tokenizer_init=True, max_model_len=max_model_len)
     parallel = config.ParallelConfig()
-    vllm_config = config.VllmConfig(
-        model_config=model_config, parallel_config=parallel,
-        speculative_config=config.SpeculativeConfig(
-            method="mtp", num_speculative_tokens=num_speculative_tokens,
-            target_model_config=model_config, target_parallel_config=parallel),
-        scheduler_config=config.SchedulerConfig(
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget,
-            max_model_len=max_model_len, enable_chunked_prefill=True,
-            is_encoder_decoder=model_config.is_encoder_decoder),
-        cache_config=config.CacheConfig(enable_prefix_caching=True),
-        load_config=config.LoadConfig(load_format="dummy"))
+    speculative_config = config.SpeculativeConfig(
+        method="mtp", num_speculative_tokens=num_speculative_tokens,
+        target_model_config=model_config, target_parallel_config=parallel)
+    scheduler_config = config.SchedulerConfig(
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget,
+        max_model_len=max_model_len, enable_chunked_prefill=True,
+        is_encoder_decoder=model_config.is_encoder_decoder)
+    with release.cpu_build():
+        vllm_config = config.VllmConfig(
+            model_config=model_config, parallel_config=parallel,
+            speculative_config=speculative_config, scheduler_config=scheduler_config,
+            cache_config=config.CacheConfig(enable_prefix_caching=True),
+            load_config=config.LoadConfig(load_format="dummy"))
     loader = release.import_module("vllm.model_executor.model_loader.utils")
     torch_utils = release.import_module("vllm.utils.torch_utils")
     layers = release.import_module("vllm.config.vllm")
@@ -205,9 +208,7 @@ def _build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative
             if name not in target_layers:          # as the proposer's load_model marks them
                 layer.is_draft_layer = True
         _platform().update_block_size_for_backend(vllm_config)
-        runner = release.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
-        specs = runner.get_kv_cache_spec(SimpleNamespace(vllm_config=vllm_config,
-                                                         shared_kv_cache_layers={}))
+        specs = scheduler_pass_compat.layer_kv_cache_specs(vllm_config)
         return _kv_cache_world(vllm_config, specs)
 
 
@@ -302,9 +303,8 @@ class HybridScheduler:
         ids = list(out.num_scheduled_tokens)
         sampled = [[] if self.scheduler.requests[r].is_prefill_chunk else [SAMPLED_TOKEN]
                    for r in ids]
-        self.scheduler.update_from_output(out, self._outputs.ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
-            sampled_token_ids=sampled))
+        self.scheduler.update_from_output(
+            out, scheduler_pass_compat.runner_output(self._outputs, ids, sampled))
         return dict(out.num_scheduled_tokens)
 
     def computed(self, request_id: str) -> int | None:

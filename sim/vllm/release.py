@@ -12,12 +12,14 @@ and caches the outcome, so the ~10 s import and a failed import each happen once
 The bottom of ``sim.vllm``: every subsystem's compat module asks it the release
 (``release()``, ``at_least``, ``parse_release``: the one place releases are read and
 compared), and it imports none of them (``pyproject.toml``'s contract for ``sim.vllm``). The
-one release difference it holds is its own: how a release is made to resolve its CPU platform
-(``select_cpu_platform``).
+release differences it holds are its own: how a release is made to resolve its CPU platform
+(``select_cpu_platform``), and how its CPU platform is made to validate a config as vLLM's CPU
+build would (``cpu_build``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -137,6 +139,36 @@ def select_cpu_platform(platforms: ModuleType) -> None:
     for name, module in list(sys.modules.items()):
         if name.startswith("vllm") and getattr(module, "current_platform", None) is current:
             module.current_platform = cpu
+
+
+@contextlib.contextmanager
+def cpu_build():
+    """Inside this block, vLLM's CPU platform validates a ``VllmConfig`` as it does in vLLM's
+    CPU build on x86, which ships Triton's CPU backend (triton-cpu).
+
+    # vLLM >=0.34.0: ``CpuPlatform.check_and_update_config`` refuses an x86 host without
+    #   triton-cpu ("vLLM on x86 CPUs requires Triton"). triton-cpu comes only with vLLM's CPU
+    #   wheels, not from PyPI, so the CUDA wheel the harness installs answers "no". What the
+    #   harness drives (the scheduler, the KV and encoder caches) runs no Triton kernel. The
+    #   question is answered as the CPU build would (``vllm.triton_utils.HAS_TRITON``, which
+    #   the check reads when called) during that check only, so no module imported meanwhile
+    #   binds the answer.
+    # vLLM 0.33.0: the check only warns; earlier ones do not ask. Left as they are.
+    """
+    from unittest import mock
+    platform = importlib.import_module("vllm.platforms").current_platform
+    if not at_least("0.34.0") or not platform.is_cpu():
+        yield
+        return
+    triton_utils = importlib.import_module("vllm.triton_utils")
+    check = type(platform).check_and_update_config.__func__
+
+    def as_cpu_build(cls, vllm_config):
+        with mock.patch.object(triton_utils, "HAS_TRITON", True):
+            return check(cls, vllm_config)
+    with mock.patch.object(type(platform), "check_and_update_config",
+                           classmethod(as_cpu_build)):
+        yield
 
 
 def release() -> str:

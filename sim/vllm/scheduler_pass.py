@@ -198,13 +198,15 @@ def _drafter_config(read_ahead: int) -> Any:
         model=None if mtp else _model_dir(TINY_EAGLE, "lch-tiny-eagle-"),
         num_speculative_tokens=read_ahead, target_model_config=target,
         target_parallel_config=config_mod.ParallelConfig())
-    vllm_config = config_mod.VllmConfig(
-        model_config=target, speculative_config=speculative,
-        scheduler_config=config_mod.SchedulerConfig(
-            max_num_seqs=16, max_num_batched_tokens=MAX_MODEL_LEN, max_model_len=MAX_MODEL_LEN,
-            enable_chunked_prefill=True, is_encoder_decoder=False),
-        cache_config=config_mod.CacheConfig(block_size=16, gpu_memory_utilization=0.9,
-                                            cache_dtype="auto", enable_prefix_caching=False))
+    scheduler_config = config_mod.SchedulerConfig(
+        max_num_seqs=16, max_num_batched_tokens=MAX_MODEL_LEN, max_model_len=MAX_MODEL_LEN,
+        enable_chunked_prefill=True, is_encoder_decoder=False)
+    cache_config = config_mod.CacheConfig(block_size=16, gpu_memory_utilization=0.9,
+                                          cache_dtype="auto", enable_prefix_caching=False)
+    with release.cpu_build():
+        vllm_config = config_mod.VllmConfig(
+            model_config=target, speculative_config=speculative,
+            scheduler_config=scheduler_config, cache_config=cache_config)
     return vllm_config
 
 
@@ -230,7 +232,7 @@ def _drafter_hash_lookahead(read_ahead: int) -> int:
     vllm_config = _drafter_config(read_ahead)
     vllm_config.cache_config.enable_prefix_caching = True
     try:
-        hashes = vllm_config.num_hash_lookahead_tokens
+        hashes = scheduler_pass_compat.hash_lookahead_tokens(vllm_config)
     finally:
         vllm_config.cache_config.enable_prefix_caching = False
     if hashes != read_ahead:
@@ -286,8 +288,9 @@ def _vllm_config(encoder_decoder: bool = False, token_budget: int = MAX_MODEL_LE
     cache_config = config_mod.CacheConfig(block_size=KV_BLOCK_SIZE, gpu_memory_utilization=0.9,
                                           cache_dtype="auto",
                                           enable_prefix_caching=enable_prefix_caching)
-    vllm_config = config_mod.VllmConfig(scheduler_config=scheduler_config,
-                                        model_config=model_config, cache_config=cache_config)
+    with release.cpu_build():
+        vllm_config = config_mod.VllmConfig(scheduler_config=scheduler_config,
+                                            model_config=model_config, cache_config=cache_config)
     # What the engine sets once it has sized the KV cache (``_initialize_kv_caches``).
     vllm_config.cache_config.num_gpu_blocks = _num_blocks(kv_blocks)
     return vllm_config

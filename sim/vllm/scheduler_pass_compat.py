@@ -5,8 +5,8 @@ model does not (reported missing, never modelled twice).
 
 Every function is tagged with the releases it covers (``# vLLM <version>:``); where a boundary
 falls between releases we did not install, the function detects the feature on the installed
-classes instead of trusting a version table (0.10.2, 0.20.0, 0.26.0, 0.33.0 installed and
-run; 0.11.0, 0.13.0, 0.22.0-0.32.0 read from the released wheels). The encoder cache manager
+classes instead of trusting a version table (0.10.2, 0.20.0, 0.26.0, 0.33.0, 0.34.0 installed
+and run; 0.11.0, 0.13.0, 0.22.0-0.32.0 read from the released wheels). The encoder cache manager
 the scheduler holds has its own differences, in ``encoder_cache_compat``.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from sim.errors import CapabilityMissing
@@ -220,6 +221,7 @@ def request_kwargs(request_cls: type) -> dict[str, Any]:
 def runner_output(outputs: Any, ids: list[str], sampled: list[list[int]]) -> Any:
     """A ``ModelRunnerOutput`` sampling ``sampled[i]`` for ``ids[i]`` (nothing else).
 
+    # vLLM >=0.34.0: no ``req_id_to_index``: the scheduler indexes ``req_ids`` by position.
     # vLLM >=0.14.0: every field but the ids has a default.
     # vLLM 0.10.2-0.13.x: ``logprobs``, ``prompt_logprobs_dict`` and ``pooler_output`` are
     #   required too (None, {}, and no pooler output).
@@ -228,9 +230,41 @@ def runner_output(outputs: Any, ids: list[str], sampled: list[list[int]]) -> Any
     extra = {name: value for name, value in (("logprobs", None), ("prompt_logprobs_dict", {}),
                                              ("pooler_output", []))
              if name in params and params[name].default is inspect.Parameter.empty}
-    return outputs.ModelRunnerOutput(req_ids=ids,
-                                     req_id_to_index={rid: k for k, rid in enumerate(ids)},
-                                     sampled_token_ids=sampled, **extra)
+    if "req_id_to_index" in params:
+        extra["req_id_to_index"] = {rid: k for k, rid in enumerate(ids)}
+    return outputs.ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled, **extra)
+
+
+def hash_lookahead_tokens(vllm_config: Any) -> int:
+    """``VllmConfig.num_hash_lookahead_tokens`` for the config's switches as they stand now.
+
+    # vLLM >=0.34.0: a field, resolved when the config is validated
+    #   (``_resolve_num_hash_lookahead_tokens``): a switch set since is seen only by resolving
+    #   it again, as ``VllmConfig`` itself does after it updates its configs.
+    # vLLM earlier: a property, computed on each read.
+    """
+    resolve = getattr(vllm_config, "_resolve_num_hash_lookahead_tokens", None)
+    return resolve() if resolve is not None else vllm_config.num_hash_lookahead_tokens
+
+
+def layer_kv_cache_specs(vllm_config: Any) -> dict[str, Any]:
+    """Each layer's KV cache spec, as the CPU worker's model runner reads it from the built
+    model (``get_kv_cache_spec``, called with the fields it reads).
+
+    # vLLM >=0.34.0: the CPU worker on x86 runs ``CPUModelRunner``, a V2 model runner
+    #   (``vllm/v1/worker/cpu/model_runner.py`` over ``vllm/v1/worker/gpu/``); its method reads
+    #   the config, and the speculator and DCP size only to mark a replicated draft cache
+    #   (neither here: no draft model runner, no DCP). ``gpu_model_runner`` is gone.
+    # vLLM 0.2x-0.33.x: ``GPUModelRunner.get_kv_cache_spec``
+    #   (``vllm/v1/worker/gpu_model_runner.py``), reading the config and the shared layers.
+    """
+    if release.has_module("vllm.v1.worker.gpu_model_runner"):
+        runner = release.import_module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
+        return runner.get_kv_cache_spec(SimpleNamespace(vllm_config=vllm_config,
+                                                        shared_kv_cache_layers={}))
+    runner = release.import_module("vllm.v1.worker.cpu.model_runner").CPUModelRunner
+    return runner.get_kv_cache_spec(SimpleNamespace(vllm_config=vllm_config, speculator=None,
+                                                    dcp_size=1))
 
 
 def async_scheduler_cls(sched_module: Any) -> type | None:

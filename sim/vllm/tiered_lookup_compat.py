@@ -651,6 +651,7 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
     # vLLM 0.11.0-0.19.x: no sliding-window scan (the connector had none before 0.20.0).
     # vLLM 0.20.0-0.29.x: no initial (larger) window for the rightmost run.
     # vLLM 0.11.0-0.21.x: no ``reset_cache`` (0.24.0 for the tiering manager).
+    # vLLM >=0.34.0: no ``touch``.
     (``on_reset_flushed``, from 0.33.0, is no gap: before it a reset held nothing to release,
     ``model_semantics``'s ``reset_holds_promotions``.)
     """
@@ -708,7 +709,22 @@ def missing_offload_calls(manager: Any, scans: Any) -> dict[str, str]:
     if not hasattr(manager, "reset_cache"):
         missing["reset_cache"] = (f"reset_cache: vLLM {found}'s {type(manager).__name__} "
                                   "has no reset_cache")
+    missing.update(missing_touch(manager))
     return missing
+
+
+def missing_touch(manager: Any) -> dict[str, str]:
+    """``{"touch": reason}`` where the manager (the CPU one, or the tiering one) has no
+    ``touch``, else nothing.
+
+    # vLLM >=0.34.0: removed: only a request's own accesses order the cache (its loads and
+    #   offers, committed when it finishes: ``finish_request``).
+    # vLLM 0.11.0-0.33.x: ``touch(keys[, req_context])``.
+    """
+    if hasattr(manager, "touch"):
+        return {}
+    return {"touch": f"touch: vLLM {release.release()}'s {type(manager).__name__} has no "
+                     "touch (removed in 0.34.0: a request's loads and offers order the cache)"}
 
 
 def scripted_answer(base: Any, name: str) -> Any:
@@ -763,6 +779,9 @@ def model_semantics(found: str) -> dict[str, Any]:
       of a key; ``prepare_store`` only filters. # vLLM 0.22.0-0.26.x (read); 0.27.x-0.29.x
       unread, taken as the same. vLLM >=0.30.0: ``prepare_store`` counts its offers
       (``_record_accesses``). Before 0.22.0 the filter is not driven.
+    - ``offers_count_per_request``: a request's offers of a key count once toward the store
+      threshold (``_RequestCacheAccess.counted_keys``). # vLLM >=0.34.0. vLLM 0.30.0-0.33.x:
+      every offer counts.
     - ``recency_when_evictable``: LRU orders only evictable chunks; a chunk whose store or last
       load completes becomes the most recent, a touch of a pinned one is dropped.
       # vLLM 0.24.0-0.31.x (read in 0.24.0, 0.26.0, 0.30.0; 0.23.x unread, taken as 0.22.0).
@@ -798,6 +817,8 @@ def model_semantics(found: str) -> dict[str, Any]:
         options["request_positions"] = False
     if version < (0, 30, 0):
         options["threshold_counts_lookups"] = True
+    if version >= (0, 34, 0):
+        options["offers_count_per_request"] = True
     if (0, 24, 0) <= version < (0, 32, 0):
         options["recency_when_evictable"] = True
     if (0, 22, 0) <= version < (0, 25, 0):
@@ -807,6 +828,21 @@ def model_semantics(found: str) -> dict[str, Any]:
     if (0, 18, 0) <= version < (0, 20, 0):
         options["prefix_counts_every_key"] = True
     return options
+
+
+def tiering_semantics(found: str) -> dict[str, Any]:
+    """Tiering-model options (``models/tiered_lookup_tiering.py``) for what release ``found``
+    meant, as ``model_semantics`` gives the primary's model.
+
+    - ``pending_work_while_polled``: ``has_pending_work`` is True whenever a tier is polled
+      and no tier-poll thread is alive (the world runs none: the machine plays its rounds).
+      # vLLM >=0.34.0. vLLM 0.33.0: jobs in flight, parked cascades and the tiers' own work.
+    - ``deferred_release_gauge``: the payload has each tier's deferred-release gauge (a tier
+      may defer the release of a failed promotion's chunks). # vLLM >=0.34.0.
+    """
+    if not release.at_least("0.34.0", found):
+        return {}
+    return {"pending_work_while_polled": True, "deferred_release_gauge": True}
 
 
 # Why each model option adopts a release's behaviour: a change upstream made on purpose (a
@@ -858,6 +894,27 @@ MODEL_OPTIONS: dict[str, tuple[str, str]] = {
         "read in 0.22.0-0.26.x); 0.30.0 counts ``prepare_store``'s offers "
         "(``_record_accesses``, read in 0.30.0's ``cpu/manager.py``). Upstream reason not "
         "found: taken as a change of policy, not named a fix anywhere read"),
+    "offers_count_per_request": (
+        "meaning",
+        "0.34.0 counts a request's offers of a key once toward ``store_threshold`` (its "
+        "comment: a retried or re-offered key 'is not another use of the content'); 0.30.0-"
+        "0.33.x count every offer, as 0.33.0's ``cpu/spec.py`` documents the threshold ('how "
+        "many times a chunk must be offered'). The 0.34.0 change was not found named a fix "
+        "(PR #52022, which proposed once-per-request counting, was closed unmerged): taken "
+        "as a change of meaning"),
+    "pending_work_while_polled": (
+        "meaning",
+        "0.34.0's ``TieringOffloadingManager.has_pending_work`` reports work whenever a tier "
+        "is polled and no live tier-poll thread (or more than one secondary tier) can finish "
+        "it, and leaves out what a live thread finishes (its docstring: so an engine that "
+        "only serves peers can go idle); 0.33.0 reported jobs, parked cascades and the "
+        "tiers' own work. Upstream PR not found: taken as a change of meaning"),
+    "deferred_release_gauge": (
+        "meaning",
+        "0.34.0 adds ``JobResult.deferred_release`` (a new API: a tier whose I/O may still "
+        "write a failed promotion's chunks holds their release) and reports each tier's "
+        "deferred chunks (``DEFERRED_RELEASE_CHUNKS``); 0.33.0 has neither. A feature "
+        "added; PR not found"),
     "recency_when_evictable": (
         "meaning",
         "0.24.0-0.31.x: LRU orders only evictable chunks (the docstring above: read in "

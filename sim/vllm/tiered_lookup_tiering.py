@@ -42,11 +42,14 @@ _TIERING_NAMES = {
     "BACKPRESSURE_STORE_LATENCY_EMA": "bp_ema",
     "BACKPRESSURE_STORES_DROPPED": "bp_stores_dropped",
     "BACKPRESSURE_BLOCKS_DROPPED": "bp_blocks_dropped",
-    "PROMOTION_LATENCY": "promotion_latency"}
+    "PROMOTION_LATENCY": "promotion_latency",
+    # vLLM >=0.34.0: chunks of failed promotions whose release a tier deferred, and how long.
+    "DEFERRED_RELEASE_CHUNKS": "deferred_release_chunks",
+    "DEFERRED_RELEASE_HOLD": "deferred_release_hold"}
 _CPU_NAMES = {"CPU_CACHE_USAGE_PERC": "usage", "CPU_CACHE_WRITE_USAGE_PERC": "write",
               "CPU_CACHE_READ_USAGE_PERC": "read", "CPU_ALLOCATION_SIZE": "allocation"}
 # Histograms whose samples are durations: compared by count, each sample checked to be one.
-DURATIONS = ("lookup_sync_delay", "promotion_latency")
+DURATIONS = ("lookup_sync_delay", "promotion_latency", "deferred_release_hold")
 DURATION_MAX_S = 60.0
 
 
@@ -81,6 +84,9 @@ class VllmTieringWorld:
                                        strict=False))]
         self.manager = tiered_lookup_compat.polled_tiering_manager(
             manager, self.primary, self.tiers, tier_poll_interval_s)
+        self.model_options = tiered_lookup_compat.tiering_semantics(release.release())
+        # Calls the machine may make that this release lacks: name -> reason.
+        self.missing_calls = tiered_lookup_compat.missing_touch(self.manager)
         self._contexts: dict[str, object] = {}
         self.new_reqs: list[str] = []
         self.last_evicted: tuple[int, ...] = ()     # what the last prepare_store evicted
@@ -222,8 +228,10 @@ class VllmTieringWorld:
         """The payload in the model's vocabulary; duration samples are checked to be durations
         (non-negative, under a minute) and counted."""
         cpu = release.import_module("vllm.v1.kv_offload.cpu.common").CPUOffloadingMetrics
-        names = {getattr(self._tiering.TieringOffloadingMetrics, n): ours
-                 for n, ours in _TIERING_NAMES.items()}
+        metrics = self._tiering.TieringOffloadingMetrics
+        # A release without a metric (0.33.0: no deferred release) reports none of it.
+        names = {getattr(metrics, n): ours for n, ours in _TIERING_NAMES.items()
+                 if hasattr(metrics, n)}
         names.update({getattr(cpu, n): ours for n, ours in _CPU_NAMES.items()})
         names[TIER_LOOKUPS] = "tier_lookups"
         with self.manager.lock:
