@@ -749,8 +749,9 @@ class PrefixKvSchedulerPassMachine(SchedulerPassMachine):
 
 class MambaMtpSchedulerPassMachine(MambaSchedulerPassMachine):
     """The Mamba machine under an MTP drafter (``mamba_mtp_worlds``): the known-bug
-    catalogue's machine for ``sched-mamba-mtp-stall``. Not run against vLLM 0.33.0, which
-    stalls in these worlds (its reproducer records that)."""
+    catalogue's machine for ``sched-mamba-mtp-stall``. Against vLLM (0.33.0 on) it meets that
+    stall, in worlds vLLM would not build: its test expects the failure there (the reproducer
+    records the stall in the world vLLM builds)."""
 
     @initialize(world=mamba_mtp_worlds())
     def setup(self, world: SchedWorld):

@@ -302,6 +302,11 @@ def test_records_name_the_outcome():
         pytest.skip("absent: no kv_offload")
     except pytest.skip.Exception as skip:
         assert record(skip)["outcome"] == "absent"
+    try:       # a known divergence the test expects: neither a finding nor unavailable
+        pytest.xfail("vLLM 0.33.0 unfixed: sched-mamba-mtp-stall")
+    except pytest.xfail.Exception as expected:
+        assert (record(expected)["outcome"], record(expected)["message"]) == (
+            "skipped", "xfail: vLLM 0.33.0 unfixed: sched-mamba-mtp-stall")
 
 
 # -- skips honour LCH_REQUIRE_TARGETS ----------------------------------------------------------
