@@ -11,7 +11,8 @@ nothing changes after). Controls: the same cases on a checkpoint with one MTP mo
 The cases: one request of ``B - 1`` ... ``2B + 2`` prompt tokens at each budget; and, at the
 largest budget, a short request ahead of a ``B + 1``-token one, the short one's length
 around ``budget - B`` (it leaves the long one a chunk ending exactly on the boundary).
-The record (``results/findings/mamba-mtp.json``) feeds ``docs/findings/mamba-mtp.md``.
+The record (``results/findings/mamba-mtp.json``; ``mamba-mtp-X.json`` run under another vLLM X)
+feeds ``docs/findings/mamba-mtp.md``.
 """
 
 from __future__ import annotations
@@ -71,7 +72,10 @@ def measure() -> dict:
                "cases": len(items), "stalled": stalled,
                "control_cases": len(control),
                "control_stalled": [i["id"] for i in control if i["outcome"] == "stalled"]}
-    return records.envelope("findings", "mamba-mtp", COMMAND,
+    # The default release's record is ``mamba-mtp``; another release's is named for it.
+    found = release.release()
+    name = "mamba-mtp" if found == release.DEFAULT_RELEASE else f"mamba-mtp-{found}"
+    return records.envelope("findings", name, COMMAND,
                             vllm={"version": release.release()},
                             wall_s=time.monotonic() - start, summary=summary,
                             items=items + control, started=started)
@@ -81,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lch.mamba_mtp",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--record-dir", default="results",
-                        help="write results/findings/mamba-mtp.json under this folder")
+                        help="write results/findings/mamba-mtp.json under this folder "
+                             "(mamba-mtp-X.json for a vLLM X other than the default)")
     args = parser.parse_args(argv)
     record = measure()
     path = records.write(record, args.record_dir)

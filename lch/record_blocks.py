@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lch.records import load, renderer
+from sim.vllm.release import parse_release
 
 NONE_YET = "(none yet)"
 
@@ -201,10 +202,10 @@ def mutation_summary(results: Path) -> str:
 def mamba_mtp(results: Path) -> str:
     """The Mamba + MTP stall in the world vLLM builds (``python -m lch.mamba_mtp``): the
     world's settings as vLLM set them, then every case and where it stopped."""
-    found = [r for r in load("findings", results) if r["name"] == "mamba-mtp"]
+    found = _mamba_mtp_records(results)
     if not found:
         return "(no record yet: run `python -m lch.mamba_mtp --record-dir results`)"
-    r = found[0]
+    r, others = found[0], found[1:]
     w, m = r["summary"]["world"], r["machine"]
     spec = w["mamba_spec"]
     lines = [
@@ -245,7 +246,25 @@ def mamba_mtp(results: Path) -> str:
     lines += ["", f"Stalled: {len(r['summary']['stalled'])} of {r['summary']['cases']} "
               f"cases; one-module control: {len(r['summary']['control_stalled'])} of "
               f"{r['summary']['control_cases']}."]
+    for other in others:
+        o = other["summary"]
+        cases = "the same cases" if o["stalled"] == r["summary"]["stalled"] else \
+            "other cases: " + ", ".join(o["stalled"])
+        world = "the same" if o["world"] == w else "different (see the record)"
+        lines += ["", f"vLLM {other['vllm']['version']} (`results/findings/{other['name']}"
+                  f".json`, {other['wall_s']} s): stalled {len(o['stalled'])} of {o['cases']} "
+                  f"cases ({cases}); one-module control: {len(o['control_stalled'])} of "
+                  f"{o['control_cases']}; the world's settings read back: {world}."]
     return "\n".join(lines)
+
+
+def _mamba_mtp_records(results: Path) -> list[dict]:
+    """The Mamba + MTP stall's records (``mamba-mtp``: the default release's; ``mamba-mtp-X``:
+    release X's), the default release's first, then by release."""
+    found = [r for r in load("findings", results)
+             if r["name"] == "mamba-mtp" or r["name"].startswith("mamba-mtp-")]
+    return sorted(found, key=lambda r: (r["name"] != "mamba-mtp",
+                                        parse_release(r["vllm"]["version"])))
 
 
 # -- the README's findings table -----------------------------------------------------------------
@@ -306,16 +325,19 @@ def findings(results: Path) -> str:
         rows.append(f"| {bug.summary} | {_vllm_references(bug.source)} | from {bug.since}, "
                     f"{until} | {_found_in_records(bug, results)} | `{bug.property}` | "
                     f"[{bug.reproducer}](fixtures/reproducers/{bug.reproducer}) |")
-    for r in load("findings", results):
-        if r["name"] != "mamba-mtp":
-            continue
-        s = r["summary"]
+    stalls = _mamba_mtp_records(results)
+    if stalls:
+        s = stalls[0]["summary"]
+        driven = sorted((r for r in stalls if r["summary"]["stalled"]),
+                        key=lambda r: parse_release(r["vllm"]["version"]))
+        versions = ", ".join(r["vllm"]["version"] for r in driven)
+        paths = ", ".join(f"`results/findings/{r['name']}.json`" for r in driven)
         rows.append(f"| a hybrid Mamba model's prefill under a multi-module MTP drafter never "
                     f"finishes ({len(s['stalled'])} of {s['cases']} cases stall; "
-                    f"[details](docs/findings/mamba-mtp.md)) | - | {r['vllm']['version']} (the "
-                    f"only release driven) | `results/findings/mamba-mtp.json` | `liveness` | "
-                    f"[test_scheduler_pass_vllm_mamba_mtp_stall.py](fixtures/reproducers/"
-                    f"test_scheduler_pass_vllm_mamba_mtp_stall.py) |")
+                    f"[details](docs/findings/mamba-mtp.md)) | - | {versions} (the releases "
+                    f"driven) | {paths} | "
+                    f"`liveness` | [test_scheduler_pass_vllm_mamba_mtp_stall.py]"
+                    f"(fixtures/reproducers/test_scheduler_pass_vllm_mamba_mtp_stall.py) |")
     history = [f"`results/history/{r['name']}.json`" for r in _history_records(results)]
     outcomes, sources = _prefix_cache_outcomes(results)
     # The records are named where their matrices are (docs/history.md), not here: the
