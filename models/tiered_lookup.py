@@ -384,12 +384,14 @@ class TieredLookupModel:
 
     def take_events(self) -> list[OffloadEvent]:
         """Events in order, then forgotten; a failed store's removal names only the keys
-        still absent now (a retry may have stored one again)."""
+        still absent now (a retry may have stored one again). Those keys are a set, not a
+        sequence (vLLM gathers a partly failed job's keys in a set), so they are named in
+        key order."""
         taken, self.events = self.events, []
         if not self.enable_events:             # built without events: nothing is recorded
             return []
-        named = ((tuple(k for k in keys if not (failed and k in self.chunks)), removed)
-                 for keys, removed, failed in taken)
+        named = ((tuple(sorted(k for k in keys if k not in self.chunks)) if failed else keys,
+                  removed) for keys, removed, failed in taken)
         return [OffloadEvent(keys, removed) for keys, removed in named if keys]
 
     def prepare_load(self, keys: Sequence[int]) -> None:

@@ -320,8 +320,8 @@ class NativeTieredLookup:
             return []
         out = []
         for n, event in enumerate(events):
-            if n in failed:
-                keys = tuple(k for k in event.keys if k not in self._ref)
+            if n in failed:       # a failed store's keys: a set, named in key order
+                keys = tuple(sorted(k for k in event.keys if k not in self._ref))
                 if not keys:
                     continue
                 event = OffloadEvent(keys, removed=True)

@@ -279,8 +279,17 @@ class VllmTieredLookup:
     def take_events(self) -> list[OffloadEvent]:
         with self._locked():
             events = list(self.manager.take_events())
-        return [OffloadEvent(tuple(self._ints[k] for k in tiered_lookup_compat.event_keys(e)),
-                             bool(e.removed)) for e in events]
+        return [self._event(e) for e in events]
+
+    def _event(self, event) -> OffloadEvent:
+        keys = tuple(self._ints[k] for k in tiered_lookup_compat.event_keys(event))
+        # A failed store's removal (``metadata_only``, 0.33.0 on) names a set of keys: the
+        # tiering manager gathers a partly failed job's keys in a Python set, whose order
+        # follows the bytes' hashes and so changes from run to run. They are named in key
+        # order, as the model names them.
+        if getattr(event, "metadata_only", False):
+            keys = tuple(sorted(keys))
+        return OffloadEvent(keys, bool(event.removed))
 
     def prepare_load(self, keys: Sequence[int]) -> None:
         with self._locked():
