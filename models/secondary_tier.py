@@ -21,7 +21,10 @@ File-system tier, as specified:
   probe, ``on_schedule_end`` sends the queued probes (they see the disk as it is then), and
   the next lookup (or step end) applies the answers. A verdict lives while the current
   request holds it; ``on_request_finished`` drops the request's verdicts, except a probe in
-  flight, whose answer is then dropped when it arrives.
+  flight, whose answer is then dropped when it arrives. From vLLM 0.34.0
+  (``store_marks_present``) a store job noticed done makes its keys' verdicts HIT at once,
+  superseding a probe queued or in flight (its answer is then ignored), and drops such a
+  probe no request holds any more.
 
 Example tier: stores and loads finish at once; it keeps presence only, so a load succeeds
 without writing the primary chunk (vLLM's ``ExampleSecondaryTierManager`` is a template,
@@ -60,6 +63,9 @@ class SecondaryTierModel:
     probes: dict = field(factory=dict)           # key -> Probe
     answers: dict = field(factory=dict)          # probe answers sent, not yet applied
     armed: list = field(factory=list)            # faults, consumed in order by their call
+    # vLLM 0.34.0's meaning: a finished store is newer news of its keys than any probe.
+    store_marks_present: bool = False
+    stores_done: dict = field(factory=dict)      # store job id -> its keys, once it succeeded
 
     def __attrs_post_init__(self):
         self.chunks = [None] * self.num_chunks
@@ -101,7 +107,10 @@ class SecondaryTierModel:
         elif is_load:
             self._load(job_id, keys, chunks)
         else:
-            self.finished.append(JobDone(job_id, self._store(keys, chunks)))
+            stored = self._store(keys, chunks)
+            if stored:
+                self.stores_done[job_id] = keys
+            self.finished.append(JobDone(job_id, stored))
 
     def _store(self, keys, chunks) -> bool:
         for key, chunk in zip(keys, chunks, strict=True):
@@ -138,6 +147,9 @@ class SecondaryTierModel:
         done, self.finished = tuple(self.finished), []
         for job in done:
             self._mark_miss(self.misses.pop(job.job_id, ()))
+            stored = self.stores_done.pop(job.job_id, ())
+            if self.store_marks_present:
+                self._mark_present(stored)
         return done
 
     def drain_jobs(self) -> None:
@@ -179,6 +191,17 @@ class SecondaryTierModel:
             else:
                 probe.phase, probe.found = "resolved", found
         self.answers = {}
+
+    def _mark_present(self, keys) -> None:
+        for key in keys:
+            probe = self.probes.get(key)
+            if probe is None or probe.found is True:
+                continue
+            self.answers.pop(key, None)      # an answer on its way is older news
+            if probe.held:
+                probe.phase, probe.found = "resolved", True
+            else:                            # in flight for a request that is gone
+                del self.probes[key]
 
     def _mark_miss(self, keys) -> None:
         for key in keys:

@@ -72,19 +72,31 @@ class SecondaryTierMachine(HarnessMachine):
 
     @staticmethod
     def reproducer_subject(config: dict) -> str:
-        return (f'tier = make(target, "secondary_tier", num_chunks={config["num_chunks"]}, '
-                f'tier="{config["tier"]}")')
+        subject = (f'tier = make(target, "secondary_tier", num_chunks={config["num_chunks"]}, '
+                   f'tier="{config["tier"]}"')
+        meant = config.get("model_options")
+        if not meant:
+            return subject + ")"
+        # The model takes the meanings of the release the program ran on
+        # (``secondary_tier_compat.model_semantics``); the target is that release.
+        return ("# What the release meant (sim/vllm/secondary_tier_compat.py model_semantics), "
+                f"for the model:\n    meant = {meant!r} if target == \"model\" else {{}}\n    "
+                + subject + ", **meant)")
 
     @initialize(world=tier_worlds())
     def setup(self, world: TierWorld):
         self.world = world
-        self.model = SecondaryTierModel(**world.config())
         self.tier = targets.make(self.target_name, "secondary_tier", **world.config())
+        # What the target's release meant where it changed on purpose (vLLM's: by release).
+        options = getattr(self.tier, "model_options", {})
+        self.model = SecondaryTierModel(**world.config(), **options)
         self.jobs: dict[int, tuple[bool, tuple[int, ...], tuple[int, ...]]] = {}
         self.next_job = 0
         self.deferred: set[int] = set()
         self.reported_stored: set[int] = set()
         self.trace.config.update(world.config(), faults=world.faults, target=self.target_name)
+        if options:
+            self.trace.config["model_options"] = dict(sorted(options.items()))
         self.trace.world = world
 
     def teardown(self) -> None:

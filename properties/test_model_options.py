@@ -74,3 +74,23 @@ def test_a_requests_second_offer_counts_only_before_0_34(per_request):
     if per_request:
         model.use_request(1)
         assert model.prepare_store([1]).keys_to_store == (1,)
+
+
+@pytest.mark.parametrize("marks_present", [False, True])
+def test_a_finished_store_answers_a_pending_probe_only_from_0_34(marks_present):
+    """The secondary tier's ``store_marks_present`` (vLLM 0.34.0,
+    ``secondary_tier_compat.model_semantics``): a store job noticed done makes its key a HIT
+    at once, over the probe the first lookup queued; before, the probe still decides."""
+    from models.secondary_tier import SecondaryTierModel
+    from sim.vllm import secondary_tier_compat
+    assert secondary_tier_compat.model_semantics("0.34.0", "fs") == {"store_marks_present": True}
+    assert secondary_tier_compat.model_semantics("0.33.0", "fs") == {}
+    tier = SecondaryTierModel(2, "fs", store_marks_present=marks_present)
+    tier.write_chunk(0, 4)
+    tier.submit_store(0, [4], [0])
+    assert tier.lookup(4) is LookupResult.RETRY          # the probe is queued
+    tier.run_job(0)
+    tier.get_finished_jobs()
+    assert tier.lookup(4) is (LookupResult.HIT if marks_present else LookupResult.RETRY)
+    tier.on_schedule_end()                                # the probe, if still asked, sees it
+    assert tier.lookup(4) is LookupResult.HIT

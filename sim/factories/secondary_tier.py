@@ -18,9 +18,13 @@ def _tier_config(num_chunks: int, tier: str) -> tuple[int, str]:
     return check_size("num_chunks", num_chunks), tier
 
 
-def make_model(target: Target, num_chunks: int, tier: str = "fs") -> Any:
+def make_model(target: Target, num_chunks: int, tier: str = "fs",
+               store_marks_present: bool = False) -> Any:
+    """``store_marks_present``: vLLM 0.34.0's meaning (a reproducer recorded on it passes
+    it to the model alone)."""
     from models.secondary_tier import SecondaryTierModel
-    return SecondaryTierModel(*_tier_config(num_chunks, tier))
+    return SecondaryTierModel(*_tier_config(num_chunks, tier),
+                              store_marks_present=store_marks_present)
 
 
 def make_native(target: Target, num_chunks: int, tier: str = "fs",

@@ -129,6 +129,8 @@ class VllmSecondaryTier:
         self._base = release.import_module("vllm.v1.kv_offload.base")
         self._tiering = release.import_module("vllm.v1.kv_offload.tiering.base")
         self.num_chunks, self.tier = num_chunks, tier
+        # What this release meant where it changed on purpose: the model's options.
+        self.model_options = secondary_tier_compat.model_semantics(release.release(), tier)
         self._mm = mmap.mmap(-1, num_chunks * CHUNK_BYTES)      # page-aligned: O_DIRECT
         view = memoryview(self._mm).cast("B", (num_chunks, CHUNK_BYTES))
         self._rows = np.asarray(view)

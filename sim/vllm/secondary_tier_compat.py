@@ -1,6 +1,7 @@
 """Private fields of vLLM's secondary tiers (``vllm/v1/kv_offload/tiering``) that the
 secondary-tier and back-pressure adapters reach, one small accessor each, named for what it
-reads or replaces.
+reads or replaces; and what a release meant where it changed on purpose
+(``model_semantics``).
 
 No public call lets a test choose when a tier's I/O jobs and lookups run, or set the
 back-pressure detector's high water after it is built; these accessors are the only places
@@ -13,6 +14,8 @@ field fails in here, inside the adapter (``unavailable``), never as a finding.
 from __future__ import annotations
 
 from typing import Any
+
+from sim.vllm import release
 
 
 def replace_io_pool(tier: Any, pool: Any) -> Any:
@@ -74,3 +77,17 @@ def set_store_latency(detector: Any, ema_s: float, high_water_s: float) -> None:
     #   constructor's ``high_water_s``).
     """
     detector.store_latency_ema, detector._high = float(ema_s), float(high_water_s)
+
+
+def model_semantics(found: str, tier: str) -> dict[str, Any]:
+    """The secondary-tier model's options for what release ``found`` meant.
+
+    - ``store_marks_present``: a store job the file-system tier reports done makes its keys'
+      lookups HIT at once (``AsyncLookupManager.mark_present``), superseding a probe queued
+      or in flight. # vLLM >=0.34.0 (its docstring: a store completion is newer information
+      than any probe started before it; a deliberate rule beside ``mark_miss``, which leaves
+      a newer probe alone, #59096). vLLM 0.33.0: the probe's answer stands.
+    """
+    if tier != "fs" or not release.at_least("0.34.0", found):
+        return {}
+    return {"store_marks_present": True}
