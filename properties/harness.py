@@ -368,6 +368,18 @@ class RunResult:
 # (``properties/explore.py``) ``data`` is a walk's ``WalkData``, whose ``integer`` draws
 # straight from the walk's Random (a Hypothesis draw costs more than a cache step).
 
+def meant_subject(subject: str, meant: dict | None, source: str) -> str:
+    """A reproducer's subject line (``subject``, its call still open), closed: with the
+    meanings of the release it ran on (``meant``, named by ``source``, the compat function
+    that picks them) passed to the model side alone, as its machine gave them to the model;
+    the target is that release."""
+    if not meant:
+        return subject + ")"
+    return (f"# What the release meant ({source}), for the model:\n"
+            f"    meant = {meant!r} if target == \"model\" else {{}}\n    "
+            + subject + ", **meant)")
+
+
 def draw_integer(data, low: int, high: int, label: str | None = None) -> int:
     fast = getattr(data, "integer", None)
     if fast is not None:

@@ -28,7 +28,7 @@ from hypothesis.stateful import initialize, invariant, precondition, rule
 from models.secondary_tier import SecondaryTierModel
 from models.secondary_tier_values import FAULTS
 from models.tiered_lookup_values import LookupResult
-from properties.harness import HarnessMachine, InvalidAction, pick
+from properties.harness import HarnessMachine, InvalidAction, meant_subject, pick
 from properties.secondary_tier_shrink import simpler_worlds
 from properties.secondary_tier_worlds import TierWorld, tier_worlds
 from sim import targets
@@ -74,14 +74,8 @@ class SecondaryTierMachine(HarnessMachine):
     def reproducer_subject(config: dict) -> str:
         subject = (f'tier = make(target, "secondary_tier", num_chunks={config["num_chunks"]}, '
                    f'tier="{config["tier"]}"')
-        meant = config.get("model_options")
-        if not meant:
-            return subject + ")"
-        # The model takes the meanings of the release the program ran on
-        # (``secondary_tier_compat.model_semantics``); the target is that release.
-        return ("# What the release meant (sim/vllm/secondary_tier_compat.py model_semantics), "
-                f"for the model:\n    meant = {meant!r} if target == \"model\" else {{}}\n    "
-                + subject + ", **meant)")
+        return meant_subject(subject, config.get("model_options"),
+                             "sim/vllm/secondary_tier_compat.py model_semantics")
 
     @initialize(world=tier_worlds())
     def setup(self, world: TierWorld):

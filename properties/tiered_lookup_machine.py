@@ -25,7 +25,7 @@ from hypothesis.stateful import initialize, precondition, rule
 from models.tiered_lookup import TieredLookupModel
 from models.tiered_lookup_scans import maximal_prefix_lookup, sliding_window_lookup
 from models.tiered_lookup_values import LookupResult
-from properties.harness import HarnessMachine, InvalidAction, draw_integer, pick
+from properties.harness import HarnessMachine, InvalidAction, draw_integer, meant_subject, pick
 from properties.tiered_lookup_checks import (
     HAZARDS,
     PROPERTIES,
@@ -72,15 +72,8 @@ def end_step(mgr):
             options += f', unpositioned={tuple(config["unpositioned"])}'
         subject = (f'mgr = make(target, "tiered_lookup", num_chunks={config["num_chunks"]}, '
                    f'secondary="{config["secondary"]}"{options}')
-        meant = config.get("model_options")
-        if not meant:
-            return subject + ")"
-        # The model side takes the meanings of the release the program ran on (an older
-        # release's options, ``tiered_lookup_compat.model_semantics``); the target is that
-        # release.
-        return ("# What the release meant (sim/vllm/tiered_lookup_compat.py model_semantics), "
-                f"for the model:\n    meant = {meant!r} if target == \"model\" else {{}}\n    "
-                + subject + ", **meant)")
+        return meant_subject(subject, config.get("model_options"),
+                             "sim/vllm/tiered_lookup_compat.py model_semantics")
 
     @initialize(world=tiered_worlds())
     def setup(self, world: TieredWorld):
