@@ -193,8 +193,10 @@ def vllm(session: nox.Session) -> None:
     release, pytest_args = take_option(session.posargs, "--vllm-version", VLLM_RELEASE)
     checkout, pytest_args = take_option(pytest_args, "--vllm-path", "")
     install_vllm(session, release)
+    # A known vLLM divergence of the installed release (fixtures/upstream_bugs.py) met by a
+    # machine is an xfail here (properties/run.py: expect_known); history counts it found.
     session.env.update(HYPOTHESIS_PROFILE="ci", LCH_REQUIRE_TARGETS="1",
-                       VLLM_TARGET_DEVICE="cpu")
+                       VLLM_TARGET_DEVICE="cpu", LCH_EXPECT_KNOWN="1")
     if checkout:     # your checkout's Python files over the release's wheel (sim/vllm/overlay.py)
         overlay = session.run("python", "-m", "sim.vllm.overlay", checkout,
                               silent=True).strip().splitlines()[-1]

@@ -9,8 +9,17 @@ changes nothing), how far a request's own blocks are cached, whether ``allocate_
 fits, the order free blocks are reused in, the hashes left cached, the KV events, and when
 ``reset_prefix_cache`` may succeed. Not in scope: KV tensors, Mamba groups, a chunked-local
 group on its own (no model has one: vLLM's chunked-local models keep full-attention layers
-too), groups of different block sizes, partial-block hashes (``hash_block_size`` below
-the block size).
+too), partial-block hits (Mamba's align mode), groups of different block sizes other than
+larger full-attention blocks beside windows.
+
+Groups of two block sizes (``full_block_size``: Gemma 4's full-attention blocks of twice its
+window blocks): a block's hash names the prefix to its end whatever its size, hashes come
+every ``block_size`` tokens, and a hit lands on a multiple of the larger size (vLLM's
+scheduler block size, the sizes' LCM): the full-attention run is whole blocks of it, and
+the windows' hit within it ends on such a multiple too. A group caches only the blocks
+below the computed tokens rounded down to that multiple (one block past it in a group that
+drops EAGLE's block, which its next hit reads and drops), and a window's retention keeps
+tails ending on such multiples.
 
 A sliding-window group (``sliding_window``: the window in tokens) attends to the last
 ``sliding_window`` tokens only. So a hit needs only the blocks the window covers at its end
@@ -149,6 +158,9 @@ class PrefixCacheModel:
     # The groups holding the drafter's layers, as vLLM's engine marks them
     # (``KVCacheGroupSpec.is_eagle_group``): with EAGLE their specs drop a hit block.
     eagle_groups: tuple[int, ...] = (0,)
+    # A hybrid window pool's full-attention block size, a multiple of ``block_size`` (the
+    # windows' and the hashes'); None: ``block_size``.
+    full_block_size: int | None = None
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[list[int]]] = field(factory=dict)   # request -> its blocks, by group
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
@@ -156,8 +168,12 @@ class PrefixCacheModel:
     cached_at: dict[int, int] = field(factory=dict)        # block -> when it was cached
     released: dict[int, int] = field(factory=dict)         # free block -> queue position
     written: dict[int, BlockKey] = field(factory=dict)     # block -> the prefix it holds
-    passed: dict[str, set[tuple[int, int]]] = field(factory=dict)   # (group, block index)
-    #   a request's full blocks its window's retention passed over (never cached after)
+    # A cached block's further keys (with two block sizes, a prompt's last hash boundary
+    # inside a full-attention block) -> when each was cached.
+    also_of: dict[int, dict[BlockKey, int]] = field(factory=dict)
+    # request -> per group, the blocks its caching has gone past (its hit, then each run it
+    # cached or its window's retention passed over): a run is cached once
+    cached_upto: dict[str, list[int]] = field(factory=dict)
     junction: dict[str, int] = field(factory=dict)   # its last hit's shared-prefix boundary
     events: list[Event] = field(factory=list)
     tick: int = 0
@@ -177,6 +193,11 @@ class PrefixCacheModel:
         if self.local_groups < 1 or (self.local_groups > 1 and not self.hybrid):
             raise ValueError("local_groups counts a hybrid pool's local groups: at least 1, "
                              "more only with hybrid")
+        if self.full_block_size is not None and (
+                self.sliding_window is None or not self.hybrid
+                or self.full_block_size % self.block_size):
+            raise ValueError("full_block_size is a hybrid window pool's full-attention block "
+                             "size, a multiple of block_size")
         self.released = {b: b for b in range(1, self.num_blocks)}   # block id order
         self.tick = self.num_blocks
 
@@ -195,6 +216,17 @@ class PrefixCacheModel:
         second = ((SLIDING_WINDOW, self.second_window),) if self.second_window else ()
         return ((FULL_ATTENTION, None),) + (local,) * self.local_groups + second \
             if self.hybrid else (local,)
+
+    def size(self, group: int) -> int:
+        """``group``'s block size in tokens."""
+        return self.full_block_size if self.full_block_size and group == 0 \
+            else self.block_size
+
+    @property
+    def alignment(self) -> int:
+        """The tokens a hybrid pool's hit and cached prefix are multiples of (vLLM's
+        scheduler block size): the largest block size, every other dividing it."""
+        return self.full_block_size or self.block_size
 
     @property
     def local_specs(self) -> list[tuple[int, ...]]:
@@ -244,10 +276,20 @@ class PrefixCacheModel:
         de-duplicate: two requests computing one prefix at once both cache it), the first
         cached first."""
         found: dict = {}
-        for block in sorted(self.key_of, key=self.cached_at.__getitem__):
-            key = self.map_key(self.group_of[block], self.key_of[block])
+        for _, block, key in sorted(self._entries()):
+            key = self.map_key(self.group_of[block], key)
             found[key] = found.get(key, ()) + (block,)
         return found
+
+    def _entries(self) -> list[tuple[int, int, BlockKey]]:
+        """Every cached (when, block, key): each block's key and its further ones."""
+        return [(self.cached_at[b], b, k) for b, k in self.key_of.items()] + \
+            [(at, b, k) for b, keys in self.also_of.items() for k, at in keys.items()]
+
+    def carried(self) -> dict:
+        """Each cached block -> the key it carries itself (``map_key``): the one it was
+        first cached under, not a further one."""
+        return {b: self.map_key(self.group_of[b], k) for b, k in self.key_of.items()}
 
     def cached(self) -> dict:
         """Each cached prefix -> the block a lookup finds: the first that cached it."""
@@ -255,8 +297,8 @@ class PrefixCacheModel:
 
     def cached_in(self, group: int) -> dict[BlockKey, int]:
         """The prefixes cached in ``group`` -> the block a lookup there finds."""
-        return {self.key_of[b]: b for b in sorted(self.key_of, key=self.cached_at.__getitem__,
-                                                  reverse=True) if self.group_of[b] == group}
+        return {k: b for _, b, k in sorted(self._entries(), reverse=True)
+                if self.group_of[b] == group}
 
     def holds(self, request_id: str) -> bool:
         return any(self.tables.get(request_id, ()))
@@ -274,19 +316,20 @@ class PrefixCacheModel:
         holds a block cached under (0 where it holds none), the shortest over the groups.
         A block's prefix is read off its key: the token ids in it, less its lookahead."""
         tables = self.tables.get(request_id) or [[]]
-        longest = [max((sum(isinstance(part, int) for part in self.key_of[b])
-                        - self.hash_lookahead for b in table if b in self.key_of), default=0)
-                   for table in tables]
+        longest = [max((self._tokens_in(self.key_of[b]) for b in table if b in self.key_of),
+                       default=0) for table in tables]
         return min(longest)
 
     def num_tokens(self, request_id: str) -> int:
         return len(self.requests[request_id].tokens)
 
-    def block_keys(self, request_id: str) -> list[BlockKey]:
-        """The keys of the request's full blocks whose hashes exist, in order (vLLM's
-        ``request.block_hashes``): each block's prefix, and its lookahead tokens after it
-        (a block whose lookahead tokens are not there yet has none)."""
-        state, size, ahead = self.requests[request_id], self.block_size, self.hash_lookahead
+    def block_keys(self, request_id: str, size: int | None = None) -> list[BlockKey]:
+        """The keys of the request's full blocks (of ``size`` tokens, default the block
+        size) whose hashes exist, in order (vLLM's ``request.block_hashes``): each block's
+        prefix, and its lookahead tokens after it (a block whose lookahead tokens are not
+        there yet has none)."""
+        state, ahead = self.requests[request_id], self.hash_lookahead
+        size = size or self.block_size
         return [state.request.key(state.tokens[:end + ahead])
                 for end in range(size, len(state.tokens) - ahead + 1, size)]
 
@@ -333,21 +376,26 @@ class PrefixCacheModel:
             return Hit(tuple(blocks), len(blocks) * self.block_size)
         # In a hybrid pool a spec that drops looks past the length cap, within the request's
         # hashes: the hit may end at the cap itself, where a single group's ends a block
-        # short of it. The local groups search within full attention's run.
-        run, = self._group_hit([(0,)], keys, capped)
-        local = self._group_hit(self.local_specs, keys, len(run))
-        boundary = len(run) * self.block_size if len(run) > len(local[0]) else 0
-        return Hit((tuple(run[:len(local[0])]), *map(tuple, local)),
-                   len(local[0]) * self.block_size, boundary)
+        # short of it. The local groups search within full attention's run, ending on a
+        # multiple of the alignment (with one block size, any block).
+        full = self.size(0)
+        run, = self._group_hit([(0,)], self.block_keys(request_id, full),
+                               (len(state.tokens) - 1) // full)
+        step = self.alignment // self.block_size
+        local = self._group_hit(self.local_specs, keys, len(run) * full // self.block_size,
+                                step)
+        end = len(local[0]) * self.block_size
+        boundary = len(run) * full if len(run) * full > end else 0
+        return Hit((tuple(run[:end // full]), *map(tuple, local)), end, boundary)
 
     def _group_hit(self, specs: list[tuple[int, ...]], keys: list[BlockKey],
-                   limit: int | None = None) -> list[list[int]]:
+                   limit: int | None = None, step: int = 1) -> list[list[int]]:
         """The hit of the groups of ``specs`` among ``keys``, of at most ``limit`` blocks
-        (default: all), one block list per group in group order: the longest prefix whose
-        last blocks each spec reads (all, the window's, the chunk's) are cached in every
-        group of that spec, the null block before them. A spec that drops EAGLE's block
-        (``drops``) reads up to one block past the prefix, within ``keys``: its hit ended
-        there before the drop."""
+        (default: all), one block list per group in group order: the longest prefix (of a
+        multiple of ``step`` blocks) whose last blocks each spec reads (all, the window's,
+        the chunk's) are cached in every group of that spec, the null block before them. A
+        spec that drops EAGLE's block (``drops``) reads up to one block past the prefix,
+        within ``keys``: its hit ended there before the drop."""
         cached = {group: self.cached_in(group) for spec in specs for group in spec}
 
         def served(spec, end):
@@ -355,7 +403,7 @@ class PrefixCacheModel:
             return end == 0 or past <= len(keys) and all(
                 k in cached[g] for g in spec
                 for k in keys[self._first_read(spec[0], past):past])
-        end = max(e for e in range(len(keys) + 1 if limit is None else limit + 1)
+        end = max(e for e in range(0, len(keys) + 1 if limit is None else limit + 1, step)
                   if all(served(spec, e) for spec in specs))
         return [[NULL_BLOCK if i < self._first_read(group, end + self.drops(group))
                  else cached[group][keys[i]] for i in range(end)]
@@ -492,6 +540,7 @@ class PrefixCacheModel:
                                   reserved_blocks=reserved_blocks):
             return None
         tables = self.tables.setdefault(request_id, [[] for _ in self.groups])
+        upto = self.cached_upto.setdefault(request_id, [0] * len(self.groups))
         hits = self.by_group(hit.block_ids)
         # Every group's hit is held before any group takes a block (vLLM issue #33775): a hit
         # block behind the window (the connector's tokens move it) is the null block.
@@ -503,14 +552,15 @@ class PrefixCacheModel:
                         self.released.pop(block, None)
                     table.append(NULL_BLOCK if i < behind else block)
                 table.extend([NULL_BLOCK] * (behind - len(table)))
-        done = -(-(state.num_computed_tokens + reused) // self.block_size)
-        for table in tables if external else ():
-            table.extend(self._take(max(done - len(table), 0)))
+                upto[group] = len(table)        # a hit is cached already
+        done = state.num_computed_tokens + reused
+        for group, table in enumerate(tables if external else ()):
+            table.extend(self._take(max(-(-done // self.size(group)) - len(table), 0)))
         slots = min(state.num_computed_tokens + reused + num_new_tokens
                     + num_lookahead_tokens, self.max_model_len)
         new = []
-        for table in tables:
-            new.append(self._take(max(-(-slots // self.block_size) - len(table), 0)))
+        for group, table in enumerate(tables):
+            new.append(self._take(max(-(-slots // self.size(group)) - len(table), 0)))
             table.extend(new[-1])
         state.num_computed_tokens += reused + num_new_tokens
         # A delayed step's blocks are written by the connector, cached when it is done.
@@ -541,9 +591,9 @@ class PrefixCacheModel:
         them are not."""
         state = self.requests[request_id]
         self._give_back_skipped(request_id, min(state.num_computed_tokens, self.max_model_len))
-        computed = -(-state.num_computed_tokens // self.block_size)
-        return self.shaped(table[:computed] for table in
-                           self.tables.get(request_id, [[] for _ in self.groups]))
+        return self.shaped(table[:-(-state.num_computed_tokens // self.size(group))]
+                           for group, table in enumerate(
+                               self.tables.get(request_id, [[] for _ in self.groups])))
 
     def free(self, request_id: str) -> None:
         """The request finished: its blocks are released and it is forgotten."""
@@ -562,7 +612,7 @@ class PrefixCacheModel:
         chain's tail is evicted before its head)."""
         for table in self.tables.pop(request_id, []):
             self._free(table[::-1])
-        self.passed.pop(request_id, None)
+        self.cached_upto.pop(request_id, None)
 
     def _give_back_skipped(self, request_id: str, num_computed_tokens: int) -> None:
         """A running request gives back, group by group, its blocks behind the window (the
@@ -595,6 +645,7 @@ class PrefixCacheModel:
                for b in table):
             return False
         self.key_of.clear()
+        self.also_of.clear()
         self.group_of.clear()
         self.cached_at.clear()
         self._event(AllBlocksCleared())
@@ -616,7 +667,7 @@ class PrefixCacheModel:
         tables = self.tables.get(request_id, [[] for _ in self.groups])
         hits, total = self.by_group(hit.block_ids), 0
         for group, held in enumerate(tables):
-            required = -(-min(slots, self.max_model_len) // self.block_size)
+            required = -(-min(slots, self.max_model_len) // self.size(group))
             if capped and self.admission_cap(group) is not None:
                 required = min(required, self.admission_cap(group))
             if held:
@@ -633,56 +684,115 @@ class PrefixCacheModel:
         taken = list(self.free_queue()[:count])
         for block in taken:
             del self.released[block]
-            key = self.key_of.pop(block, None)
-            group = self.group_of.pop(block, 0)
-            self.cached_at.pop(block, None)
-            if key is not None:
-                self._event(BlockRemoved(key, MEDIUM_GPU, group))
+            self._uncache(block)
         return taken
+
+    def _uncache(self, block: int) -> None:
+        """The block loses every key it is cached under (its own first), each reported."""
+        key = self.key_of.pop(block, None)
+        group = self.group_of.pop(block, 0)
+        self.cached_at.pop(block, None)
+        for lost in ([key] if key is not None else []) + list(self.also_of.pop(block, ())):
+            self._event(BlockRemoved(lost, MEDIUM_GPU, group))
 
     def _write(self, request_id: str) -> None:
         """The computed tokens are in the request's blocks (the forward pass writes them)."""
-        state, size = self.requests[request_id], self.block_size
-        for table in self.tables[request_id]:
+        state = self.requests[request_id]
+        for group, table in enumerate(self.tables[request_id]):
+            size = self.size(group)
             for i, block in enumerate(table):
                 end = min((i + 1) * size, state.num_computed_tokens)
                 if end > i * size and block != NULL_BLOCK:
                     self.written[block] = state.request.key(state.tokens[:end])
 
     def _cache_full_blocks(self, request_id: str) -> None:
-        """Cache, group by group, each full, computed block of the table from the first that
-        holds no prefix yet (one ``BlockStored`` per group for the run, over its tokens; a
-        block behind the window is the null block and caches nothing); a hit block is
-        cached already. Nothing with caching off."""
+        """Cache, group by group, each full, computed block of the table past the blocks
+        its caching has gone past (one ``BlockStored`` per group for the run, over its
+        tokens; a block behind the window is the null block and caches nothing); a hit block
+        is cached already. Nothing with caching off. With two block sizes a group caches only
+        the blocks below the computed tokens rounded down to the alignment (a hit lands on no
+        other end), and one block more where it drops EAGLE's (a hit there reads it); a
+        block that held the prompt's last hash boundary is cached afresh when it is full
+        (its keys dropped first), and full attention keys that boundary again where it falls
+        inside one of its blocks (``_cache_prompt_end``)."""
         if not self.enable_caching:
             return
-        state, size = self.requests[request_id], self.block_size
-        full = min(state.num_computed_tokens, len(state.tokens) - self.hash_lookahead) // size
-        keys = self.block_keys(request_id)
-        passed = self.passed.setdefault(request_id, set())
+        state = self.requests[request_id]
+        aligned = state.num_computed_tokens // self.alignment * self.alignment
+        upto = self.cached_upto.setdefault(request_id, [0] * len(self.groups))
         for group, table in enumerate(self.tables[request_id]):
-            first = next((i for i in range(full) if table[i] != NULL_BLOCK and
-                          table[i] not in self.key_of and (group, i) not in passed), full)
-            if first == full:
-                continue
-            retained = self._retained(request_id, group)
-            stored = [i for i in range(first, full) if table[i] != NULL_BLOCK and retained(i)]
-            passed.update((group, i) for i in range(first, full) if not retained(i))
-            for i in stored:
-                self.tick += 1
-                self.key_of[table[i]], self.cached_at[table[i]] = keys[i], self.tick
-                self.group_of[table[i]] = group
-            salt, (kind, span) = state.request.cache_salt, self.groups[group]
-            # A run the retention passed over whole is still reported: no blocks, its tokens.
-            extra = tuple((salt,) if i == 0 and salt else None for i in stored) or None
-            window = span if kind == SLIDING_WINDOW else None
-            ahead = tuple(tuple(state.tokens[(i + 1) * size:(i + 1) * size
-                                             + self.hash_lookahead])
-                          for i in stored) if self.hash_lookahead else None
-            self._event(BlockStored(tuple(keys[i] for i in stored),
-                                    keys[first - 1] if first else None,
-                                    tuple(state.tokens[first * size:full * size]), extra,
-                                    size, MEDIUM_GPU, group, kind, window, ahead))
+            size = self.size(group)
+            cacheable = min(state.num_computed_tokens, aligned + size) \
+                if aligned and self.drops(group) else aligned
+            full = min(cacheable, len(state.tokens) - self.hash_lookahead) // size
+            keys = self.block_keys(request_id, size)
+            first = upto[group]
+            if first < full:
+                self._cache_run(request_id, group, keys, first, full)
+                upto[group] = full
+            if size > self.block_size:
+                self._cache_prompt_end(request_id, table, cacheable)
+
+    def _cache_run(self, request_id: str, group: int, keys: list[BlockKey], first: int,
+                   full: int) -> None:
+        """Cache blocks ``first``..``full`` of the request's table in ``group`` (those its
+        retention keeps), reporting the run."""
+        state, size = self.requests[request_id], self.size(group)
+        table = self.tables[request_id][group]
+        retained = self._retained(request_id, group)
+        stored = [i for i in range(first, full) if table[i] != NULL_BLOCK and retained(i)]
+        for i in stored:
+            self._uncache(table[i])     # the prompt's end keyed it before it was full
+            self.tick += 1
+            self.key_of[table[i]], self.cached_at[table[i]] = keys[i], self.tick
+            self.group_of[table[i]] = group
+        salt, (kind, span) = state.request.cache_salt, self.groups[group]
+        # A run the retention passed over whole is still reported: no blocks, its tokens.
+        extra = tuple((salt,) if i == 0 and salt else None for i in stored) or None
+        window = span if kind == SLIDING_WINDOW else None
+        ahead = tuple(tuple(state.tokens[(i + 1) * size:(i + 1) * size
+                                         + self.hash_lookahead])
+                      for i in stored) if self.hash_lookahead else None
+        self._event(BlockStored(tuple(keys[i] for i in stored),
+                                keys[first - 1] if first else None,
+                                tuple(state.tokens[first * size:full * size]), extra,
+                                size, MEDIUM_GPU, group, kind, window, ahead))
+
+    def _cache_prompt_end(self, request_id: str, table: list[int], cacheable: int) -> None:
+        """Full attention with blocks larger than the hash's: the prompt's last hash
+        boundary (one token short of the prompt, rounded down to the hash's tokens; with
+        EAGLE's drop the whole prompt) where it is computed and falls inside a block, keys
+        that block under the prefix to it, as a lookup between block ends would ask
+        (reported as a block of the hash's tokens). A block with no key takes it as its own;
+        one keyed for fewer tokens is dropped and keyed afresh."""
+        state, unit, size = self.requests[request_id], self.block_size, self.size(0)
+        limit = len(state.request.prompt) - (not self.drops(0))
+        units = self.block_keys(request_id)
+        boundary = min(limit // unit, len(units)) * unit
+        if not 0 < boundary <= cacheable or not boundary % size or \
+                boundary // size >= len(table):
+            return
+        block, key = table[boundary // size], units[boundary // unit - 1]
+        if self.key_of.get(block) == key or key in self.also_of.get(block, {}):
+            return
+        if block in self.key_of and self._tokens_in(self.key_of[block]) < boundary:
+            self._uncache(block)
+        self.tick += 1
+        if block in self.key_of:
+            self.also_of.setdefault(block, {})[key] = self.tick
+        else:
+            self.key_of[block], self.cached_at[block], self.group_of[block] = key, self.tick, 0
+        salt, start = state.request.cache_salt, boundary - unit
+        ahead = (tuple(state.tokens[boundary:boundary + self.hash_lookahead]),) \
+            if self.hash_lookahead else None
+        self._event(BlockStored((key,), units[boundary // unit - 2] if start else None,
+                                tuple(state.tokens[start:boundary]),
+                                ((salt,) if salt and not start else None,), unit, MEDIUM_GPU,
+                                0, FULL_ATTENTION, None, ahead))
+
+    def _tokens_in(self, key: BlockKey) -> int:
+        """The tokens of the prefix ``key`` names (its lookahead left out)."""
+        return sum(isinstance(part, int) for part in key) - self.hash_lookahead
 
     def _retained(self, request_id: str, group: int):
         """Which of the request's full blocks ``group`` caches: all but in a hybrid pool's
@@ -692,26 +802,32 @@ class PrefixCacheModel:
         junction, and with an interval, one such run at the end of each interval. A window
         that drops EAGLE's block keeps the block past each run too, and the run ending a
         block before the junction (a sibling diverging right after it has no block past it
-        to read)."""
+        to read). Every boundary is rounded down to the alignment, where a hit can end; with
+        two block sizes and no retention (dense), the runs ending at each multiple of it."""
         kind, window = self.groups[group]
-        if not self.hybrid or kind != SLIDING_WINDOW or self.retention is None:
+        if not self.hybrid or kind != SLIDING_WINDOW:
             return lambda i: True
-        size, past = self.block_size, self.drops(group)
+        size, past, align = self.block_size, self.drops(group), self.alignment
         need = -(-(window - 1) // size) + past
+        per_segment = (align if self.retention is None else self.retention) // size
+        if per_segment and need >= per_segment:
+            return lambda i: True
+
+        def periodic(i: int) -> bool:
+            return per_segment > 0 and i >= past and \
+                (i - past) % per_segment >= per_segment - need
+        if self.retention is None:
+            return periodic
         prompt = len(self.requests[request_id].request.prompt)
         if self.use_eagle:
-            ends = {max((prompt - 1) // size * size - size, 0),
-                    max(prompt // size * size - size, 0)}
+            ends = {max((prompt - 1) // align * align - align, 0),
+                    max(prompt // align * align - align, 0)}
         else:
             ends = {prompt - 1}
         if self.junction.get(request_id):
             ends |= {self.junction[request_id], self.junction[request_id] - size * past}
-        tails = [b // size + past for b in ends]
-        per_segment = self.retention // size
-        if per_segment and need >= per_segment:
-            return lambda i: True
-        return lambda i: any(end - need <= i < end for end in tails) or (
-            per_segment > 0 and i >= past and (i - past) % per_segment >= per_segment - need)
+        tails = [b // align * align // size + past for b in ends]
+        return lambda i: any(end - need <= i < end for end in tails) or periodic(i)
 
     def _event(self, event: Event) -> None:
         if self.enable_kv_cache_events:

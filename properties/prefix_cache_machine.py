@@ -102,6 +102,20 @@ PROPERTIES = {
 }
 
 
+def names_contents(named, holds) -> bool:
+    """Whether a block holding the prefix ``holds`` may be cached under ``named``: the same
+    prefix, or (a full-attention block larger than the hash's, keyed at the prompt's last
+    hash boundary too) a shorter prefix of the same request: same salt, its tokens first."""
+    if holds is None or named == holds:
+        return named == holds
+    def parts(key, kind):
+        return [p for p in key if isinstance(p, kind)]
+    tokens, held = parts(named, int), parts(holds, int)
+    items = parts(named, tuple)         # the multimodal items that start in the prefix
+    return len(tokens) < len(held) and held[:len(tokens)] == tokens and \
+        parts(named, str) == parts(holds, str) and parts(holds, tuple)[:len(items)] == items
+
+
 class PrefixCacheMachine(HarnessMachine):
     subsystem = "prefix_cache"
     SUBJECT = "cache"
@@ -119,7 +133,7 @@ class PrefixCacheMachine(HarnessMachine):
             "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark",
             "sliding_window", "max_in_flight_tokens", "kv_connector", "hash_lookahead",
             "hybrid", "retention", "attention_chunk_size", "local_groups", "second_window",
-            "eagle_groups"))
+            "eagle_groups", "full_block_size"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
@@ -129,11 +143,13 @@ class PrefixCacheMachine(HarnessMachine):
         # without it (the target was built so; the model and the reproducer follow).
         for option, off in (("sliding_window", dict(sliding_window=None,
                                                     max_in_flight_tokens=None,
-                                                    second_window=None, eagle_groups=(0,))),
+                                                    second_window=None, eagle_groups=(0,),
+                                                    full_block_size=None)),
                             ("kv_connector", dict(kv_connector=False)),
                             ("hybrid", dict(hybrid=False, retention=None,
                                             attention_chunk_size=None, local_groups=1,
-                                            second_window=None, eagle_groups=(0,))),
+                                            second_window=None, eagle_groups=(0,),
+                                            full_block_size=None)),
                             # a release without lookahead hashes drops the EAGLE block
                             ("hash_lookahead", dict(hash_lookahead=0, use_eagle=True))):
             if getattr(world, option) and not getattr(self.cache, f"drives_{option}", True):
@@ -162,7 +178,8 @@ class PrefixCacheMachine(HarnessMachine):
                   "retention": self.cache.retention,
                   "attention_chunk_size": self.cache.attention_chunk_size,
                   "local_groups": self.cache.local_groups,
-                  "second_window": self.cache.second_window}
+                  "second_window": self.cache.second_window,
+                  "full_block_size": self.cache.full_block_size}
         self.model = PrefixCacheModel(**config, event_fields=self.cache.event_fields)
         self.arrived = 0
         self.finished: set[int] = set()
@@ -460,13 +477,13 @@ class PrefixCacheMachine(HarnessMachine):
         for key, blocks in got.items():
             for block in blocks:
                 holds = self.model.written.get(block)
-                if holds != self.model.contents_of(key):
+                if not names_contents(self.model.contents_of(key), holds):
                     self.fail("cached-hash-names-contents",
                               f"block {block} is cached under {key} but holds {holds}")
         self.check("cached-set-agrees", got == want, lambda: f"hash map {got}, model {want}")
         carried = getattr(self.cache, "block_hashes", None)     # the blocks' own fields
         if carried is not None:
-            named, on = {b: key for key, blocks in want.items() for b in blocks}, carried()
+            named, on = self.model.carried(), carried()
             self.check("block-hash-is-cached", on == named, lambda: "blocks carry " + ", ".join(
                 f"{b}: {on.get(b)} (model {named.get(b)})" for b in sorted({*on, *named})
                 if on.get(b) != named.get(b)))
@@ -723,5 +740,17 @@ class EagleHybridPrefixCacheMachine(PrefixCacheMachine):
     the drafter in a window in about seventy."""
 
     @initialize(world=prefix_cache_worlds(hybrid_only=True, eagle_only=True))
+    def setup(self, world):
+        PrefixCacheMachine.setup(self, world)
+
+
+class ScaledEagleHybridPrefixCacheMachine(PrefixCacheMachine):
+    """The machine in Gemma 4's layout with a drafter: hybrid window worlds whose
+    full-attention blocks hold two or three window blocks, with EAGLE's block drop
+    (``prefix_cache_worlds(hybrid_only=True, eagle_only=True, scaled_only=True)``): the main
+    machine draws one such world in about a hundred."""
+
+    @initialize(world=prefix_cache_worlds(hybrid_only=True, eagle_only=True,
+                                          scaled_only=True))
     def setup(self, world):
         PrefixCacheMachine.setup(self, world)

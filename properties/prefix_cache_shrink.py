@@ -23,11 +23,11 @@ SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")
 def simpler_worlds(world, actions: list[tuple]):
     """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
     prompt logprobs, shrink the pool, the block size or the length cap, turn EAGLE or its
-    lookahead hashes off, the drafter in full attention alone, no second window, one local
-    group for several, one group for two, turn caching and events back on and the admission
-    gates off, full attention for a sliding window, no KV connector (the default world),
-    make a resent prompt a fresh request, fold a sampled token into the prompt, merge a
-    request's two steps, lower a step's chunk, lookahead or connector load."""
+    lookahead hashes off, the drafter in full attention alone, one block size, no second
+    window, one local group for several, one group for two, turn caching and events back on
+    and the admission gates off, full attention for a sliding window, no KV connector (the
+    default world), make a resent prompt a fresh request, fold a sampled token into the
+    prompt, merge a request's two steps, lower a step's chunk, lookahead or connector load."""
     requests = world.requests
     for k in range(len(requests)):
         if len(requests) > 1:
@@ -77,16 +77,19 @@ def simpler_worlds(world, actions: list[tuple]):
     if world.local_groups > 1:
         yield evolve(world, local_groups=1,
                      eagle_groups=_regrouped(world, 1, world.second_window)), actions
+    if world.full_block_size is not None:           # one block size
+        yield evolve(world, full_block_size=None), actions
     if world.attention_chunk_size is not None:       # the window in the chunk's place
         yield evolve(world, attention_chunk_size=None,
                      sliding_window=world.attention_chunk_size), actions
     if world.hybrid:        # a chunked-local model without it: full attention alone
         yield evolve(world, hybrid=False, retention=None, attention_chunk_size=None,
-                     local_groups=1, second_window=None, eagle_groups=(0,)), actions
+                     local_groups=1, second_window=None, eagle_groups=(0,),
+                     full_block_size=None), actions
     if world.sliding_window is not None:
         yield evolve(world, sliding_window=None, max_in_flight_tokens=None, hybrid=False,
                      retention=None, local_groups=1, second_window=None,
-                     eagle_groups=(0,)), actions
+                     eagle_groups=(0,), full_block_size=None), actions
     yield from _resends_made_fresh(world, actions)
     yield from _sampled_into_prompt(world, actions)
     yield from _steps_merged(world, actions)

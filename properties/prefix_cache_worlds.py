@@ -64,6 +64,9 @@ class PrefixCacheWorld:
     # With EAGLE in a hybrid pool, the groups holding the drafter's layers (vLLM's
     # is_eagle_group): full attention's, a window's, or both.
     eagle_groups: tuple[int, ...] = (0,)
+    # A hybrid window model's full-attention blocks of more tokens than its windows' (Gemma
+    # 4's twice), None: one block size.
+    full_block_size: int | None = None
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -77,16 +80,18 @@ class PrefixCacheWorld:
                     hybrid=self.hybrid, retention=self.retention,
                     attention_chunk_size=self.attention_chunk_size,
                     local_groups=self.local_groups, second_window=self.second_window,
-                    eagle_groups=self.eagle_groups)
+                    eagle_groups=self.eagle_groups, full_block_size=self.full_block_size)
 
 
 @st.composite
 def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
-                        eagle_only: bool = False):
+                        eagle_only: bool = False, scaled_only: bool = False):
     """Request i is ``r<i>``; stems are runs of 10, 20, ... so a key shows its stem.
     ``hybrid_only``: every world a hybrid model's (full attention beside local groups);
     ``eagle_only``: every world with EAGLE's block drop (with ``hybrid_only``: a window
-    model's, the drafter's layers in any of the groups that can hold them)."""
+    model's, the drafter's layers in any of the groups that can hold them);
+    ``scaled_only`` (with ``hybrid_only`` and ``eagle_only``): every world of two block
+    sizes (Gemma 4's layout, with its MTP drafter)."""
     block_size = draw(st.sampled_from(BLOCK_SIZES))
     stems = [tuple(range(10 * (s + 1), 10 * (s + 1) + block_size * draw(st.integers(1, 2))))
              for s in range(draw(st.integers(1, 2)))]
@@ -188,11 +193,26 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
         eagle_groups = draw(st.sampled_from([(0,)] * eagle_only + [
             (local_groups,), (0, local_groups)] + ([(local_groups + 1,)] if second_window
                                                    else [])))
+    # A third of the hybrid window worlds are Gemma 4's layout: full-attention blocks of two
+    # (or three) window blocks, so hits land on their multiples and a window's hit and
+    # retention are aligned to them; a retention interval is then a multiple of them. Its
+    # window reaches past two or three full-attention blocks (Gemma 4's 1024 tokens span 32
+    # of them), so a window's hit reads blocks no aligned hit ends on, and short prompts
+    # fall within its reach.
+    full_block_size = None
+    if hybrid and sliding_window is not None and (scaled_only or draw(st.integers(0, 2)) == 0):
+        full_block_size = block_size * draw(st.sampled_from((2, 3)))
+        sliding_window = full_block_size * draw(st.integers(2, 3)) + 1
+        if retention and retention % full_block_size:
+            retention = 2 * full_block_size
+        if second_window == sliding_window:
+            second_window += 1
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
                             reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,
                             kv_connector, hash_lookahead, hybrid, retention,
-                            attention_chunk_size, local_groups, second_window, eagle_groups)
+                            attention_chunk_size, local_groups, second_window, eagle_groups,
+                            full_block_size)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

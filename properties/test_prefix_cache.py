@@ -10,6 +10,7 @@ from properties.prefix_cache_machine import (
     EagleHybridPrefixCacheMachine,
     HybridPrefixCacheMachine,
     PrefixCacheMachine,
+    ScaledEagleHybridPrefixCacheMachine,
 )
 from properties.run import check_machine
 
@@ -24,3 +25,7 @@ def test_hybrid_prefix_cache_machine(target, reproducer_dir):
 
 def test_eagle_hybrid_prefix_cache_machine(target, reproducer_dir):
     check_machine(EagleHybridPrefixCacheMachine, target, reproducer_dir)
+
+
+def test_scaled_eagle_hybrid_prefix_cache_machine(target, reproducer_dir):
+    check_machine(ScaledEagleHybridPrefixCacheMachine, target, reproducer_dir)

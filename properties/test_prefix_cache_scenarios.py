@@ -741,3 +741,77 @@ def test_a_drafter_window_drops_again_at_the_length_another_window_cuts_the_hit_
     cache.add_request(PrefixRequest("r2", tuple(range(1, 10)) + (99,)))
     agrees(HIT, cache.get_computed_blocks("r2"), Hit(((1,), (17,), (16,)), 1, 8))
     _valid(cache)
+
+
+def _gemma(target: str, **config):
+    """Gemma 4's layout: full-attention blocks of two one-token window blocks, hashes per
+    token, hits on multiples of 2; skipped where the release is not driven so."""
+    return _hybrid(target, block_size=1, full_block_size=2, **config)
+
+
+def _group_stored(cache, group: int, keys: tuple, parent, token_ids: tuple, size: int,
+                  window=None) -> BlockStored:
+    kind = "full_attention" if window is None else "sliding_window"
+    return in_release_shape(BlockStored(keys, parent, token_ids, (None,) * len(keys), size,
+                                        "GPU", group, kind, window), cache.event_fields)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_two_block_sizes_cache_below_the_alignment_and_hit_on_it(target):
+    """Scenario: Gemma 4's layout, a window of 3. r0's five tokens take three two-token
+    blocks in full attention and five in the window. Both groups cache only below the last
+    multiple of 2 (4 tokens): the window's fifth block is not cached. r1 (six tokens sharing
+    r0's five) hits 4 tokens: full attention's two blocks, and the window's blocks for the
+    tokens its next token reads (the first two are the null block)."""
+    cache = _gemma(target, num_blocks=12, max_model_len=8, sliding_window=3, retention=None)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5)), ((1, 2, 3), (4, 5, 6, 7, 8)))
+    agrees(EVENTS, cache.take_events(), (
+        _group_stored(cache, 0, ((1, 2), (1, 2, 3, 4)), None, (1, 2, 3, 4), 2),
+        _group_stored(cache, 1, ((1,), (1, 2), (1, 2, 3), (1, 2, 3, 4)), None, (1, 2, 3, 4),
+                      1, window=3)))
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 5, 6)))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit(((1, 2), (0, 0, 6, 7)), 4))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_full_attention_keys_the_prompt_end_inside_its_block(target):
+    """Scenario: Gemma 4's layout, a window of 3. r0's four-token prompt: full attention
+    caches its two blocks, and the block holding the prompt's last hash boundary (3 tokens:
+    a resend's hit reaches it) is keyed at that boundary too, reported as a one-token block
+    after the first. When the pool reuses that block, both keys go, its own first."""
+    cache = _gemma(target, num_blocks=7, max_model_len=8, sliding_window=3, retention=None)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4)), ((1, 2), (3, 4, 5, 6)))
+    agrees(EVENTS, cache.take_events(), (
+        _group_stored(cache, 0, ((1, 2), (1, 2, 3, 4)), None, (1, 2, 3, 4), 2),
+        _group_stored(cache, 0, ((1, 2, 3),), (1, 2), (3,), 1),
+        _group_stored(cache, 1, ((1,), (1, 2), (1, 2, 3), (1, 2, 3, 4)), None, (1, 2, 3, 4),
+                      1, window=3)))
+    agrees(CACHED, cache.cached_blocks(), {
+        (0, (1, 2)): (1,), (0, (1, 2, 3, 4)): (2,), (0, (1, 2, 3)): (2,), (1, (1,)): (3,),
+        (1, (1, 2)): (4,), (1, (1, 2, 3)): (5,), (1, (1, 2, 3, 4)): (6,)})
+    cache.free("r0")
+    agrees(FREEQ, cache.free_queue(), (2, 1, 6, 5, 4, 3))
+    _computed(cache, "r1", (9,))                     # takes block 2 (and 1) from the front
+    agrees(EVENTS, cache.take_events()[:2], tuple(
+        in_release_shape(BlockRemoved(key, "GPU", 0), cache.event_fields)
+        for key in ((1, 2, 3, 4), (1, 2, 3))))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_sibling_diverging_inside_the_last_aligned_block_misses_the_retained_window(target):
+    """Scenario (vLLM issue #57610, open): Gemma 4's layout, a window of 3, vLLM's default
+    retention (0: a window keeps the run a hit at the prompt's replay boundary reads). r0's
+    seven tokens: the window keeps the two blocks below 6 (the replay boundary 6, rounded
+    down to a multiple of 2). A resend of r0 hits 6 tokens. r2, sharing r0's first five
+    tokens, would resume at 4: the window's blocks for it were not kept, so the hit is
+    none, and full attention's run (4 tokens) is the shared-prefix boundary. That is the
+    documented rule (``CacheConfig.prefix_cache_retention_interval``: only the replay
+    boundary and shared-prefix junctions are kept); #57610 and PR #57613 ask to keep one
+    alignment unit more."""
+    cache = _gemma(target, num_blocks=20, max_model_len=10, sliding_window=3, retention=0)
+    _computed(cache, "r0", (1, 2, 3, 4, 5, 6, 7))
+    cache.free("r0")
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 5, 6, 7)))
+    agrees(HIT, cache.get_computed_blocks("r1").num_computed_tokens, 6)
+    cache.add_request(PrefixRequest("r2", (1, 2, 3, 4, 5, 9)))
+    agrees(HIT, cache.get_computed_blocks("r2"), Hit(((), ()), 0, 4))

@@ -15,7 +15,8 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                         hybrid: bool = False, retention: int | None = None,
                         attention_chunk_size: int | None = None,
                         local_groups: int = 1, second_window: int | None = None,
-                        eagle_groups: tuple[int, ...] = (0,)) -> dict:
+                        eagle_groups: tuple[int, ...] = (0,),
+                        full_block_size: int | None = None) -> dict:
     """A pool of ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens;
     ``uncached_first``: where a block released without a cached hash goes in the free queue
     (vLLM's target takes its release's answer and ignores it); ``enable_caching`` and
@@ -48,7 +49,14 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     with ``use_eagle`` and ``hybrid``, the groups holding the drafter's layers, which vLLM's
     engine marks ``is_eagle_group`` (a drafter's full-attention layer joins group 0, a
     sliding-window layer of the window's size a window's group): their specs drop EAGLE's
-    block."""
+    block; ``full_block_size``: with ``hybrid`` and a ``sliding_window``, the full-attention
+    group's block size, a multiple of ``block_size`` (None: ``block_size``). vLLM grows the
+    block size of the layers with the smaller page until every page is one size
+    (``unify_kv_cache_spec_page_size``), so a model whose full-attention
+    layers keep less per token than its window layers (Gemma 4: full-attention blocks of 32
+    beside window blocks of 16) has groups of two block sizes. Its engine then hashes per
+    ``block_size`` tokens (``hash_block_size``, the groups' GCD) and lands hits on
+    multiples of ``full_block_size`` (``scheduler_block_size``, their LCM)."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -118,6 +126,17 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                            f"distinct groups among full attention's (0) and the windows' "
                            f"(1..{local_groups + (second_window is not None)}), in at most "
                            f"one window's spec, got {eagle_groups!r}")
+    if full_block_size is not None and (
+            not hybrid or sliding_window is None or not isinstance(full_block_size, int)
+            or full_block_size <= block_size or full_block_size % block_size):
+        raise HarnessError(f"full_block_size must be None, or with hybrid=True and a "
+                           f"sliding_window a multiple of the block size ({block_size}) above "
+                           f"it (vLLM scales a group's block size by a whole factor), got "
+                           f"{full_block_size!r}")
+    if full_block_size is not None and retention and retention % full_block_size:
+        raise HarnessError(f"retention must be None, 0 or a multiple of full_block_size "
+                           f"({full_block_size}): vLLM's prefix_cache_retention_interval must "
+                           f"be a multiple of the scheduler block size, got {retention!r}")
     return dict(num_blocks=num_blocks, block_size=block_size, max_model_len=max_model_len,
                 use_eagle=bool(use_eagle), uncached_first=bool(uncached_first),
                 enable_caching=bool(enable_caching),
@@ -127,4 +146,5 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                 kv_connector=bool(kv_connector), hash_lookahead=hash_lookahead,
                 hybrid=bool(hybrid), retention=retention,
                 attention_chunk_size=attention_chunk_size, local_groups=local_groups,
-                second_window=second_window, eagle_groups=eagle_groups)
+                second_window=second_window, eagle_groups=eagle_groups,
+                full_block_size=full_block_size)

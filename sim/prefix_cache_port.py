@@ -23,6 +23,7 @@ class PrefixCachePort(Protocol):
     attention_chunk_size: int | None  # the local group's chunk (None: a sliding window)
     local_groups: int                 # a hybrid pool's groups of the local spec
     second_window: int | None         # a hybrid pool's last group: another window
+    full_block_size: int | None       # a hybrid window pool's full-attention block size
     estimates_cached_tokens: bool     # it has estimate_cached_tokens (a release may lack it)
     probes_cached_tokens: bool        # it has get_num_cached_tokens (vLLM 0.34.0 on)
 

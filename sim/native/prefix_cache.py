@@ -14,6 +14,9 @@ the first block of the chunk the lookup's end falls in, and drops the chunks a r
 left as the window drops what falls behind it.
 With lookahead block hashes a block's key runs on past its last token, so a block whose
 next token does not exist yet has no key: it is neither found nor cached.
+With full-attention blocks larger than the windows' (``full_block_size``), each group keys
+its blocks at its own size, a hit is searched again below itself until it ends on a
+multiple of the larger size, and a group caches its blocks only up to such a multiple.
 Catalogued bugs (``fixtures/known_bugs.py``) can be
 switched back on:
 
@@ -35,6 +38,14 @@ switched back on:
   token, not before its next one).
 - ``pc-eagle-mark-unmerged``: with EAGLE, a hybrid pool drops a block only in the groups
   holding the drafter's layers, not in the other groups of their spec.
+- ``pc-window-aligns-before-drop``: with full-attention blocks larger than the windows', a
+  window holding the drafter's layer whose cached run from the first block is shorter than
+  its reach rounds that run down to the alignment before it drops EAGLE's block (so it
+  drops a block the hit needed, and rounds down again).
+- ``pc-caches-past-alignment``: with full-attention blocks larger than the windows', a group
+  caches every full computed block, past the last multiple of the alignment.
+- ``pc-prompt-end-unkeyed``: full attention with blocks larger than the hash's does not key
+  the block holding the prompt's last hash boundary at that boundary.
 """
 
 from __future__ import annotations
@@ -68,6 +79,7 @@ class Attention(NamedTuple):
     span: int | None = None         # the window or the chunk, in tokens
     hit_blocks: int | None = None   # a window's hit: the cached run it ends in (EAGLE: +1)
     most_held: int | None = None    # the blocks a request holds at once (a local group)
+    block_size: int = 1             # the group's tokens per block
 
 
 class NativePrefixCache:
@@ -82,7 +94,8 @@ class NativePrefixCache:
                  kv_connector: bool = False, hash_lookahead: int = 0, hybrid: bool = False,
                  retention: int | None = None, attention_chunk_size: int | None = None,
                  local_groups: int = 1, second_window: int | None = None,
-                 eagle_groups: tuple[int, ...] = (0,), bugs: frozenset[str] = frozenset()):
+                 eagle_groups: tuple[int, ...] = (0,), full_block_size: int | None = None,
+                 bugs: frozenset[str] = frozenset()):
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
             max_model_len
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
@@ -93,7 +106,9 @@ class NativePrefixCache:
         self.kv_connector, self.hash_lookahead = kv_connector, hash_lookahead
         self.hybrid, self.retention = hybrid, retention
         self.attention_chunk_size, self.local_groups = attention_chunk_size, local_groups
-        self.second_window = second_window
+        self.second_window, self.full_block_size = second_window, full_block_size
+        # Where hits end and caching stops: every group's block size divides it.
+        self.alignment = full_block_size or block_size
         self.junction: dict[str, int] = {}    # each request's last hit's shared-prefix end
         # The local groups by spec, looked up together: after full attention's group in a
         # hybrid pool, the local spec's, then a second window's.
@@ -108,7 +123,8 @@ class NativePrefixCache:
         local = [self._chunked(attention_chunk_size) if attention_chunk_size else
                  self._window(sliding_window, g in self.dropping)
                  for g in (range(1, 1 + local_groups) if hybrid else [0])]
-        self.groups = [Attention(FULL_ATTENTION)] + local if hybrid else local
+        self.groups = [Attention(FULL_ATTENTION, block_size=self.alignment)] + local \
+            if hybrid else local
         if second_window:       # another window's group, last
             self.groups.append(self._window(second_window, local_groups + 1 in self.dropping))
         self.refs = [0] * num_blocks
@@ -116,7 +132,8 @@ class NativePrefixCache:
         self.hash_of: list[tuple | None] = [None] * num_blocks     # as cached_blocks names it
         self.hash_tokens = [0] * num_blocks     # the tokens a block's hash covers (0: none)
         self.by_hash: dict[tuple, list[int]] = {}
-        self.kv = torch.full((num_blocks, block_size), EMPTY_SLOT, dtype=torch.long)
+        self.extra_names: dict[int, list[tuple]] = {}    # a block's names besides its own
+        self.kv = torch.full((num_blocks, self.alignment), EMPTY_SLOT, dtype=torch.long)
         self.tokens: dict[str, list[int]] = {}
         self.sent: dict[str, PrefixRequest] = {}       # its salt and whether it reads
         self.computed: dict[str, int] = {}
@@ -130,18 +147,18 @@ class NativePrefixCache:
 
     def _window(self, window: int | None, drops: bool) -> Attention:
         if window is None:
-            return Attention(FULL_ATTENTION)
+            return Attention(FULL_ATTENTION, block_size=self.block_size)
         # A window that drops EAGLE's block finds one block more before dropping it.
         hit_blocks = -(-(window - 1) // self.block_size) + drops
         most_held = -(-min(window - 1 + (self.max_in_flight_tokens or self.max_model_len),
                            self.max_model_len) // self.block_size) + 1
-        return Attention(SLIDING_WINDOW, window, hit_blocks, most_held)
+        return Attention(SLIDING_WINDOW, window, hit_blocks, most_held, self.block_size)
 
     def _chunked(self, chunk: int) -> Attention:
         # A chunk starts at a block boundary: what it reads and one step's tokens, no more.
         most_held = -(-min(chunk + (self.max_in_flight_tokens or self.max_model_len),
                            self.max_model_len) // self.block_size)
-        return Attention(CHUNKED_LOCAL_ATTENTION, chunk, None, most_held)
+        return Attention(CHUNKED_LOCAL_ATTENTION, chunk, None, most_held, self.block_size)
 
     # -- the port -----------------------------------------------------------------------------
 
@@ -180,32 +197,49 @@ class NativePrefixCache:
         # with EAGLE each spec holding the drafter's layers searches one block past its
         # bound (within the hashes) and drops it.
         hashed = (len(tokens) - self.hash_lookahead) // size
-        full_drops = 0 in self.dropping
+        full_size, full_drops = self.groups[0].block_size, 0 in self.dropping
         found = [b for b, in self._hit_in((0,), request_id,
-                                          min(limit // size + full_drops, hashed))]
+                                          min(limit // full_size + full_drops,
+                                              (len(tokens) - self.hash_lookahead) // full_size))]
         if full_drops:
             found = self._dropped(found)
-        # Each spec in turn cuts the candidate length to its own hit within it, until a
-        # whole round leaves it (a window's hit at a shorter length may need other blocks).
-        length = len(found)
+        # Each spec in turn cuts the candidate length (in window blocks) to its own hit
+        # within it, until a whole round leaves it (a window's hit at a shorter length may
+        # need other blocks).
+        length = len(found) * full_size // size
         while True:
             hits = []
             for spec in self.specs:
-                if spec[0] in self.dropping:
-                    hits.append(self._hit_in(spec, request_id, min(length + 1, hashed))[:-1])
-                else:
-                    hits.append(self._hit_in(spec, request_id, length))
+                hits.append(self._aligned_hit(spec, request_id, length, hashed))
                 length = len(hits[-1])
             if len(self.specs) == 1 or all(len(hit) == length for hit in hits):
                 break
-        boundary = len(found) * size if len(found) > length else 0
+        boundary = len(found) * full_size if len(found) * full_size > length * size else 0
         if "pc-hybrid-run-uncut" not in self.bugs:
-            found = found[:length]
+            found = found[:length * size // full_size]
         columns = []
         for spec, local in zip(self.specs, hits, strict=True):
             # One column per group of the spec (every index holds one block of each).
             columns += zip(*local, strict=True) if local else [() for _ in spec]
         return Hit((tuple(found), *map(tuple, columns)), length * size, boundary)
+
+    def _aligned_hit(self, spec: tuple[int, ...], request_id: str, length: int,
+                     hashed: int) -> list[tuple[int, ...]]:
+        """The local ``spec``'s hit of at most ``length`` blocks that ends on a multiple of
+        the alignment: its hit, searched again below itself while it ends elsewhere (a
+        spec that drops EAGLE's block searches one block further and drops it)."""
+        step = self.alignment // self.block_size
+        drops = spec[0] in self.dropping
+        while True:
+            hit = self._hit_in(spec, request_id, min(length + drops, hashed))
+            if drops and "pc-window-aligns-before-drop" in self.bugs and \
+                    len(hit) < self.groups[spec[0]].hit_blocks:
+                hit = hit[:len(hit) // step * step]
+            if drops:
+                hit = hit[:-1]
+            if len(hit) % step == 0:
+                return hit
+            length = len(hit) // step * step
 
     def _dropped(self, found: list[int]) -> list[int]:
         if found and "pc-eagle-keeps-last" not in self.bugs:
@@ -219,23 +253,22 @@ class NativePrefixCache:
         the first block (full attention), or from the right the first run as long as the
         window reads, the null block before it, failing that the (shorter) run from the
         first block."""
-        kind, span, hit_blocks, _ = self.groups[groups[0]]
+        kind, span, hit_blocks, _, size = self.groups[groups[0]]
         null = (NULL_BLOCK,) * len(groups)
         if kind != SLIDING_WINDOW:
             # Forward from the first block read: the first (full attention), or the first of
             # the chunk holding the lookup's end (the null block in the slots before it).
-            start = 0 if kind == FULL_ATTENTION else \
-                num_blocks * self.block_size // span * span // self.block_size
+            start = 0 if kind == FULL_ATTENTION else num_blocks * size // span * span // size
             found = [null] * start
             for n in range(start, num_blocks):
-                blocks = self._lookup(groups, request_id, (n + 1) * self.block_size)
+                blocks = self._lookup(groups, request_id, (n + 1) * size)
                 if blocks is None:
                     break
                 found.append(blocks)
             return found
         run: list[tuple[int, ...]] = []
         for n in range(num_blocks - 1, -1, -1):
-            blocks = self._lookup(groups, request_id, (n + 1) * self.block_size)
+            blocks = self._lookup(groups, request_id, (n + 1) * size)
             run = [blocks, *run] if blocks is not None else []
             if len(run) == hit_blocks:
                 return [null] * n + run
@@ -257,7 +290,7 @@ class NativePrefixCache:
         """Blocks no next token of ``group`` reads: behind the window, or in the chunks
         before the next token's (``giving_back``: counted to give a running request's
         back)."""
-        kind, span, _, _ = self.groups[group]
+        kind, span, _, _, _ = self.groups[group]
         if kind == SLIDING_WINDOW:
             return max(0, num_computed - span + 1) // self.block_size
         if kind == CHUNKED_LOCAL_ATTENTION:
@@ -294,14 +327,15 @@ class NativePrefixCache:
             if others_run:
                 room -= self.headroom
             if self.reserve_full_isl:       # the whole sequence must fit too
-                whole = -(-min(len(self.tokens[request_id]), self.max_model_len)
-                          // self.block_size)
-                if sum(max(min(whole, most or whole) - held[g], 0)
-                       for g, (_, _, _, most) in enumerate(self.groups)) + revived > room:
+                whole = min(len(self.tokens[request_id]), self.max_model_len)
+                if sum(max(min(-(-whole // size), most or whole) - held[g], 0)
+                       for g, (_, _, _, most, size) in enumerate(self.groups)) + revived \
+                        > room:
                     return None
         if holding and "pc-window-keeps-skipped" not in self.bugs:
             room += self._drop_behind_window(request_id, done)
-        if sum(max(-(-end // self.block_size) - h, 0) for h in held) + revived > \
+        if sum(max(-(-end // attention.block_size) - h, 0)
+               for h, attention in zip(held, self.groups, strict=True)) + revived > \
                 room - reserved_blocks:
             return None
         tables = self.table.setdefault(request_id, tables)
@@ -319,13 +353,13 @@ class NativePrefixCache:
             table.extend(kept)
             cached[g] = len(table)
         if external:        # the connector's tokens land in blocks of their own first
-            for table in tables:
-                table.extend(self._pop_free() for _ in range(-(-done // self.block_size)
+            for table, attention in zip(tables, self.groups, strict=True):
+                table.extend(self._pop_free() for _ in range(-(-done // attention.block_size)
                                                               - len(table)))
         new = []
-        for table in tables:
-            new.append([self._pop_free()
-                        for _ in range(max(-(-end // self.block_size) - len(table), 0))])
+        for table, attention in zip(tables, self.groups, strict=True):
+            new.append([self._pop_free() for _ in
+                        range(max(-(-end // attention.block_size) - len(table), 0))])
             table.extend(new[-1])
         self.computed[request_id] += hit.num_computed_tokens + external + num_new_tokens
         self.waiting.discard(request_id)
@@ -352,8 +386,9 @@ class NativePrefixCache:
         done = self.computed[request_id]
         if request_id in self.table and "pc-window-keeps-skipped" not in self.bugs:
             self._drop_behind_window(request_id, done)
-        return self._shape(t[:-(-done // self.block_size)]
-                           for t in self.table.get(request_id, [[] for _ in self.groups]))
+        return self._shape(t[:-(-done // attention.block_size)] for t, attention in
+                           zip(self.table.get(request_id, [[] for _ in self.groups]),
+                               self.groups, strict=True))
 
     def free(self, request_id: str) -> None:
         self._release(request_id)
@@ -407,6 +442,7 @@ class NativePrefixCache:
         if in_use != (0 if "pc-reset-counts-null" in self.bugs else 1):
             return False
         self.by_hash.clear()
+        self.extra_names.clear()
         self.hash_of = [None] * self.num_blocks
         self.hash_tokens = [0] * self.num_blocks
         self._emit(AllBlocksCleared())
@@ -454,7 +490,8 @@ class NativePrefixCache:
                    for b in range(1, self.num_blocks)), "ref counts == holders"
         assert not held & set(self.queue), "no held block is free"
         for key, blocks in self.by_hash.items():
-            assert all(self.hash_of[b] == key for b in blocks), "map and block hashes agree"
+            assert all(self.hash_of[b] == key or key in self.extra_names.get(b, ())
+                       for b in blocks), "map and block hashes agree"
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -471,61 +508,117 @@ class NativePrefixCache:
             raise RuntimeError("no free block left to allocate: the fit check let through "
                                "more than the pool holds")
         block, _ = self.queue.popitem(last=False)
-        named = self.hash_of[block]
-        if named is not None and "pc-evict-keeps-hash" not in self.bugs:
-            self.hash_of[block] = None
-            self.hash_tokens[block] = 0
-            self.by_hash[named].remove(block)
-            if not self.by_hash[named]:
-                del self.by_hash[named]
-            group, key = named if self.hybrid else (0, named)
-            if "pc-removed-not-reported" not in self.bugs:
-                self._emit(BlockRemoved(key, medium=MEDIUM_GPU, group_idx=group))
+        if "pc-evict-keeps-hash" not in self.bugs:
+            self._forget(block)
         self.refs[block] += 1
         self.kv[block].fill_(EMPTY_SLOT)
         return block
 
+    def _forget(self, block: int) -> None:
+        """Drop every name the block is cached under, its own first, each reported."""
+        named = self.hash_of[block]
+        if named is None:
+            return
+        self.hash_of[block] = None
+        self.hash_tokens[block] = 0
+        for name in [named, *self.extra_names.pop(block, [])]:
+            self.by_hash[name].remove(block)
+            if not self.by_hash[name]:
+                del self.by_hash[name]
+            group, key = name if self.hybrid else (0, name)
+            if "pc-removed-not-reported" not in self.bugs:
+                self._emit(BlockRemoved(key, medium=MEDIUM_GPU, group_idx=group))
+
     def _write(self, request_id: str) -> None:
-        tokens, size = self.tokens[request_id], self.block_size
-        done = self.computed[request_id]
-        for table in self.table[request_id]:
+        tokens, done = self.tokens[request_id], self.computed[request_id]
+        for table, attention in zip(self.table[request_id], self.groups, strict=True):
+            size = attention.block_size
             for i, block in enumerate(table):
                 row = tokens[i * size:min((i + 1) * size, done)]
                 if row and block != NULL_BLOCK:
                     self.kv[block, :len(row)] = torch.tensor(row, dtype=torch.long)
 
     def _commit(self, request_id: str) -> None:
-        tokens, size = self.tokens[request_id], self.block_size
-        full = min(self.computed[request_id], len(tokens) - self.hash_lookahead) // size
         if not self.enable_caching:
             return
-        salt = self.sent[request_id].cache_salt
-        for g, table in enumerate(self.table[request_id]):
+        tokens, done = self.tokens[request_id], self.computed[request_id]
+        # A hit ends on a multiple of the alignment, so nothing past the last one is cached
+        # (a group that drops EAGLE's block keeps the one block past it that a hit reads).
+        floor = done if "pc-caches-past-alignment" in self.bugs else \
+            done - done % self.alignment
+        upto = [min(done, floor + attention.block_size) if floor and g in self.dropping
+                else floor for g, attention in enumerate(self.groups)]
+        for g, attention in enumerate(self.groups):
+            size = attention.block_size
+            full = min(upto[g], len(tokens) - self.hash_lookahead) // size
             start = self.num_cached[request_id][g]
-            if full <= start:
+            if full > start:
+                self._commit_run(request_id, g, start, full)
+            if g == 0 and self.hybrid and size > self.block_size and \
+                    "pc-prompt-end-unkeyed" not in self.bugs:
+                self._name_prompt_end(request_id, upto[0])
+
+    def _commit_run(self, request_id: str, g: int, start: int, full: int) -> None:
+        """Name group ``g``'s blocks ``start``..``full`` of the request (those kept) and
+        report the run."""
+        tokens, table = self.tokens[request_id], self.table[request_id][g]
+        salt, size = self.sent[request_id].cache_salt, self.groups[g].block_size
+        keys, extra, ahead = [], [], []
+        kept = self._kept(request_id, g)
+        for i in range(start, full):
+            if table[i] == NULL_BLOCK or i not in kept:
                 continue
-            keys, extra, ahead = [], [], []
-            kept = self._kept(request_id, g)
-            for i in range(start, full):
-                if table[i] == NULL_BLOCK or i not in kept:
-                    continue
-                key = self._key(request_id, (i + 1) * size)
-                self.hash_of[table[i]] = self._name(g, key)
-                self.hash_tokens[table[i]] = (i + 1) * size
-                self.by_hash.setdefault(self._name(g, key), []).append(table[i])
-                keys.append(key)
-                extra.append((salt,) if salt and i == 0 else None)
-                ahead.append(tuple(tokens[(i + 1) * size:(i + 1) * size + self.hash_lookahead]))
-            self.num_cached[request_id][g] = full
-            parent = self._key(request_id, start * size) if start else None
-            kind, span, _, _ = self.groups[g]
-            window = span if kind == SLIDING_WINDOW else None
-            self._emit(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size]),
-                                   tuple(extra) or None, block_size=size, medium=MEDIUM_GPU,
-                                   group_idx=g, kv_cache_spec_kind=kind,
-                                   kv_cache_spec_sliding_window=window,
-                                   lookahead_token_ids=tuple(ahead) if self.hash_lookahead
-                                   else None))
+            key = self._key(request_id, (i + 1) * size)
+            self._forget(table[i])      # named at the prompt's end while it filled
+            self.hash_of[table[i]] = self._name(g, key)
+            self.hash_tokens[table[i]] = (i + 1) * size
+            self.by_hash.setdefault(self._name(g, key), []).append(table[i])
+            keys.append(key)
+            extra.append((salt,) if salt and i == 0 else None)
+            ahead.append(tuple(tokens[(i + 1) * size:(i + 1) * size + self.hash_lookahead]))
+        self.num_cached[request_id][g] = full
+        parent = self._key(request_id, start * size) if start else None
+        kind, span, _, _, _ = self.groups[g]
+        window = span if kind == SLIDING_WINDOW else None
+        self._emit(BlockStored(tuple(keys), parent, tuple(tokens[start * size:full * size]),
+                               tuple(extra) or None, block_size=size, medium=MEDIUM_GPU,
+                               group_idx=g, kv_cache_spec_kind=kind,
+                               kv_cache_spec_sliding_window=window,
+                               lookahead_token_ids=tuple(ahead) if self.hash_lookahead
+                               else None))
+
+    def _name_prompt_end(self, request_id: str, upto: int) -> None:
+        """Full-attention blocks larger than the hash's: the block holding the prompt's
+        last hash boundary (the whole prompt with EAGLE's drop, else one token short of it,
+        down to a multiple of the hash's tokens) is named at that boundary too, once the
+        tokens up to it are cacheable and unless a block end is there."""
+        unit, size = self.block_size, self.groups[0].block_size
+        tokens, table = self.tokens[request_id], self.table[request_id][0]
+        prompt = len(self.sent[request_id].prompt)
+        reach = prompt if 0 in self.dropping else prompt - 1
+        end = min(reach, len(tokens) - self.hash_lookahead) // unit * unit
+        if end == 0 or end > upto or end % size == 0 or end // size >= len(table):
+            return
+        block, name = table[end // size], self._named(0, request_id, end)
+        if self.hash_of[block] == name or name in self.extra_names.get(block, ()):
+            return
+        if self.hash_of[block] is not None and self.hash_tokens[block] < end:
+            self._forget(block)
+        if self.hash_of[block] is None:
+            self.hash_of[block], self.hash_tokens[block] = name, end
+        else:
+            self.extra_names.setdefault(block, []).append(name)
+        self.by_hash.setdefault(name, []).append(block)
+        salt = self.sent[request_id].cache_salt
+        self._emit(BlockStored((self._key(request_id, end),),
+                               self._key(request_id, end - unit) if end > unit else None,
+                               tuple(tokens[end - unit:end]),
+                               ((salt,) if salt and end == unit else None,), block_size=unit,
+                               medium=MEDIUM_GPU, group_idx=0,
+                               kv_cache_spec_kind=FULL_ATTENTION,
+                               kv_cache_spec_sliding_window=None,
+                               lookahead_token_ids=(tuple(tokens[end:end + self.hash_lookahead]),)
+                               if self.hash_lookahead else None))
 
     def _kept(self, request_id: str, g: int):
         """The block indices group ``g`` caches: every one, but in a hybrid pool's window
@@ -533,23 +626,30 @@ class NativePrefixCache:
         points, the request's junction) and, with an interval, one run per interval; a
         window that drops EAGLE's block, the block past each too, and the run a block
         before the junction."""
-        kind, window, need, _ = self.groups[g]
-        if not self.hybrid or kind != SLIDING_WINDOW or self.retention is None:
-            return range(len(self.tokens[request_id]) // self.block_size + 1)
-        size, past = self.block_size, int(g in self.dropping)
-        per_segment = self.retention // size
+        kind, window, need, _, size = self.groups[g]
         top = len(self.tokens[request_id]) // size + 1
+        if not self.hybrid or kind != SLIDING_WINDOW:
+            return range(top)
+        past, align = int(g in self.dropping), self.alignment
+        # Unset (dense), a run before every multiple of the alignment: with one block size,
+        # every block.
+        per_segment = (align if self.retention is None else self.retention) // size
         if per_segment and need >= per_segment:
             return range(top)
+        kept = {i for i in range(past, top) if (i - past) % per_segment >= per_segment - need} \
+            if per_segment else set()
+        if self.retention is None:
+            return kept
         prompt = len(self.sent[request_id].prompt)
         points = [prompt - 1] if not self.use_eagle else \
-            [max((prompt - 1) // size * size - size, 0), max(prompt // size * size - size, 0)]
+            [max((prompt - 1) // align * align - align, 0),
+             max(prompt // align * align - align, 0)]
         if self.junction.get(request_id):
             # A window that drops EAGLE's block also keeps the run a block before it.
             points += [self.junction[request_id]] + [self.junction[request_id] - size] * past
-        kept = {i for p in points for i in range(p // size + past - need, p // size + past)}
-        if per_segment:
-            kept |= {i for i in range(past, top) if (i - past) % per_segment >= per_segment - need}
+        for p in points:
+            end = p // align * align // size + past
+            kept.update(range(end - need, end))
         return kept
 
     def _key(self, request_id: str, end: int) -> tuple:

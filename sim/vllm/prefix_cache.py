@@ -58,7 +58,7 @@ class VllmPrefixCache:
                  hash_lookahead: int = 0, hybrid: bool = False,
                  retention: int | None = None, attention_chunk_size: int | None = None,
                  local_groups: int = 1, second_window: int | None = None,
-                 eagle_groups: tuple[int, ...] = (0,)):
+                 eagle_groups: tuple[int, ...] = (0,), full_block_size: int | None = None):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -94,6 +94,10 @@ class VllmPrefixCache:
         # attention has): the hybrid coordinator looks a block up in all of them at once.
         self.local_groups = local_groups if self.hybrid else 1
         self.second_window = second_window if self.hybrid and self.sliding_window else None
+        # Full-attention blocks larger than the windows' (Gemma 4's): vLLM's engine builds
+        # them when full attention's page per token is the smaller one.
+        self.full_block_size = full_block_size if self.hybrid and self.sliding_window \
+            else None
         if self.attention_chunk_size is not None:   # it caps the chunked group's admissions
             self.max_in_flight_tokens = max_in_flight_tokens    # (0.33.0 has the keyword)
         # A world option the release is not driven with (its rules were not read): the
@@ -114,6 +118,8 @@ class VllmPrefixCache:
         full = spec = _full_attention(kv, block_size, torch.float32)
         if self.sliding_window is not None:
             spec = _sliding_window(kv, spec, self.sliding_window)
+        if self.full_block_size is not None:
+            full = dataclasses.replace(full, block_size=self.full_block_size)
         if self.attention_chunk_size is not None:
             spec = _chunked_local(kv, spec, self.attention_chunk_size)
         groups = [kv.KVCacheGroupSpec(["layer"], spec)]
@@ -121,7 +127,7 @@ class VllmPrefixCache:
             groups = [(["full"], full)] + [([f"local{i}"], spec)
                                            for i in range(self.local_groups)]
             if self.second_window is not None:
-                groups.append((["second"], _sliding_window(kv, full, self.second_window)))
+                groups.append((["second"], _sliding_window(kv, spec, self.second_window)))
             # With EAGLE the drafter's layers sit in the groups of their specs, which the
             # engine marks (vLLM 0.33.0's kv_cache_planning: the groups holding a draft
             # layer's spec, is_eagle_group): those groups' specs drop an EAGLE block.
@@ -152,7 +158,7 @@ class VllmPrefixCache:
         if self.hash_lookahead:
             switches["num_hash_lookahead_tokens"] = self.hash_lookahead
         self.manager = cls(config, **prefix_cache_compat.manager_kwargs(
-            cls, block_size, max_model_len, **switches))
+            cls, block_size, max_model_len, self.full_block_size, **switches))
         self.pool = prefix_cache_compat.block_pool(self.manager)
         self._estimate = prefix_cache_compat.cached_tokens_estimate(self.manager)
         self.estimates_cached_tokens = self._estimate is not None
@@ -508,10 +514,11 @@ def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       hybrid: bool = False, retention: int | None = None,
                       attention_chunk_size: int | None = None,
                       local_groups: int = 1, second_window: int | None = None,
-                      eagle_groups: tuple[int, ...] = (0,)) -> VllmPrefixCache:
+                      eagle_groups: tuple[int, ...] = (0,),
+                      full_block_size: int | None = None) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
                            enable_kv_cache_events, reserve_full_isl, watermark,
                            sliding_window, max_in_flight_tokens, kv_connector, hash_lookahead,
                            hybrid, retention, attention_chunk_size, local_groups,
-                           second_window, eagle_groups)
+                           second_window, eagle_groups, full_block_size)

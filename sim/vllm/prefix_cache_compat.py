@@ -22,9 +22,11 @@ MANAGER_DEFAULTS = {"enable_caching": True, "use_eagle": False, "enable_kv_cache
 
 
 def manager_kwargs(manager_cls: type, block_size: int, max_model_len: int,
-                   **switches: Any) -> dict[str, Any]:
-    """The ``KVCacheManager`` keywords beyond the config for one full-attention group of
-    ``block_size`` tokens, and of ``switches`` (``enable_caching``, ``use_eagle``,
+                   scheduler_block_size: int | None = None, **switches: Any) -> dict[str, Any]:
+    """The ``KVCacheManager`` keywords beyond the config for groups of ``block_size``
+    tokens (a hybrid pool's full attention may have blocks of ``scheduler_block_size``, a
+    multiple: the engine's ``resolve_kv_cache_block_sizes`` then passes the sizes' LCM and
+    GCD), and of ``switches`` (``enable_caching``, ``use_eagle``,
     ``enable_kv_cache_events``, ``watermark``) those that differ from the documented
     defaults (``MANAGER_DEFAULTS``; vLLM's own tests build it so).
 
@@ -36,7 +38,8 @@ def manager_kwargs(manager_cls: type, block_size: int, max_model_len: int,
     #   ``max_in_flight_tokens`` (optional): left to their defaults (the length cap).
     """
     params = inspect.signature(manager_cls.__init__).parameters
-    wanted = {"scheduler_block_size": block_size, "hash_block_size": block_size}
+    wanted = {"scheduler_block_size": scheduler_block_size or block_size,
+              "hash_block_size": block_size}
     switched = {name: value for name, value in switches.items()
                 if params[name].default is inspect.Parameter.empty
                 or MANAGER_DEFAULTS[name] != value}
