@@ -74,6 +74,8 @@ HAZARDS = (
     "local groups: a prefix cached in one and not in another",
     "two windows: the hit cut by the second window",
     "two windows: a second round cut the hit",
+    "two block sizes: the prompt's end keyed inside a full-attention block",
+    "two block sizes: computed blocks left uncached past the alignment",
 )
 
 PROPERTIES = {
@@ -562,6 +564,13 @@ class PrefixCacheMachine(HarnessMachine):
         if any(len(b) > 1 for b in model.cached_blocks().values()):
             self.hazard("prefix cached by two blocks")
         stored = [e for e in model.events if isinstance(e, BlockStored)][stored_before:]
+        if model.full_block_size and model.enable_caching:
+            if any(e.group_idx == 0 and e.block_size == model.block_size for e in stored):
+                self.hazard("two block sizes: the prompt's end keyed inside a full-attention "
+                            "block")
+            if state.num_computed_tokens % model.alignment >= model.block_size:
+                self.hazard("two block sizes: computed blocks left uncached past the "
+                            "alignment")
         if hit is None and any(e.parent is not None for e in stored) and \
                 len(model.requests[rid].tokens) > len(self._prompt(rid)):
             self.hazard("decode filled a block")

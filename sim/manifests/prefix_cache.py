@@ -44,7 +44,9 @@ SUBSYSTEM = Subsystem(
     machines={"free_queue": "properties.prefix_cache_queue_machine:FreeQueueMachine",
               "block_pools": "properties.prefix_cache_pools_machine:BlockPoolsMachine",
               "hybrid": "properties.prefix_cache_machine:HybridPrefixCacheMachine",
-              "hybrid_eagle": "properties.prefix_cache_machine:EagleHybridPrefixCacheMachine"},
+              "hybrid_eagle": "properties.prefix_cache_machine:EagleHybridPrefixCacheMachine",
+              "hybrid_scaled_eagle":
+                  "properties.prefix_cache_machine:ScaledEagleHybridPrefixCacheMachine"},
     spec_properties=("properties.prefix_cache_queue_machine",
                      "properties.prefix_cache_pools_machine"),
 )
