@@ -23,7 +23,9 @@ can drive (by default; ``--hunt-budget 2m`` per cell, default ``DEFAULT_HUNT_BUD
 release's venv, ``hunt --target vllm --subsystem S --seed 0 --no-db``. The hunt goes on past
 every divergence it accepts (``lch/hunt.py``), so a cell lists every divergence found, one
 finding group per cause (``properties/findings.py``: its signature, its examples, its
-smallest reproducer); the suite's divergences join the same groups by finding id.
+smallest reproducer); the suite's divergences join the same groups by finding id, or where
+two machines of a column meet one cause (their ids carry their names), by property and
+signature.
 
 Each cell also says which of the upstream-fixed bugs the harness knows
 (``fixtures/upstream_bugs.py``) affect the release and which of them its groups found
@@ -69,6 +71,15 @@ HUNTED = tuple(column.name for column in COLUMN_LIST if column.hunted)
 RANK = {"divergence": 3, "unavailable": 2, "pass": 1, "absent": 0}
 
 
+def _same_cause(group: dict, found: dict) -> bool:
+    """One cause: the same finding id, or (two machines of the column, whose ids carry
+    their names) the same property and signature."""
+    if found.get("id") and group.get("id") == found["id"]:
+        return True
+    return bool(found.get("signature")) and group.get("signature") == found["signature"] \
+        and group.get("property") == found.get("property")
+
+
 @define
 class Cell:
     outcome: str = "absent"
@@ -94,8 +105,7 @@ class Cell:
                                                 "message", "outside_vllm")} | {
                 "test": test, "id": _finding_in(record.get("reproducer")), "seen": 1}
             found["signature"] = _signature(found)
-            same = next((d for d in self.divergences
-                         if found["id"] and d.get("id") == found["id"]), None)
+            same = next((d for d in self.divergences if _same_cause(d, found)), None)
             if same is not None:        # another test met the same cause: one group
                 same.setdefault("tests", [same["test"]]).append(test)
                 same["seen"] = same.get("seen", 1) + 1
@@ -115,7 +125,8 @@ class Cell:
         suite also met joins its group (examples added; the smaller reproducer kept)."""
         by_id = {d.get("id"): d for d in self.divergences if d.get("id")}
         for found in pair.get("findings") or []:
-            group = by_id.get(found["id"])
+            group = by_id.get(found["id"]) or next(
+                (d for d in self.divergences if _same_cause(d, found)), None)
             if group is not None:
                 group["seen"] = group.get("seen", 1) + found.get("seen", 1)
                 if found.get("calls") and (group.get("calls") or 10**9) > found["calls"]:

@@ -289,3 +289,30 @@ def test_subsystem_runs_only_its_columns_suites_and_records_only_its_cells(monke
     args.subsystem = ["tiered"]
     with pytest.raises(HarnessError, match="not a history column"):
         history.main(args)
+
+
+def test_two_machines_meeting_one_cause_are_one_group(tmp_path):
+    """Two machines of a column (ids carry their names) with the same property and
+    signature: one group, seen twice; another shape stays its own."""
+    paths = []
+    for n, scope in enumerate(("prefix_cache.hybrid_eagle", "prefix_cache.hybrid_scaled_eagle")):
+        path = tmp_path / f"test_{n}.py"
+        path.write_text(f'FINDING = "{scope}/hit-agrees/59fe398e"\n')
+        paths.append(path)
+    message = ("hit-agrees: get_computed_blocks returned Hit(block_ids=((), ()), "
+               "num_computed_tokens=0, shared_prefix_boundary={b}), the model expects "
+               "Hit(block_ids=((1,), (2, 4)), num_computed_tokens={n}, "
+               "shared_prefix_boundary=0)")
+    cell = Cell()
+    for n, path in enumerate(paths):
+        cell.add(rec(f"test_prefix_cache.py::test_{n}[vllm]", "divergence",
+                     property="hit-agrees", calls=5, reproducer=str(path),
+                     message=message.format(b=8 - 2 * n, n=8 - 2 * n)))
+    assert len(cell.divergences) == 1 and cell.divergences[0]["seen"] == 2
+    other = tmp_path / "test_2.py"
+    other.write_text('FINDING = "prefix_cache.hybrid_eagle/hit-agrees/0badcafe"\n')
+    cell.add(rec("test_prefix_cache.py::test_2[vllm]", "divergence", property="hit-agrees",
+                 calls=4, reproducer=str(other),
+                 message=message.replace("num_computed_tokens=0", "num_computed_tokens=9")
+                 .format(b=8, n=8)))
+    assert len(cell.divergences) == 2
