@@ -354,8 +354,9 @@ def findings(results: Path) -> str:
                                     key=_release_key)) or "none"
         earlier = [f"{rel} {WORDS[outcome]}" for rel in sorted(outcomes, key=_release_key)
                    for outcome in sorted({o for _, o in outcomes[rel]} - {latest[rel]})]
-        superseded = (f"; superseded by a later run: {', '.join(earlier)} (harness defects, "
-                      f"[prefix-cache.md](docs/prefix-cache.md))") if earlier else ""
+        superseded = (f"; superseded by a later run: {', '.join(earlier)} (a harness defect "
+                      f"mended, or worlds added since: [prefix-cache.md](docs/prefix-cache.md))"
+                      ) if earlier else ""
         lines.append(f"Prefix cache (`KVCacheManager`), each release's latest run: diverged on "
                      f"{releases('divergence')}; passed on {releases('pass')}; could not run "
                      f"on {releases('unavailable')} ({len(sources)} runs){superseded}; vLLM "
