@@ -743,9 +743,7 @@ class PrefixCacheModel:
         stored = [i for i in range(first, full) if table[i] != NULL_BLOCK and retained(i)]
         for i in stored:
             self._uncache(table[i])     # the prompt's end keyed it before it was full
-            self.tick += 1
-            self.key_of[table[i]], self.cached_at[table[i]] = keys[i], self.tick
-            self.group_of[table[i]] = group
+            self._key(table[i], keys[i], group)
         salt, (kind, span) = state.request.cache_salt, self.groups[group]
         # A run the retention passed over whole is still reported: no blocks, its tokens.
         extra = tuple((salt,) if i == 0 and salt else None for i in stored) or None
@@ -773,15 +771,11 @@ class PrefixCacheModel:
                 boundary // size >= len(table):
             return
         block, key = table[boundary // size], units[boundary // unit - 1]
-        if self.key_of.get(block) == key or key in self.also_of.get(block, {}):
+        if key in self._keys(block):
             return
-        if block in self.key_of and self._tokens_in(self.key_of[block]) < boundary:
-            self._uncache(block)
-        self.tick += 1
-        if block in self.key_of:
-            self.also_of.setdefault(block, {})[key] = self.tick
-        else:
-            self.key_of[block], self.cached_at[block], self.group_of[block] = key, self.tick, 0
+        if any(self._tokens_in(own) < boundary for own in self._keys(block)[:1]):
+            self._uncache(block)        # the key it carries covers fewer tokens
+        self._key(block, key, 0)
         salt, start = state.request.cache_salt, boundary - unit
         ahead = (tuple(state.tokens[boundary:boundary + self.hash_lookahead]),) \
             if self.hash_lookahead else None
@@ -789,6 +783,21 @@ class PrefixCacheModel:
                                 tuple(state.tokens[start:boundary]),
                                 ((salt,) if salt and not start else None,), unit, MEDIUM_GPU,
                                 0, FULL_ATTENTION, None, ahead))
+
+    def _keys(self, block: int) -> list[BlockKey]:
+        """Every key ``block`` is cached under, the one it carries first."""
+        own = [self.key_of[block]] if block in self.key_of else []
+        return own + list(self.also_of.get(block, ()))
+
+    def _key(self, block: int, key: BlockKey, group: int) -> None:
+        """Cache ``block`` (of ``group``) under ``key`` now: the key it carries if it has
+        none, else a further one."""
+        self.tick += 1
+        if block in self.key_of:
+            self.also_of.setdefault(block, {})[key] = self.tick
+        else:
+            self.key_of[block], self.cached_at[block], self.group_of[block] = \
+                key, self.tick, group
 
     def _tokens_in(self, key: BlockKey) -> int:
         """The tokens of the prefix ``key`` names (its lookahead left out)."""
