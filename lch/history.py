@@ -68,6 +68,7 @@ COLUMN_LIST = history_columns(all_manifests())
 SUITES = {suite: column.name for column in COLUMN_LIST for suite in column.suites}
 COLUMNS = tuple(column.name for column in COLUMN_LIST)
 HUNTED = tuple(column.name for column in COLUMN_LIST if column.hunted)
+HUNT_SCOPES = {column.name: column.hunt_scope() for column in COLUMN_LIST if column.hunted}
 RANK = {"divergence": 3, "unavailable": 2, "pass": 1, "absent": 0}
 
 
@@ -218,8 +219,9 @@ def hunt_cells(run: ReleaseRun, python: Path, found_dir: Path, budget: str | Non
         scope = ["--examples", str(examples)] if examples else ["--budget", budget]
         began = time.monotonic()
         try:
+            subsystems = [arg for name in HUNT_SCOPES[column] for arg in ("--subsystem", name)]
             proc = subprocess.run([str(python), "-m", "lch.cli", "hunt", "--target", "vllm",
-                                   "--subsystem", column, *scope, "--seed", "0", "--no-db",
+                                   *subsystems, *scope, "--seed", "0", "--no-db",
                                    "--report-dir", str(out), "--reproducer-dir", str(out)],
                                   cwd=venvs.ROOT, env=venvs.suite_env(HYPOTHESIS_PROFILE="hunt"),
                                   capture_output=True, text=True, check=False)

@@ -3,6 +3,7 @@ cell per subsystem, and bisect runs only the releases it needs to place each cha
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,29 @@ def test_the_hunts_run_under_the_hunt_profile_in_the_suite_environment():
     from lch import venvs
     env = venvs.suite_env(HYPOTHESIS_PROFILE="hunt")
     assert env["HYPOTHESIS_PROFILE"] == "hunt" and env["LCH_REQUIRE_TARGETS"] == "1"
+
+
+def test_a_column_is_hunted_in_its_further_machines_too(tmp_path, monkeypatch):
+    # The prefix cache's hybrid pools' bugs live in the worlds of its further machines; a
+    # hunt of the main machine alone met them in one world in a hundred.
+    from lch import history
+    commands = []
+
+    def fake(command, **kwargs):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 2, "", "")
+    monkeypatch.setattr(history.subprocess, "run", fake)
+    run = ReleaseRun("0.34.0", cells={"prefix_cache": Cell("pass"),
+                                      "encoder_cache": Cell("pass")})
+    history.hunt_cells(run, Path("python"), tmp_path, "1s", None)
+    named = [[c[n + 1] for n, arg in enumerate(c) if arg == "--subsystem"] for c in commands]
+    scopes = {names[0]: names for names in named}
+    assert scopes["prefix_cache"] == ["prefix_cache", "prefix_cache.hybrid",
+                                      "prefix_cache.hybrid_eagle",
+                                      "prefix_cache.hybrid_scaled_eagle"]
+    assert scopes["encoder_cache"] == ["encoder_cache"]
+    assert run.cells["prefix_cache"].notes == [
+        f"hunt exited 2: see {tmp_path / 'hunt-prefix_cache' / 'hunt.log'}"]
 
 
 KILLED_RUN = '''

@@ -88,6 +88,11 @@ def test_history_and_mutation_subjects_are_the_manifests():
     assert history.HUNTED == tuple(c.name for c in columns if c.hunted)
     assert history.SUITES == {s: c.name for c in columns for s in c.suites}
     assert set(history.HUNTED) <= set(targets.SUBSYSTEMS)      # a hunt drives a subsystem
+    for manifest in MANIFESTS:          # and the further machines it names are the manifest's
+        for column in manifest.history:
+            assert set(column.hunt_machines) <= set(manifest.machines), column.name
+            assert history.HUNT_SCOPES.get(column.name, ()) == (
+                column.hunt_scope() if column.hunted else ())
     expected = {}
     for manifest in MANIFESTS:
         if manifest.mutation_subjects:
@@ -193,7 +198,7 @@ def test_a_new_subsystem_shows_everywhere_from_its_manifest_alone(tmp_path):
     assert ["model", "toy_cache"] in got["pairs"] and ["vllm", "toy_cache"] not in got["pairs"]
     assert got["built"] == "EncoderCacheModel"
     assert got["columns"] == [*history.COLUMNS[:-1], "toy_cache", "prefix_cache"]
-    assert got["hunted"] == [*history.HUNTED, "toy_cache"]
+    assert got["hunted"] == [*history.HUNTED[:-1], "toy_cache", "prefix_cache"]
     assert got["suites"]["properties/test_toy_cache.py"] == "toy_cache"
     assert "properties/test_toy_cache.py" in got["nox"]
     assert got["tiers"] == ["machines"]

@@ -330,9 +330,7 @@ class PrefixCacheMachine(HarnessMachine):
             return
         preempted = r in self.preempted
         hit = self.call("hit-agrees", "get_computed_blocks", rid,
-                        shown=f"cache.get_computed_blocks({rid!r})",
-                        effect=lambda h: f"{len(h.block_ids)} cached blocks"
-                        if h.block_ids else "no cached prefix")
+                        shown=f"cache.get_computed_blocks({rid!r})", effect=_hit_effect)
         self._note_hit(rid, hit, preempted)
         left = self.model.num_tokens(rid) - hit.num_computed_tokens
         external = min(external, left - 1)      # the connector leaves a token to compute
@@ -352,9 +350,33 @@ class PrefixCacheMachine(HarnessMachine):
             raise InvalidAction("probe_waiting: not a waiting request holding nothing, or a "
                                 "release without the probe")
         rid = self._rid(r)
-        self.call("probe-agrees", "get_num_cached_tokens", rid,
-                  shown=f"cache.get_num_cached_tokens({rid!r})",
-                  effect=lambda n: f"{n} tokens cached")
+        expect = self.model.get_num_cached_tokens(rid)
+        self.record(f"cache.get_num_cached_tokens({rid!r})", expect, f"{expect} tokens cached")
+        actual = self.target.get_num_cached_tokens(rid)
+        if actual != expect:
+            self._blame_the_hit(rid)
+        self.check("probe-agrees", actual == expect, lambda: (
+            f"get_num_cached_tokens returned {actual!r}, the model expects {expect!r}"))
+
+    def _blame_the_hit(self, rid: str) -> None:
+        """A probe that disagrees is checked against the hit it summarises: where the
+        target's own ``get_computed_blocks`` disagrees with the model's too, the divergence
+        is the hit's, reported once, under ``hit-agrees`` and the hit's signature (what the
+        scheduling call would report), not again as a shorter number under the probe's.
+        The probe's line then asserts nothing and the hit's line follows it, so the
+        reproducer fails where the cause shows. Where the hit agrees, the probe alone is
+        wrong and ``probe-agrees`` fails as before. Both calls only read (the scheduler's
+        call sets the request's shared-prefix boundary, as its next lookup would)."""
+        expect, actual = self.model.get_computed_blocks(rid), self.target.get_computed_blocks(rid)
+        if actual == expect:
+            return
+        steps = self.trace.steps
+        if steps:
+            steps[-1] = evolve(steps[-1], expect=None, check=None, comment=(
+                f"{steps[-1].comment} [the hit below is what it measures]"))
+        self.record(f"cache.get_computed_blocks({rid!r})", expect, _hit_effect(expect))
+        self.check("hit-agrees", False, lambda: (
+            f"get_computed_blocks returned {actual!r}, the model expects {expect!r}"))
 
     def do_finish_load(self, r: int):
         if r not in self._loading():
@@ -715,6 +737,12 @@ class PrefixCacheMachine(HarnessMachine):
                     and self.model.num_tokens(self._rid(r)) < self.world.max_model_len):
                 out.append(r)
         return out
+
+
+def _hit_effect(hit: Hit) -> str:
+    """A lookup's comment in a reproducer: how many tokens the hit covers."""
+    return f"{hit.num_computed_tokens} tokens cached" if hit.num_computed_tokens \
+        else "no cached prefix"
 
 
 def duplicate_listings(calls: list[tuple[tuple[int, ...], dict[int, int]]]) -> list[str]:

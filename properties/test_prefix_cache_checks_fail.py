@@ -7,11 +7,13 @@ import pytest
 
 from fixtures.pytest_plugin import Divergence
 from models.prefix_cache import PrefixCacheModel
-from models.prefix_cache_values import BlockRemoved
+from models.prefix_cache_values import BlockRemoved, PrefixRequest
+from properties.harness import property_of
 from properties.prefix_cache_machine import PrefixCacheMachine, duplicate_listings
 from properties.prefix_cache_pools_machine import BlockPoolsMachine
 from properties.prefix_cache_queue_machine import FreeQueueMachine
-from properties.run import check_machine
+from properties.prefix_cache_worlds import PrefixCacheWorld
+from properties.run import check_machine, replay
 from sim.native.prefix_cache import NativeFreeQueue, NativePrefixCache
 from sim.native.prefix_cache_pools import NativeBlockPools
 
@@ -203,3 +205,33 @@ def test_duplicate_listings_names_each_wrong_call():
         "free_blocks listed block 3 2x (ref_cnt 2) in [3, 3]"]
     assert duplicate_listings([((4,), {4: 0})]) == [
         "free_blocks listed block 4 1x (ref_cnt 0) in [4]"]
+
+
+# r0's three tokens computed (two of them a hit once it waits again), r0 preempted, r1
+# arrived: two waiting requests holding nothing, so the scheduler probes r0.
+PROBED = PrefixCacheWorld(num_blocks=5, block_size=1, max_model_len=4, use_eagle=False,
+                          uncached_first=False, requests=(PrefixRequest("r0", (10, 1, 2)),
+                                                          PrefixRequest("r1", (10,))))
+PROBE_PROGRAM = [("add_request", 0), ("schedule_waiting", 0, 3, 0), ("preempt", 0),
+                 ("add_request", 1), ("probe_waiting", 0)]
+
+
+def test_a_probe_measuring_a_wrong_hit_reports_the_hit():
+    # The hit itself takes the last token (so does the probe, which measures it): one bug,
+    # reported under the hit's property and signature, with the hit's line in the trace.
+    error, trace = replay(PrefixCacheMachine, "native:pc-hit-last-token", PROBED, PROBE_PROGRAM)
+    assert property_of(error) == "hit-agrees", error
+    probe, lookup = trace.steps[-2:]
+    assert probe.call == "cache.get_num_cached_tokens('r0')" and probe.expect is None
+    assert lookup.call == "cache.get_computed_blocks('r0')" and "num_computed_tokens=2" in \
+        lookup.expect
+
+
+def test_a_probe_wrong_on_its_own_fails_the_probe(monkeypatch):
+    # The hit is right and the probe counts a block more: the probe's own property.
+    monkeypatch.setattr(NativePrefixCache, "get_num_cached_tokens", lambda self, rid:
+                        self._find_hit(rid).num_computed_tokens + self.block_size)
+    error, trace = replay(PrefixCacheMachine, "native", PROBED, PROBE_PROGRAM)
+    assert property_of(error) == "probe-agrees", error
+    assert trace.steps[-1].call == "cache.get_num_cached_tokens('r0')"
+    assert trace.steps[-1].expect == "2"

@@ -20,11 +20,19 @@ class ManifestError(Exception):
 @dataclass(frozen=True)
 class Column:
     """A column of the ``history`` matrix: the test files whose outcomes it reports, and
-    whether history also hunts it (``hunt --subsystem <name>``: only a subsystem can be)."""
+    whether history also hunts it (``hunt --subsystem <name>``: only a subsystem can be),
+    with which of the subsystem's further machines (``Subsystem.machines``) beside its main
+    one: those whose tests the column's suites run, so a bug the suites can meet only in a
+    further machine's worlds is hunted there too."""
 
     name: str
     suites: tuple[str, ...]
     hunted: bool = False
+    hunt_machines: tuple[str, ...] = ()
+
+    def hunt_scope(self) -> tuple[str, ...]:
+        """What history's hunt of this column passes to ``hunt --subsystem``."""
+        return (self.name, *(f"{self.name}.{m}" for m in self.hunt_machines))
 
 
 @dataclass(frozen=True)
