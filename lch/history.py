@@ -41,6 +41,7 @@ venv with the test packages only); everything that needs them runs in the releas
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -74,11 +75,26 @@ RANK = {"divergence": 3, "unavailable": 2, "pass": 1, "absent": 0}
 
 def _same_cause(group: dict, found: dict) -> bool:
     """One cause: the same finding id, or (two machines of the column, whose ids carry
-    their names) the same property and signature."""
+    their names) the same property and signature, or a scenario's check (which compares a
+    value it was handed, so its signature names no call) and a machine's of the same
+    property whose difference has the same shape (vLLM 0.27.0's first-in first-out reuse:
+    a scenario's free queue and the machine's, out of order alike)."""
     if found.get("id") and group.get("id") == found["id"]:
         return True
-    return bool(found.get("signature")) and group.get("signature") == found["signature"] \
-        and group.get("property") == found.get("property")
+    if group.get("property") != found.get("property") or not found.get("signature") \
+            or not group.get("signature"):
+        return False
+    if group["signature"] == found["signature"]:
+        return True
+    shapes = [_shape(group["signature"]), _shape(found["signature"])]
+    return None not in shapes and shapes[0][1] == shapes[1][1] and "" in (shapes[0][0],
+                                                                          shapes[1][0])
+
+
+def _shape(signature: str) -> tuple[str, str] | None:
+    """``property | lead {difference}`` -> (lead, difference); None: no compared values."""
+    match = re.match(r"^[^|]+\| (.*?) ?(\{[^{}]*\})$", signature)
+    return (match.group(1), match.group(2)) if match else None
 
 
 @define
@@ -110,6 +126,9 @@ class Cell:
             if same is not None:        # another test met the same cause: one group
                 same.setdefault("tests", [same["test"]]).append(test)
                 same["seen"] = same.get("seen", 1) + 1
+                if found["calls"] and not same.get("calls"):   # a machine's program shows it
+                    same.update({k: found[k] for k in ("calls", "trace", "reproducer",
+                                                       "message", "id", "signature")})
             else:
                 self.divergences.append(found)
         elif kind == "unavailable":

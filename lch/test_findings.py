@@ -135,6 +135,11 @@ def test_a_crash_is_grouped_by_its_type_and_where_it_raised():
     ("step StepView(output=View(tokens={'r0': 3}, inputs={'r0': (0,)}), done=('r0',)) != "
      "StepView(output=View(tokens={'r0': 2}, inputs={}), done=())",
      "step {done: extra, output.inputs: extra key, output.tokens['rN']: more}"),
+    # A scenario's check (``properties/scenarios.py: agrees``) and the prefix-cache machine's
+    # free queue, out of order alike.
+    ("(3, 4, 2, 1) != expected (2, 1, 3, 4)", "{value: order}"),
+    ("free_queue() returned (2, 1), the model expects (1, 2)",
+     "free_queue() returned {value: order}"),
 ])
 def test_the_shape_of_a_difference(message, shape):
     assert difference_shape(message) == shape

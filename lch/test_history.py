@@ -204,6 +204,26 @@ def test_the_hunts_run_under_the_hunt_profile_in_the_suite_environment():
     assert env["HYPOTHESIS_PROFILE"] == "hunt" and env["LCH_REQUIRE_TARGETS"] == "1"
 
 
+def test_a_scenario_meeting_a_machines_cause_joins_its_group():
+    # vLLM 0.27.0's first-in first-out reuse, met by the machine (a program, a reproducer)
+    # and by a scenario (a value compared, no call named): out of order alike, one group.
+    cell = Cell()
+    cell.add(rec("test_prefix_cache_scenarios.py::test_caching_off[vllm]", "divergence",
+                 property="free-queue-agrees",
+                 message="free-queue-agrees: (3, 4, 2, 1) != expected (2, 1, 3, 4)"))
+    cell.add(rec("test_prefix_cache.py::test_prefix_cache_machine[vllm]", "divergence",
+                 property="free-queue-agrees", calls=4, reproducer="r.py", message=(
+                     "free-queue-agrees: free_queue() returned (2, 1), the model expects "
+                     "(1, 2)")))
+    group, = cell.divergences
+    assert group["seen"] == 2 and group["calls"] == 4 and group["reproducer"] == "r.py"
+    # A difference of another shape (a block missing, not out of order) is another cause.
+    cell.add(rec("test_prefix_cache_scenarios.py::test_other[vllm]", "divergence",
+                 property="free-queue-agrees",
+                 message="free-queue-agrees: (3, 4) != expected (2, 3, 4)"))
+    assert len(cell.divergences) == 2
+
+
 def test_a_column_is_hunted_in_its_further_machines_too(tmp_path, monkeypatch):
     # The prefix cache's hybrid pools' bugs live in the worlds of its further machines; a
     # hunt of the main machine alone met them in one world in a hundred.

@@ -489,8 +489,8 @@ class PrefixCacheMachine(HarnessMachine):
             if got != want:
                 self.fail("cached-tokens-agree", f"estimate_cached_tokens({rid!r}) returned "
                           f"{got}, the model expects {want}")
-        self.check("free-queue-agrees", queue == model.free_queue(),
-                   lambda: f"free queue {list(queue)}, model {list(model.free_queue())}")
+        self.check("free-queue-agrees", queue == model.free_queue(), lambda: (
+            f"free_queue() returned {queue!r}, the model expects {model.free_queue()!r}"))
         self.check_valid(cache)
 
     @invariant()

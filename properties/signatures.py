@@ -44,7 +44,7 @@ _COMPARED = (
     # (a scan-agrees of vLLM 0.26.0's sticky defer split into ten groups by them).
     re.compile(r"^(?P<a>.+?) returned (?P<b>\S+) after looking up .*, expected (?P<c>\S+)$"),
     re.compile(r"^(?P<a>.+?) returned (?P<b>.+), the model expects (?P<c>.+)$"),
-             re.compile(r"^(?P<b>.+?) != (?:FCFS prediction )?(?P<c>.+)$"),
+             re.compile(r"^(?P<b>.+?) != (?:FCFS prediction |expected )?(?P<c>.+)$"),
              re.compile(r"^(?P<b>.+?), expected (?P<c>.+)$"))
 _CALL = re.compile(r"\s*(?:assert\s+)?[A-Za-z_]\w*\.(\w+)\(")
 _VALUE_START = re.compile(r"[\[\({'\"]|(?<!\w)-?\d|\b[A-Z]\w*\(|\b(?:True|False|None)\b")

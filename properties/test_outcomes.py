@@ -15,6 +15,7 @@ from hypothesis.stateful import initialize, rule
 from fixtures.pytest_plugin import Divergence, Unavailable, outcome_of
 from properties.harness import HarnessMachine
 from properties.run import run_machine
+from properties.scenarios import holds
 from sim import targets
 from sim.errors import AdapterError, HarnessError
 from sim.outcomes import ROOT, classify, property_of, where_arose
@@ -295,6 +296,11 @@ def test_records_name_the_outcome():
                               reproducer="r.py"))
     assert (found["outcome"], found["property"], found["calls"]) == ("divergence",
                                                                      "slots-agree", 4)
+    # A scenario's check: the property's own words, as a machine's Divergence records them
+    # (its signature then reads like the machine's, not like an exception's repr).
+    scenario = record(raised(lambda: holds("free-queue-agrees", False, "(2, 1) != (1, 2)")))
+    assert (scenario["outcome"], scenario["property"], scenario["message"]) == (
+        "divergence", "free-queue-agrees", "free-queue-agrees: (2, 1) != (1, 2)")
     assert record(Unavailable("target vllm ... unavailable"))["outcome"] == "unavailable"
     adapter_error = raised(lambda: tiered_lookup_compat.store_output(object()))
     assert record(adapter_error)["outcome"] == "unavailable"
