@@ -615,17 +615,20 @@ class PrefixCacheMachine(HarnessMachine):
         if hit.shared_prefix_boundary:
             self.hazard("hybrid: the window's hit shorter than full attention's")
         if model.second_window and model.enable_caching:
-            self._note_two_windows(keys[:(model.num_tokens(rid) - 1) // model.block_size])
+            self._note_two_windows(rid, keys[:(model.num_tokens(rid) - 1) // model.block_size])
         if model.local_groups > 1:
             local = [set(model.cached_in(g)) for g in model.local_specs[0]]
             if any(len({key in cached for cached in local}) > 1 for key in keys):
                 self.hazard("local groups: a prefix cached in one and not in another")
+        # Full attention's run, in its own blocks (Gemma 4's layout: of several window
+        # blocks, keyed at their ends).
+        full = model.size(0)
         run = 0
-        for key in keys:
+        for key in model.block_keys(rid, full):
             if key not in cached:
                 break
             run += 1
-        usable = (model.num_tokens(rid) - 1) // model.block_size
+        usable = (model.num_tokens(rid) - 1) // full
         if run > usable:
             self.hazard("hit capped at the last token")
         if model.use_eagle and min(run, usable) > len(model.by_group(hit.block_ids)[0]):
@@ -634,17 +637,22 @@ class PrefixCacheMachine(HarnessMachine):
                 model.drops(g) for g in range(1, len(model.groups))):
             self.hazard("EAGLE: a hit read past by the drafter's window")
 
-    def _note_two_windows(self, keys: list) -> None:
+    def _note_two_windows(self, rid: str, keys: list) -> None:
         """Where the second window's hit at the first's is shorter, and where the first's
-        at that length is shorter again (the hit needs a second round over the specs)."""
+        at that length is shorter again (the hit needs a second round over the specs).
+        ``keys``: the request's window blocks' keys below its last token; full attention's
+        run is read in its own blocks, and the windows' hits end on the alignment."""
         model = self.model
         first, second = model.local_specs
-        run, = model._group_hit([(0,)], keys)
-        at_first = len(model._group_hit([first], keys, len(run))[0])
-        at_second = len(model._group_hit([second], keys, at_first)[0])
+        full, step = model.size(0), model.alignment // model.block_size
+        run, = model._group_hit([(0,)], model.block_keys(rid, full),
+                                len(keys) * model.block_size // full)
+        at_first = len(model._group_hit([first], keys, len(run) * full // model.block_size,
+                                        step)[0])
+        at_second = len(model._group_hit([second], keys, at_first, step)[0])
         if at_second < at_first:
             self.hazard("two windows: the hit cut by the second window")
-            if len(model._group_hit([first], keys, at_second)[0]) < at_second:
+            if len(model._group_hit([first], keys, at_second, step)[0]) < at_second:
                 self.hazard("two windows: a second round cut the hit")
 
     def _note_release(self, rid: str) -> None:
