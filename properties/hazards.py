@@ -131,7 +131,12 @@ REACHES = [
         "hybrid: the window's hit shorter than full attention's",
         "two windows: the hit cut by the second window")),
     # The prefix cache in Gemma 4's layout with EAGLE's block drop only.
+    # Hits among them (reachability only: with prompts measured in window blocks one
+    # example in a thousand had one, and the search still reached it; the rates are in
+    # results/hazards/prefix-cache-hybrid-scaled-eagle-*).
     Reach(f"{PREFIX_CACHE}:ScaledEagleHybridPrefixCacheMachine", 150, (
+        "prefix hit",
+        "preempted request rescheduled with a hit",
         "EAGLE dropped the last hit block",
         "EAGLE: a hit read past by the drafter's window",
         "hybrid: the window's hit shorter than full attention's",

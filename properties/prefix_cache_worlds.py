@@ -96,7 +96,8 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
     # Gemma 4's layout on its own machine: its full-attention blocks (of two or three window
     # blocks) drawn first, and prompts measured in them, so hits of whole full-attention
     # blocks, with EAGLE's block past them, are common (measured in window blocks, one
-    # example in a thousand had a hit: results/hazards/).
+    # example in a thousand had a hit; now about two in a hundred: results/hazards/
+    # prefix-cache-hybrid-scaled-eagle-*).
     ratio = draw(st.sampled_from((2, 3))) if scaled_only else 1
     unit = block_size * ratio
     stems = [tuple(range(10 * (s + 1), 10 * (s + 1) + unit * draw(st.integers(1, 2))))
