@@ -41,7 +41,6 @@ venv with the test packages only); everything that needs them runs in the releas
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import time
 from pathlib import Path
@@ -68,8 +67,8 @@ def history_columns(manifests: tuple[Subsystem, ...]) -> tuple[Column, ...]:
 COLUMN_LIST = history_columns(all_manifests())
 SUITES = {suite: column.name for column in COLUMN_LIST for suite in column.suites}
 COLUMNS = tuple(column.name for column in COLUMN_LIST)
-HUNTED = tuple(column.name for column in COLUMN_LIST if column.hunted)
 HUNT_SCOPES = {column.name: column.hunt_scope() for column in COLUMN_LIST if column.hunted}
+HUNTED = tuple(HUNT_SCOPES)
 RANK = {"divergence": 3, "unavailable": 2, "pass": 1, "absent": 0}
 
 
@@ -86,15 +85,10 @@ def _same_cause(group: dict, found: dict) -> bool:
         return False
     if group["signature"] == found["signature"]:
         return True
-    shapes = [_shape(group["signature"]), _shape(found["signature"])]
-    return None not in shapes and shapes[0][1] == shapes[1][1] and "" in (shapes[0][0],
-                                                                          shapes[1][0])
-
-
-def _shape(signature: str) -> tuple[str, str] | None:
-    """``property | lead {difference}`` -> (lead, difference); None: no compared values."""
-    match = re.match(r"^[^|]+\| (.*?) ?(\{[^{}]*\})$", signature)
-    return (match.group(1), match.group(2)) if match else None
+    from properties.signatures import split_shape
+    ours, theirs = split_shape(group["signature"]), split_shape(found["signature"])
+    return ours is not None and theirs is not None and ours[1] == theirs[1] \
+        and "" in (ours[0], theirs[0])
 
 
 @define

@@ -773,7 +773,7 @@ class PrefixCacheModel:
         block, key = table[boundary // size], units[boundary // unit - 1]
         if key in self._keys(block):
             return
-        if any(self._tokens_in(own) < boundary for own in self._keys(block)[:1]):
+        if block in self.key_of and self._tokens_in(self.key_of[block]) < boundary:
             self._uncache(block)        # the key it carries covers fewer tokens
         self._key(block, key, 0)
         salt, start = state.request.cache_salt, boundary - unit

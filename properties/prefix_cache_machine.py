@@ -330,8 +330,7 @@ class PrefixCacheMachine(HarnessMachine):
             return
         preempted = r in self.preempted
         hit = self.model.get_computed_blocks(rid)
-        self.record(f"cache.get_computed_blocks({rid!r})", hit, _hit_effect(hit))
-        self._check_hit(self.target.get_computed_blocks(rid), hit)
+        self._check_hit(rid, self.target.get_computed_blocks(rid), hit)
         self._note_hit(rid, hit, preempted)
         left = self.model.num_tokens(rid) - hit.num_computed_tokens
         external = min(external, left - 1)      # the connector leaves a token to compute
@@ -375,16 +374,16 @@ class PrefixCacheMachine(HarnessMachine):
         if steps:
             steps[-1] = evolve(steps[-1], expect=None, check=None, comment=(
                 f"{steps[-1].comment} [the hit below is what it measures]"))
-        self.record(f"cache.get_computed_blocks({rid!r})", expect, _hit_effect(expect))
-        self._check_hit(actual, expect)
+        self._check_hit(rid, actual, expect)
 
-    def _check_hit(self, actual, expect: Hit) -> None:
-        """``hit-agrees``. Where the hit itself (its blocks and tokens) differs, the
-        shared-prefix boundary follows from it (it is where full attention's run ends past
-        the hit): the message compares the hits without it and gives it after, so the
-        signature names the hit alone, whether or not full attention's run reached past
-        the model's hit (vLLM 0.33.0's window aligned before EAGLE's drop, met both ways,
-        was two findings). A boundary that differs under an equal hit is compared whole."""
+    def _check_hit(self, rid: str, actual, expect: Hit) -> None:
+        """The lookup's step, recorded with the model's hit, and ``hit-agrees``. Where the
+        hit itself (its blocks and tokens) differs, the shared-prefix boundary follows from
+        it (it is where full attention's run ends past the hit): the message compares the
+        hits without it and gives it after, so the signature names the hit alone, whether
+        or not full attention's run reached past the model's hit (vLLM 0.33.0's window
+        aligned before EAGLE's drop, met both ways, was two findings). A boundary that
+        differs under an equal hit is compared whole."""
         def message() -> str:
             if isinstance(actual, Hit) and (actual.block_ids, actual.num_computed_tokens) != \
                     (expect.block_ids, expect.num_computed_tokens):
@@ -393,6 +392,7 @@ class PrefixCacheMachine(HarnessMachine):
                         f"{actual.shared_prefix_boundary}, the model's "
                         f"{expect.shared_prefix_boundary})")
             return f"get_computed_blocks returned {actual!r}, the model expects {expect!r}"
+        self.record(f"cache.get_computed_blocks({rid!r})", expect, _hit_effect(expect))
         self.check("hit-agrees", actual == expect, message)
 
     def do_finish_load(self, r: int):

@@ -189,6 +189,14 @@ def signature_text(property: str, message: str, error: BaseException | None = No
     return f"{property} | {difference_shape(detail)}"
 
 
+def split_shape(text: str) -> tuple[str, str] | None:
+    """A signature ``property | lead {difference}`` as (lead, difference): the call or
+    quantity named ("" where none is) and the shape of two values compared; None for a
+    signature that compares no values (a fact's text, a crash)."""
+    match = re.match(r"^[^|]+\| (.*?) ?(\{[^{}]*\})$", text)
+    return (match.group(1), match.group(2)) if match else None
+
+
 def signature_id(subsystem: str, property: str, text: str) -> str:
     """The group's id: ``<subsystem>/<property>/<hash of the signature>``."""
     return f"{subsystem}/{property}/{hashlib.sha256(text.encode()).hexdigest()[:8]}"
