@@ -337,7 +337,10 @@ def unavailable(target: str, why: BaseException):
     where targets are required (``LCH_REQUIRE_TARGETS``: ``nox -s vllm``, the mutants)."""
     if isinstance(why, CapabilityMissing):
         pytest.skip(f"absent: {why}")
-    if os.environ.get("LCH_REQUIRE_TARGETS"):
+    # The in-tree targets are always there: an error in one is the harness's own (a broken
+    # adapter, or a test's patch that no longer fits the call), never a skip. Two witnesses
+    # of properties skipped so, unseen, until this was read.
+    if os.environ.get("LCH_REQUIRE_TARGETS") or target.split(":")[0] in ("model", "native"):
         raise Unavailable(f"target {target} is required here but unavailable: {why}")
     pytest.skip(str(why))
 

@@ -29,10 +29,10 @@ def test_fit_agrees_can_fail(monkeypatch, tmp_path):
     # A fit check one block short: it refuses whenever a single block would be left free.
     real = NativePrefixCache.allocate_slots
 
-    def short(self, request_id, num_new_tokens, hit=None, num_lookahead_tokens=0):
+    def short(self, request_id, num_new_tokens, hit=None, num_lookahead_tokens=0, **loads):
         if len(self.queue) <= 1:
             return None
-        return real(self, request_id, num_new_tokens, hit, num_lookahead_tokens)
+        return real(self, request_id, num_new_tokens, hit, num_lookahead_tokens, **loads)
     monkeypatch.setattr(NativePrefixCache, "allocate_slots", short)
     _fails(tmp_path, "fit-agrees")
 
@@ -113,7 +113,7 @@ def test_free_lists_held_blocks_can_fail(monkeypatch, tmp_path):
     real = NativePrefixCache._release
 
     def release(self, request_id):
-        table = self.table.get(request_id, [])
+        table = [b for group in self.table.get(request_id, []) for b in group if b]
         if table:
             self.listed = [*getattr(self, "listed", []),
                            ((*table, table[-1]), {b: self.refs[b] for b in table})]
