@@ -23,11 +23,12 @@ SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")
 def simpler_worlds(world, actions: list[tuple]):
     """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
     prompt logprobs, shrink the pool, the block size or the length cap, turn EAGLE or its
-    lookahead hashes off, the drafter in full attention alone, one block size, no second
-    window, one local group for several, one group for two, turn caching and events back on
-    and the admission gates off, full attention for a sliding window, no KV connector (the
-    default world), make a resent prompt a fresh request, fold a sampled token into the
-    prompt, merge a request's two steps, lower a step's chunk, lookahead or connector load."""
+    lookahead hashes off, the drafter in full attention alone, one DCP rank, one block size,
+    no second window, one local group for several, one group for two, turn caching and
+    events back on and the admission gates off, full attention for a sliding window, no KV
+    connector (the default world), make a resent prompt a fresh request, fold a sampled
+    token into the prompt, merge a request's two steps, lower a step's chunk, lookahead or
+    connector load."""
     requests = world.requests
     for k in range(len(requests)):
         if len(requests) > 1:
@@ -44,6 +45,9 @@ def simpler_worlds(world, actions: list[tuple]):
             yield evolve(world, requests=requests[:k] + (plain,) + requests[k + 1:]), actions
     if world.num_blocks > 2:
         yield evolve(world, num_blocks=world.num_blocks - 1), actions
+    if world.dcp_world_size > 1:    # one rank holding the whole block: the same blocks
+        yield evolve(world, block_size=world.block_size * world.dcp_world_size,
+                     dcp_world_size=1), actions
     # A smaller block size with the same room in tokens: the steps keep their meaning (they
     # count tokens), and a one-token block reaches a block boundary with fewer tokens.
     for smaller in (size for size in BLOCK_SIZES if size < world.block_size):

@@ -67,6 +67,10 @@ class PrefixCacheWorld:
     # A hybrid window model's full-attention blocks of more tokens than its windows' (Gemma
     # 4's twice), None: one block size.
     full_block_size: int | None = None
+    # Full attention alone decoded with context parallelism (vLLM's
+    # decode_context_parallel_size): each rank holds ``block_size`` tokens of every block, so
+    # the scheduler's block, its hashes and its hits are of ``block_size * dcp_world_size``.
+    dcp_world_size: int = 1
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -80,7 +84,8 @@ class PrefixCacheWorld:
                     hybrid=self.hybrid, retention=self.retention,
                     attention_chunk_size=self.attention_chunk_size,
                     local_groups=self.local_groups, second_window=self.second_window,
-                    eagle_groups=self.eagle_groups, full_block_size=self.full_block_size)
+                    eagle_groups=self.eagle_groups, full_block_size=self.full_block_size,
+                    dcp_world_size=self.dcp_world_size)
 
 
 @st.composite
@@ -214,12 +219,21 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
             retention = 2 * full_block_size
         if second_window == sliding_window:
             second_window += 1
+    # A third of the worlds of full attention alone decode with context parallelism over
+    # two (or four) ranks, as vLLM builds DeepSeek's MLA models (or GQA with more TP ranks
+    # than KV heads; with a KV connector, P/D, MLA only): a block is ``dcp_world_size`` ranks'
+    # blocks, so the pool, drawn in the ranks' blocks, needs that many times fewer. vLLM
+    # refuses DCP beside a window's or a chunked-local group.
+    dcp_world_size = 1
+    if not hybrid and sliding_window is None and draw(st.integers(0, 2)) == 0:
+        dcp_world_size = draw(st.sampled_from((2, 2, 4)))
+        num_blocks = 1 + max(1, -(-(num_blocks - 1) // dcp_world_size))
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
                             reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,
                             kv_connector, hash_lookahead, hybrid, retention,
                             attention_chunk_size, local_groups, second_window, eagle_groups,
-                            full_block_size)
+                            full_block_size, dcp_world_size)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

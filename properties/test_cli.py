@@ -59,6 +59,18 @@ def test_a_drafter_group_the_pool_cannot_hold_names_the_problem(eagle_groups, wo
              hybrid=True, sliding_window=3, eagle_groups=eagle_groups, **world)
 
 
+@pytest.mark.parametrize("dcp_world_size, world", [
+    (0, {}),                                                        # no rank
+    (2, dict(sliding_window=3)),                                    # beside a window
+    (2, dict(hybrid=True, attention_chunk_size=2)),                 # beside chunked local
+])
+def test_decode_context_parallelism_vllm_refuses_names_the_problem(dcp_world_size, world):
+    with pytest.raises(HarnessError, match=r"dcp_world_size must be an integer >= 1, and 1 "
+                                           r"beside a window's"):
+        make("native", "prefix_cache", num_blocks=8, block_size=1, max_model_len=8,
+             dcp_world_size=dcp_world_size, **world)
+
+
 def test_bug_of_another_subsystem_is_refused():
     with pytest.raises(HarnessError, match="no encoder_cache implementation|belongs to"):
         make("native:enc-stale-freed", "tiered_lookup")

@@ -815,3 +815,23 @@ def test_a_sibling_diverging_inside_the_last_aligned_block_misses_the_retained_w
     agrees(HIT, cache.get_computed_blocks("r1").num_computed_tokens, 6)
     cache.add_request(PrefixRequest("r2", (1, 2, 3, 4, 5, 9)))
     agrees(HIT, cache.get_computed_blocks("r2"), Hit(((), ()), 0, 4))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_block_decoded_over_two_ranks_is_hashed_hit_and_reported_whole(target):
+    """Scenario: full attention decoded with context parallelism over two ranks, two tokens
+    per rank per block: the scheduler's block holds four tokens. r0's six tokens take two
+    blocks; the first, full, is cached and reported under all four of its tokens (a
+    four-token block). r1, sharing them, hits that block; r2, sharing only the first rank's
+    two tokens of it, hits nothing."""
+    cache = make_or_skip(target, "prefix_cache", num_blocks=5, block_size=2, max_model_len=8,
+                         dcp_world_size=2)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5, 6)), (1, 2))
+    agrees(CACHED, cache.cached_blocks(), {(1, 2, 3, 4): (1,)})
+    agrees(EVENTS, cache.take_events(), (in_release_shape(
+        BlockStored(((1, 2, 3, 4),), None, (1, 2, 3, 4), (None,), 4, "GPU", 0,
+                    "full_attention", None, None), cache.event_fields),))
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 7)))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit((1,), 4))
+    cache.add_request(PrefixRequest("r2", (1, 2, 9, 9, 7)))
+    agrees(HIT, cache.get_computed_blocks("r2"), Hit((), 0))

@@ -16,7 +16,8 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                         attention_chunk_size: int | None = None,
                         local_groups: int = 1, second_window: int | None = None,
                         eagle_groups: tuple[int, ...] = (0,),
-                        full_block_size: int | None = None) -> dict:
+                        full_block_size: int | None = None,
+                        dcp_world_size: int = 1) -> dict:
     """A pool of ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens;
     ``uncached_first``: where a block released without a cached hash goes in the free queue
     (vLLM's target takes its release's answer and ignores it); ``enable_caching`` and
@@ -56,7 +57,11 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     layers keep less per token than its window layers (Gemma 4: full-attention blocks of 32
     beside window blocks of 16) has groups of two block sizes. Its engine then hashes per
     ``block_size`` tokens (``hash_block_size``, the groups' GCD) and lands hits on
-    multiples of ``full_block_size`` (``scheduler_block_size``, their LCM)."""
+    multiples of ``full_block_size`` (``scheduler_block_size``, their LCM);
+    ``dcp_world_size``: full attention alone decoded with context parallelism over that many
+    ranks (vLLM's ``decode_context_parallel_size``), each holding ``block_size`` tokens of
+    every block, so the scheduler's block, the hashes and the hits are of ``block_size *
+    dcp_world_size`` tokens."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -137,6 +142,13 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
         raise HarnessError(f"retention must be None, 0 or a multiple of full_block_size "
                            f"({full_block_size}): vLLM's prefix_cache_retention_interval must "
                            f"be a multiple of the scheduler block size, got {retention!r}")
+    if not isinstance(dcp_world_size, int) or dcp_world_size < 1 or (
+            dcp_world_size > 1 and (hybrid or sliding_window is not None)):
+        # vLLM 0.10.2's managers assert it; 0.33.0's hybrid coordinator takes only full
+        # attention, Mamba and replicated draft groups beside it.
+        raise HarnessError(f"dcp_world_size must be an integer >= 1, and 1 beside a window's "
+                           f"or a chunked-local group (vLLM refuses decode context "
+                           f"parallelism there), got {dcp_world_size!r}")
     return dict(num_blocks=num_blocks, block_size=block_size, max_model_len=max_model_len,
                 use_eagle=bool(use_eagle), uncached_first=bool(uncached_first),
                 enable_caching=bool(enable_caching),
@@ -147,4 +159,14 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                 hybrid=bool(hybrid), retention=retention,
                 attention_chunk_size=attention_chunk_size, local_groups=local_groups,
                 second_window=second_window, eagle_groups=eagle_groups,
-                full_block_size=full_block_size)
+                full_block_size=full_block_size, dcp_world_size=dcp_world_size)
+
+
+def as_scheduler_blocks(config: dict) -> dict:
+    """A checked configuration as the model takes it: decode context parallelism changes no
+    promise of the block cache but the block's size (each rank holds ``block_size`` of a
+    block's tokens; the scheduler, the hashes, the hits and the tables count whole blocks),
+    so the model is given blocks of ``block_size * dcp_world_size`` tokens."""
+    config = dict(config)
+    config["block_size"] *= config.pop("dcp_world_size", 1)
+    return config

@@ -10,8 +10,8 @@ if TYPE_CHECKING:
 
 def make_model(target: Target, **config: Any) -> Any:
     from models.prefix_cache import PrefixCacheModel
-    from sim.prefix_cache_config import prefix_cache_config
-    return PrefixCacheModel(**prefix_cache_config(**config))
+    from sim.prefix_cache_config import as_scheduler_blocks, prefix_cache_config
+    return PrefixCacheModel(**as_scheduler_blocks(prefix_cache_config(**config)))
 
 
 def make_native(target: Target, **config: Any) -> Any:

@@ -46,6 +46,9 @@ switched back on:
   caches every full computed block, past the last multiple of the alignment.
 - ``pc-prompt-end-unkeyed``: full attention with blocks larger than the hash's does not key
   the block holding the prompt's last hash boundary at that boundary.
+- ``pc-dcp-hash-per-rank``: with decode context parallelism, each block is keyed by the
+  prefix of as many tokens as one rank holds per block (block ``i`` by the first ``(i + 1) *
+  block_size`` tokens), not by the whole block's.
 """
 
 from __future__ import annotations
@@ -95,9 +98,12 @@ class NativePrefixCache:
                  retention: int | None = None, attention_chunk_size: int | None = None,
                  local_groups: int = 1, second_window: int | None = None,
                  eagle_groups: tuple[int, ...] = (0,), full_block_size: int | None = None,
-                 bugs: frozenset[str] = frozenset()):
-        self.num_blocks, self.block_size, self.max_model_len = num_blocks, block_size, \
-            max_model_len
+                 dcp_world_size: int = 1, bugs: frozenset[str] = frozenset()):
+        # With decode context parallelism each rank keeps ``block_size`` tokens of a block:
+        # the pool here is the scheduler's, whose block is all ranks' share of it.
+        self.num_blocks, self.block_size, self.max_model_len = num_blocks, \
+            block_size * dcp_world_size, max_model_len
+        self.dcp_world_size = dcp_world_size
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
         self.enable_caching, self.enable_kv_cache_events = enable_caching, enable_kv_cache_events
         self.reserve_full_isl, self.watermark = reserve_full_isl, watermark
@@ -108,7 +114,7 @@ class NativePrefixCache:
         self.attention_chunk_size, self.local_groups = attention_chunk_size, local_groups
         self.second_window, self.full_block_size = second_window, full_block_size
         # Where hits end and caching stops: every group's block size divides it.
-        self.alignment = full_block_size or block_size
+        self.alignment = full_block_size or self.block_size
         self.junction: dict[str, int] = {}    # each request's last hit's shared-prefix end
         # The local groups by spec, looked up together: after full attention's group in a
         # hybrid pool, the local spec's, then a second window's.
@@ -655,6 +661,8 @@ class NativePrefixCache:
     def _key(self, request_id: str, end: int) -> tuple:
         """The hash of the request's first ``end`` tokens and the lookahead tokens after them
         (the salt first, where it has one)."""
+        if "pc-dcp-hash-per-rank" in self.bugs:     # one rank's block's worth per block
+            end //= self.dcp_world_size
         return self.sent[request_id].key(self.tokens[request_id][:end + self.hash_lookahead])
 
     def _name(self, group: int, key: tuple) -> tuple:

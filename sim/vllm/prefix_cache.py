@@ -58,7 +58,8 @@ class VllmPrefixCache:
                  hash_lookahead: int = 0, hybrid: bool = False,
                  retention: int | None = None, attention_chunk_size: int | None = None,
                  local_groups: int = 1, second_window: int | None = None,
-                 eagle_groups: tuple[int, ...] = (0,), full_block_size: int | None = None):
+                 eagle_groups: tuple[int, ...] = (0,), full_block_size: int | None = None,
+                 dcp_world_size: int = 1):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -70,6 +71,13 @@ class VllmPrefixCache:
         self.block_size, self.max_model_len = block_size, max_model_len
         self._utils.init_none_hash(_sha256)
         cls = manager_mod.KVCacheManager
+        # Decode context parallelism: the spec keeps a rank's block, the manager scales it
+        # (its block is every rank's share), and the engine's scheduler block is the scaled
+        # one; the request hasher's block is the release engine's (prefix_cache_compat).
+        self.dcp_world_size = dcp_world_size
+        scheduler_block = block_size * dcp_world_size
+        self.hash_size = prefix_cache_compat.engine_hash_block_size(block_size,
+                                                                    dcp_world_size)
         self.hash_lookahead = prefix_cache_compat.hash_lookahead(cls, hash_lookahead)
         # An EAGLE world of lookahead hashes on a release without them: that release's EAGLE
         # (the block drop), as its scheduler builds it.
@@ -78,7 +86,8 @@ class VllmPrefixCache:
         # The engine builds a request block hasher only with prefix caching on (or a KV
         # connector): without it a request has no block hashes.
         self._hasher = prefix_cache_compat.block_hasher(
-            self._utils, block_size, _sha256, self.hash_lookahead) if enable_caching else None
+            self._utils, self.hash_size, _sha256, self.hash_lookahead) \
+            if enable_caching else None
         # The group the release is driven with (the model takes it, as it takes the gates).
         self.sliding_window, self.max_in_flight_tokens = \
             prefix_cache_compat.sliding_window(cls, sliding_window, max_in_flight_tokens)
@@ -157,8 +166,10 @@ class VllmPrefixCache:
             switches["max_in_flight_tokens"] = self.max_in_flight_tokens
         if self.hash_lookahead:
             switches["num_hash_lookahead_tokens"] = self.hash_lookahead
+        if dcp_world_size > 1:
+            switches["dcp_world_size"] = dcp_world_size
         self.manager = cls(config, **prefix_cache_compat.manager_kwargs(
-            cls, block_size, max_model_len, self.full_block_size, **switches))
+            cls, scheduler_block, max_model_len, self.full_block_size, **switches))
         self.pool = prefix_cache_compat.block_pool(self.manager)
         self._estimate = prefix_cache_compat.cached_tokens_estimate(self.manager)
         self.estimates_cached_tokens = self._estimate is not None
@@ -371,7 +382,7 @@ class VllmPrefixCache:
         convert = self._utils.maybe_convert_block_hash
         request = self.sent[req.request_id]
         for i, block_hash in enumerate(req.block_hashes):
-            key = request.key(tokens[:(i + 1) * self.block_size + self.hash_lookahead])
+            key = request.key(tokens[:(i + 1) * self.hash_size + self.hash_lookahead])
             self._keys[block_hash] = key
             self._keys[convert(block_hash)] = key
 
@@ -401,7 +412,8 @@ class VllmPrefixCache:
         return name
 
     def __repr__(self) -> str:
-        return f"VllmPrefixCache(vllm=={self.release}, block_size={self.block_size})"
+        ranks = f", dcp_world_size={self.dcp_world_size}" if self.dcp_world_size > 1 else ""
+        return f"VllmPrefixCache(vllm=={self.release}, block_size={self.block_size}{ranks})"
 
 
 def _block_ids(answer: Any) -> tuple[int, ...] | Any:
@@ -515,10 +527,11 @@ def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       attention_chunk_size: int | None = None,
                       local_groups: int = 1, second_window: int | None = None,
                       eagle_groups: tuple[int, ...] = (0,),
-                      full_block_size: int | None = None) -> VllmPrefixCache:
+                      full_block_size: int | None = None,
+                      dcp_world_size: int = 1) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
                            enable_kv_cache_events, reserve_full_isl, watermark,
                            sliding_window, max_in_flight_tokens, kv_connector, hash_lookahead,
                            hybrid, retention, attention_chunk_size, local_groups,
-                           second_window, eagle_groups, full_block_size)
+                           second_window, eagle_groups, full_block_size, dcp_world_size)

@@ -18,7 +18,7 @@ from sim.vllm import release
 # from here, not from the signature, so a changed default in the code is seen.
 MANAGER_DEFAULTS = {"enable_caching": True, "use_eagle": False, "enable_kv_cache_events": False,
                     "watermark": 0.0, "max_in_flight_tokens": None,
-                    "num_hash_lookahead_tokens": 0}
+                    "num_hash_lookahead_tokens": 0, "dcp_world_size": 1}
 
 
 def manager_kwargs(manager_cls: type, block_size: int, max_model_len: int,
@@ -159,6 +159,28 @@ def uncached_first(utils: Any, pool_cls: Any) -> bool:
     """
     caller_chooses = "prepend" in inspect.signature(pool_cls.free_blocks).parameters
     return hasattr(utils.FreeKVCacheBlockQueue, "prepend_n") and not caller_chooses
+
+
+def engine_hash_block_size(block_size: int, dcp_world_size: int) -> int:
+    """The block the release's engine hashes a request's tokens in, for one full-attention
+    group of ``block_size`` tokens per rank decoded over ``dcp_world_size`` ranks: the
+    scheduler's block (``block_size * dcp_world_size``), or, in a release whose engine core
+    hashes in the cache config's block size whatever the ranks, ``block_size``.
+
+    # vLLM 0.10.2-0.11.0 (read, v1/engine/core.py): ``get_request_block_hasher(
+    #   cache_config.block_size, ...)``, while the scheduler and the managers scale the block
+    #   by the ranks (upstream PR #26296, merged 2025-10-06, hashes in the scaled block).
+    # vLLM 0.11.1, 0.14.0 (read): the hasher takes the scheduler block size (block_size *
+    #   dcp * pcp); >=0.20.0: ``resolve_kv_cache_block_sizes``' hash block size (one group:
+    #   the same).
+    The probe reads the engine core's source for either (it is not imported: importing it
+    needs the whole engine), not a version.
+    """
+    if dcp_world_size == 1:
+        return block_size
+    text = release.module_source("vllm.v1.engine.core")
+    scales = "decode_context_parallel_size" in text or "resolve_kv_cache_block_sizes" in text
+    return block_size * dcp_world_size if scales else block_size
 
 
 def block_hasher(utils: Any, block_size: int, hash_fn: Any, lookahead: int = 0) -> Any:

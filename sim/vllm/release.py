@@ -204,6 +204,15 @@ def has_module(name: str) -> bool:
         return False
 
 
+def module_source(name: str) -> str:
+    """The source text of the installed vLLM's module ``name`` without importing it (a
+    module whose import needs the whole engine), "" where it ships none."""
+    if not has_module(name):
+        return ""
+    origin = importlib.util.find_spec(name).origin
+    return Path(origin).read_text() if origin and origin.endswith(".py") else ""
+
+
 def _import_failed(name: str, error: Exception) -> TargetUnavailable:
     missing = getattr(error, "name", None)
     found = release_or_unknown()
