@@ -142,6 +142,12 @@ REACHES = [
         "hybrid: the window's hit shorter than full attention's",
         "two block sizes: the prompt's end keyed inside a full-attention block",
         "two block sizes: computed blocks left uncached past the alignment")),
+    # The prefix cache decoded over two or four ranks only, prompts in whole blocks.
+    Reach(f"{PREFIX_CACHE}:DcpPrefixCacheMachine", 150, (
+        "prefix hit",
+        "DCP: prefix hit of blocks spread over the ranks",
+        "DCP: a prompt shares a cached block's first rank's tokens, not the whole block",
+        "KV connector handed a finished request's blocks")),
 ]
 
 

@@ -107,20 +107,22 @@ PROPERTIES = {
 }
 
 
-def names_contents(named, holds, block_size: int) -> bool:
+def names_contents(named, holds, block_size: int, hash_size: int) -> bool:
     """Whether a block of ``block_size`` tokens holding the prefix ``holds`` may be cached
-    under ``named``: the same prefix, or (a full-attention block larger than the hash's,
-    keyed at the prompt's last hash boundary too) a shorter prefix of the same request that
-    ends inside the block: same salt, its tokens first, past the block's first token."""
-    if holds is None or named == holds:
+    under ``named``: the same prefix, or, where blocks are larger than the hashes'
+    ``hash_size`` tokens (a full-attention block keyed at the prompt's last hash boundary
+    too), a shorter prefix of the same request that ends on a hash boundary inside the
+    block: same salt, its tokens first, past the block's first token."""
+    if holds is None or named == holds or block_size == hash_size:
         return named == holds
     def parts(key, kind):
         return [p for p in key if isinstance(p, kind)]
     tokens, held = parts(named, int), parts(holds, int)
     items = parts(named, tuple)         # the multimodal items that start in the prefix
     start = (len(held) - 1) // block_size * block_size
-    return start < len(tokens) < len(held) and held[:len(tokens)] == tokens and \
-        parts(named, str) == parts(holds, str) and parts(holds, tuple)[:len(items)] == items
+    return start < len(tokens) < len(held) and len(tokens) % hash_size == 0 and \
+        held[:len(tokens)] == tokens and parts(named, str) == parts(holds, str) and \
+        parts(holds, tuple)[:len(items)] == items
 
 
 class PrefixCacheMachine(HarnessMachine):
@@ -530,7 +532,8 @@ class PrefixCacheMachine(HarnessMachine):
             for block in blocks:
                 holds = self.model.written.get(block)
                 size = self.model.size(key[0] if self.model.hybrid else 0)
-                if not names_contents(self.model.contents_of(key), holds, size):
+                if not names_contents(self.model.contents_of(key), holds, size,
+                                      self.model.block_size):
                     self.fail("cached-hash-names-contents",
                               f"block {block} is cached under {key} but holds {holds}")
         self.check("cached-set-agrees", got == want, lambda: (
@@ -851,5 +854,16 @@ class ScaledEagleHybridPrefixCacheMachine(PrefixCacheMachine):
 
     @initialize(world=prefix_cache_worlds(hybrid_only=True, eagle_only=True,
                                           scaled_only=True))
+    def setup(self, world):
+        PrefixCacheMachine.setup(self, world)
+
+
+class DcpPrefixCacheMachine(PrefixCacheMachine):
+    """The machine with full attention alone decoded over two or four ranks, prompts
+    measured in the ranks' whole blocks (``prefix_cache_worlds(dcp_only=True)``): the main
+    machine draws such a world in about one of six, and its prompts rarely fill a whole
+    block there."""
+
+    @initialize(world=prefix_cache_worlds(dcp_only=True))
     def setup(self, world):
         PrefixCacheMachine.setup(self, world)

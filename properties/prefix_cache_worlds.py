@@ -90,13 +90,16 @@ class PrefixCacheWorld:
 
 @st.composite
 def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
-                        eagle_only: bool = False, scaled_only: bool = False):
+                        eagle_only: bool = False, scaled_only: bool = False,
+                        dcp_only: bool = False):
     """Request i is ``r<i>``; stems are runs of 10, 20, ... so a key shows its stem.
     ``hybrid_only``: every world a hybrid model's (full attention beside local groups);
     ``eagle_only``: every world with EAGLE's block drop (with ``hybrid_only``: a window
     model's, the drafter's layers in any of the groups that can hold them);
     ``scaled_only`` (with ``hybrid_only`` and ``eagle_only``): every world of two block
-    sizes (Gemma 4's layout, with its MTP drafter)."""
+    sizes (Gemma 4's layout, with its MTP drafter); ``dcp_only``: every world full
+    attention alone decoded over two or four ranks, prompts measured in the ranks' whole
+    blocks."""
     block_size = draw(st.sampled_from(BLOCK_SIZES))
     # Gemma 4's layout on its own machine: its full-attention blocks (of two or three window
     # blocks) drawn first, and prompts measured in them, so hits of whole full-attention
@@ -104,7 +107,11 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
     # example in a thousand had a hit; now about two in a hundred: results/hazards/
     # prefix-cache-hybrid-scaled-eagle-*).
     ratio = draw(st.sampled_from((2, 3))) if scaled_only else 1
-    unit = block_size * ratio
+    # Likewise decode context parallelism on its own machine: the ranks drawn first, and
+    # prompts measured in whole blocks (in the ranks' blocks, few prompts fill one: 0.4
+    # examples in a hundred of the main machine's hit, results/hazards/prefix-cache-dcp.json).
+    ranks = draw(st.sampled_from((2, 4))) if dcp_only else 1
+    unit = block_size * ratio * ranks
     stems = [tuple(range(10 * (s + 1), 10 * (s + 1) + unit * draw(st.integers(1, 2))))
              for s in range(draw(st.integers(1, 2)))]
     requests: list[PrefixRequest] = []
@@ -137,7 +144,7 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
     # A third of the worlds have one sliding-window group; the scheduler then steps at most
     # ``max_in_flight_tokens`` tokens of a request at once, where it is set.
     sliding_window = max_in_flight_tokens = None
-    if hybrid_only or draw(st.integers(0, 2)) == 2:
+    if not dcp_only and (hybrid_only or draw(st.integers(0, 2)) == 2):
         sliding_window = draw(st.sampled_from(SLIDING_WINDOWS))
         max_in_flight_tokens = draw(st.sampled_from(IN_FLIGHT_TOKENS))
     kv_connector = draw(st.integers(0, 3)) == 3       # a quarter of the worlds
@@ -171,8 +178,8 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
     # caches every block, and vLLM refuses an interval where no group is a window's (0 and
     # None, its default and unset, stay).
     attention_chunk_size = None
-    if not use_eagle and not hash_lookahead and (hybrid or sliding_window is None) \
-            and draw(st.integers(0, 2)) == 0:
+    if not dcp_only and not use_eagle and not hash_lookahead and \
+            (hybrid or sliding_window is None) and draw(st.integers(0, 2)) == 0:
         attention_chunk_size = max(2, block_size * draw(st.integers(1, 3)))
         if not hybrid:
             hybrid = True
@@ -224,9 +231,11 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
     # than KV heads; with a KV connector, P/D, MLA only): a block is ``dcp_world_size`` ranks'
     # blocks, so the pool, drawn in the ranks' blocks, needs that many times fewer. vLLM
     # refuses DCP beside a window's or a chunked-local group.
-    dcp_world_size = 1
-    if not hybrid and sliding_window is None and draw(st.integers(0, 2)) == 0:
+    dcp_world_size = ranks
+    if not dcp_only and not hybrid and sliding_window is None and \
+            draw(st.integers(0, 2)) == 0:
         dcp_world_size = draw(st.sampled_from((2, 2, 4)))
+    if dcp_world_size > 1:
         num_blocks = 1 + max(1, -(-(num_blocks - 1) // dcp_world_size))
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,

@@ -7,6 +7,7 @@ with the property's message and the reproducer's path.
 from __future__ import annotations
 
 from properties.prefix_cache_machine import (
+    DcpPrefixCacheMachine,
     EagleHybridPrefixCacheMachine,
     HybridPrefixCacheMachine,
     PrefixCacheMachine,
@@ -29,3 +30,7 @@ def test_eagle_hybrid_prefix_cache_machine(target, reproducer_dir):
 
 def test_scaled_eagle_hybrid_prefix_cache_machine(target, reproducer_dir):
     check_machine(ScaledEagleHybridPrefixCacheMachine, target, reproducer_dir)
+
+
+def test_dcp_prefix_cache_machine(target, reproducer_dir):
+    check_machine(DcpPrefixCacheMachine, target, reproducer_dir)

@@ -26,11 +26,13 @@ def _fails(tmp_path, prop: str, max_examples: int = 100) -> dict:
 
 
 def test_fit_agrees_can_fail(monkeypatch, tmp_path):
-    # A fit check one block short: it refuses whenever a single block would be left free.
+    # An admission's fit check one block short: it refuses a waiting request whenever a
+    # single block would be left free (before anything is touched: a running request's
+    # step first gives back the blocks behind its window, which this patch would skip).
     real = NativePrefixCache.allocate_slots
 
     def short(self, request_id, num_new_tokens, hit=None, num_lookahead_tokens=0, **loads):
-        if len(self.queue) <= 1:
+        if request_id in self.waiting and len(self.queue) <= 1:
             return None
         return real(self, request_id, num_new_tokens, hit, num_lookahead_tokens, **loads)
     monkeypatch.setattr(NativePrefixCache, "allocate_slots", short)

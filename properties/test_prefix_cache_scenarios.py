@@ -18,12 +18,13 @@ from models.prefix_cache_values import (
     PrefixRequest,
     in_release_shape,
 )
-from properties.scenarios import agrees, make_or_skip
+from properties.scenarios import agrees, holds, make_or_skip
 
 # The machine's properties each comparison checks (properties/prefix_cache_machine.py).
 HIT, FIT, RESET, EVENTS = "hit-agrees", "fit-agrees", "reset-agrees", "events-agree"
 REFS, TABLES = "refs-agree", "tables-agree"
 FREEQ, CACHED = "free-queue-agrees", "cached-set-agrees"
+NAMES = "cached-hash-names-contents"
 CONNECTOR = "connector-blocks-agree"
 
 TARGETS = ["model", "native", "vllm"]
@@ -827,6 +828,9 @@ def test_a_block_decoded_over_two_ranks_is_hashed_hit_and_reported_whole(target)
     cache = make_or_skip(target, "prefix_cache", num_blocks=5, block_size=2, max_model_len=8,
                          dcp_world_size=2)
     agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5, 6)), (1, 2))
+    named = {b: key for key, blocks in cache.cached_blocks().items() for b in blocks}
+    holds(NAMES, named.get(1) == (1, 2, 3, 4),
+          lambda: f"block 1 is cached under {named.get(1)} but holds (1, 2, 3, 4)")
     agrees(CACHED, cache.cached_blocks(), {(1, 2, 3, 4): (1,)})
     agrees(EVENTS, cache.take_events(), (in_release_shape(
         BlockStored(((1, 2, 3, 4),), None, (1, 2, 3, 4), (None,), 4, "GPU", 0,

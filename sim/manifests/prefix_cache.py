@@ -36,7 +36,8 @@ SUBSYSTEM = Subsystem(
                                                 "hybrid_scaled_eagle")),),
     mutation_subjects="lch.prefix_cache_suites:subjects",
     tests={"fast": ("properties/test_prefix_cache_scenarios.py",
-                    "properties/test_prefix_cache_free_blocks.py"),
+                    "properties/test_prefix_cache_free_blocks.py",
+                    "properties/test_prefix_cache_compat.py"),
            "machines": ("properties/test_prefix_cache.py",
                         "properties/test_prefix_cache_queue.py",
                         "properties/test_prefix_cache_pools.py"),
@@ -44,13 +45,15 @@ SUBSYSTEM = Subsystem(
     spec_page="docs/prefix-cache.md",
     # vLLM's free-block queue on its own, and its block pool beside a second one: the calls
     # their APIs offer beyond what the KV cache manager makes; the manager in hybrid models'
-    # worlds only (full attention beside local groups), and in those with EAGLE's drop.
+    # worlds only (full attention beside local groups), and in those with EAGLE's drop;
+    # full attention alone decoded over decode-context-parallel ranks.
     machines={"free_queue": "properties.prefix_cache_queue_machine:FreeQueueMachine",
               "block_pools": "properties.prefix_cache_pools_machine:BlockPoolsMachine",
               "hybrid": "properties.prefix_cache_machine:HybridPrefixCacheMachine",
               "hybrid_eagle": "properties.prefix_cache_machine:EagleHybridPrefixCacheMachine",
               "hybrid_scaled_eagle":
-                  "properties.prefix_cache_machine:ScaledEagleHybridPrefixCacheMachine"},
+                  "properties.prefix_cache_machine:ScaledEagleHybridPrefixCacheMachine",
+              "dcp": "properties.prefix_cache_machine:DcpPrefixCacheMachine"},
     spec_properties=("properties.prefix_cache_queue_machine",
                      "properties.prefix_cache_pools_machine"),
 )
