@@ -108,8 +108,9 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
     # prefix-cache-hybrid-scaled-eagle-*).
     ratio = draw(st.sampled_from((2, 3))) if scaled_only else 1
     # Likewise decode context parallelism on its own machine: the ranks drawn first, and
-    # prompts measured in whole blocks (in the ranks' blocks, few prompts fill one: 0.4
-    # examples in a hundred of the main machine's hit, results/hazards/prefix-cache-dcp.json).
+    # prompts measured in whole blocks (in the ranks' blocks few prompts fill one: a hit of
+    # such blocks in 0.4 examples in a hundred of the main machine's, 8.5 here:
+    # results/hazards/prefix-cache-dcp-main-hazards-seeds-0-3.json and the DCP machine's).
     ranks = draw(st.sampled_from((2, 4))) if dcp_only else 1
     unit = block_size * ratio * ranks
     stems = [tuple(range(10 * (s + 1), 10 * (s + 1) + unit * draw(st.integers(1, 2))))
