@@ -68,7 +68,9 @@ load finishes (``finish_load``): then its blocks are cached and it waits to be s
 again, holding them; its admission keeps ``reserved_blocks`` free for the prefills in
 flight. World options (vLLM's ``CacheConfig`` and ``KVEventsConfig`` switches): ``enable_caching``
 off: no lookup finds anything, nothing is cached, every released block is uncached;
-``enable_kv_cache_events`` off: no event is queued. Admission (vLLM's ``SchedulerConfig``): a
+``enable_kv_cache_events`` off: no event is queued. A request asking for its events in
+full (``PrefixRequest.kv_cache_report_mode``) has a hit's reused blocks reported at its lookup,
+where the release reads the mode (``reports_reused``). Admission (vLLM's ``SchedulerConfig``): a
 waiting request (arrived, preempted, or back from an asynchronous load) is admitted only
 if, past the ``watermark`` share of the pool kept free while another request runs, the free
 blocks hold this step, and with ``reserve_full_isl`` the whole sequence (up to the length
@@ -161,6 +163,9 @@ class PrefixCacheModel:
     # A hybrid window pool's full-attention block size, a multiple of ``block_size`` (the
     # windows' and the hashes'); None: ``block_size``.
     full_block_size: int | None = None
+    # The release reads a request's kv_cache_report_mode (vLLM 0.26.0 on; before, a request
+    # reporting in full is reported incrementally).
+    reports_reused: bool = True
     requests: dict[str, RequestState] = field(factory=dict)
     tables: dict[str, list[list[int]]] = field(factory=dict)   # request -> its blocks, by group
     key_of: dict[int, BlockKey] = field(factory=dict)      # block -> prefix cached on it
@@ -342,10 +347,26 @@ class PrefixCacheModel:
 
     def get_computed_blocks(self, request_id: str) -> Hit:
         """``hit``; with several groups the scheduler keeps its shared-prefix boundary on the
-        request (a window's retention keeps the run below it)."""
+        request (a window's retention keeps the run below it). A request reporting in full
+        (where the release reads the mode: ``reports_reused``) has a hit's blocks reported:
+        per group, one ``BlockStored`` naming the cached blocks the hit holds (not the null
+        block in a window's or a chunk's place: nothing is cached there), over the hit's
+        tokens from the first, as a run of blocks is reported when it is cached; a group
+        whose hit holds no cached block reports nothing."""
         hit = self.hit(request_id)
         if self.hybrid:
             self.junction[request_id] = hit.shared_prefix_boundary
+        request = self.requests[request_id].request
+        if self.reports_reused and hit.num_computed_tokens and \
+                request.kv_cache_report_mode == "full":
+            keys = {}
+            for group, blocks in enumerate(self.by_group(hit.block_ids)):
+                held = [i for i, b in enumerate(blocks) if b != NULL_BLOCK]
+                if held:
+                    size = self.size(group)
+                    keys.setdefault(size, self.block_keys(request_id, size))
+                    self._event(self._stored(request_id, group, keys[size], held, 0,
+                                             len(blocks), reused=True))
         return hit
 
     def get_num_cached_tokens(self, request_id: str) -> int:
@@ -737,24 +758,30 @@ class PrefixCacheModel:
                    full: int) -> None:
         """Cache blocks ``first``..``full`` of the request's table in ``group`` (those its
         retention keeps), reporting the run."""
-        state, size = self.requests[request_id], self.size(group)
         table = self.tables[request_id][group]
         retained = self._retained(request_id, group)
         stored = [i for i in range(first, full) if table[i] != NULL_BLOCK and retained(i)]
         for i in stored:
             self._uncache(table[i])     # the prompt's end keyed it before it was full
             self._key(table[i], keys[i], group)
-        salt, (kind, span) = state.request.cache_salt, self.groups[group]
         # A run the retention passed over whole is still reported: no blocks, its tokens.
+        self._event(self._stored(request_id, group, keys, stored, first, full))
+
+    def _stored(self, request_id: str, group: int, keys: list[BlockKey], stored: list[int],
+                first: int, full: int, reused: bool = False) -> BlockStored:
+        """The ``BlockStored`` of the request's blocks ``stored`` (table indices in
+        ``group``, each under its key), in the run of blocks ``first``..``full``: the run's
+        tokens after its parent's, each block's extra keys and lookahead tokens."""
+        state, size = self.requests[request_id], self.size(group)
+        salt, (kind, span) = state.request.cache_salt, self.groups[group]
         extra = tuple((salt,) if i == 0 and salt else None for i in stored) or None
         window = span if kind == SLIDING_WINDOW else None
         ahead = tuple(tuple(state.tokens[(i + 1) * size:(i + 1) * size
                                          + self.hash_lookahead])
                       for i in stored) if self.hash_lookahead else None
-        self._event(BlockStored(tuple(keys[i] for i in stored),
-                                keys[first - 1] if first else None,
-                                tuple(state.tokens[first * size:full * size]), extra,
-                                size, MEDIUM_GPU, group, kind, window, ahead))
+        return BlockStored(tuple(keys[i] for i in stored), keys[first - 1] if first else None,
+                           tuple(state.tokens[first * size:full * size]), extra, size,
+                           MEDIUM_GPU, group, kind, window, ahead, reused)
 
     def _cache_prompt_end(self, request_id: str, table: list[int], cacheable: int) -> None:
         """Full attention with blocks larger than the hash's: the prompt's last hash

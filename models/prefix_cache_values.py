@@ -10,7 +10,7 @@ hash can be checked against the tokens its block holds. Targets translate their 
 
 from __future__ import annotations
 
-from attrs import evolve, frozen
+from attrs import evolve, field, frozen
 
 # The prefix a block hash names: (salt, tokens...) or (tokens...), after the multimodal items
 # that start in it, ("mm", identifier, offset) each (``PrefixRequest.mm_items``).
@@ -49,13 +49,19 @@ class PrefixRequest:
     tokens is found only by a request with the same items at the same places. A prefix
     names, before its salt, each item that starts inside it: the blocks an item overlaps
     follow from its offset wherever an identifier always names a placeholder of one length
-    (vLLM's hash leaves the length out; the scheduler-pass worlds that cache keep it so)."""
+    (vLLM's hash leaves the length out; the scheduler-pass worlds that cache keep it so).
+
+    ``kv_cache_report_mode``: what the KV events report of it (vLLM's per-request
+    ``sampling_params.extra_args["kv_cache_report_mode"]``): ``"incremental"``, the blocks it
+    caches; ``"full"``, those and, when its lookup hits, the cached blocks it reuses (so a
+    consumer mirroring the cache learns a prefix it never saw stored)."""
 
     request_id: str
     prompt: tuple[int, ...]
     cache_salt: str | None = None
     prompt_logprobs: bool = False
     mm_items: tuple[tuple[str, int], ...] = ()
+    kv_cache_report_mode: str = "incremental"
 
     def key(self, tokens) -> BlockKey:
         """The key of the prefix ``tokens`` of this request."""
@@ -78,13 +84,15 @@ class Hit:
 
 @frozen
 class BlockStored:
-    """KV event: blocks cached, in table order (``keys``), after the block of ``parent``
-    (None: from the prompt's start), holding ``token_ids``; ``extra_keys``: what else each
-    block's hash covers, one entry per block (the salt on a salted request's first block,
-    else None); ``block_size``, ``medium``, ``group_idx`` and the group's spec kind and
-    sliding window: what a consumer classifies the blocks by; ``lookahead_token_ids``: with
-    lookahead block hashes, the tokens past each block its hash covers (one tuple per block),
-    else None. Each optional field is None where the release's events carry no such field."""
+    """KV event: blocks cached, in table order (``keys``), after the block of ``parent`` (None:
+    from the prompt's start), holding ``token_ids``; or, for a request reporting in full, the
+    cached blocks its hit reuses (``reused``: not part of the event a consumer sees, it tells a
+    fold to take them as cached already, not as blocks cached again); ``extra_keys``: what else
+    each block's hash covers, one entry per block (the salt on a salted request's first block,
+    else None); ``block_size``, ``medium``, ``group_idx`` and the group's spec kind and sliding
+    window: what a consumer classifies the blocks by; ``lookahead_token_ids``: with lookahead
+    block hashes, the tokens past each block its hash covers (one tuple per block), else None.
+    Each optional field is None where the release's events carry no such field."""
 
     keys: tuple[BlockKey, ...]
     parent: BlockKey | None
@@ -96,6 +104,7 @@ class BlockStored:
     kv_cache_spec_kind: str | None = None
     kv_cache_spec_sliding_window: int | None = None
     lookahead_token_ids: tuple[tuple[int, ...], ...] | None = None
+    reused: bool = field(default=False, eq=False, repr=False)
 
 
 @frozen

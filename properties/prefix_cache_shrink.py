@@ -21,14 +21,14 @@ SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")
 
 
 def simpler_worlds(world, actions: list[tuple]):
-    """Drop a request (and its steps), trim a prompt's last token, drop a request's salt or
-    prompt logprobs, shrink the pool, the block size or the length cap, turn EAGLE or its
-    lookahead hashes off, the drafter in full attention alone, one DCP rank, one block size,
-    no second window, one local group for several, one group for two, turn caching and
-    events back on and the admission gates off, full attention for a sliding window, no KV
-    connector (the default world), make a resent prompt a fresh request, fold a sampled
-    token into the prompt, merge a request's two steps, lower a step's chunk, lookahead or
-    connector load."""
+    """Drop a request (and its steps), trim a prompt's last token, drop a request's salt, prompt
+    logprobs or full KV event report (or the first two alone), shrink the pool, the block size
+    or the length cap, turn EAGLE or its lookahead hashes off, the drafter in full attention
+    alone, one DCP rank, one block size, no second window, one local group for several, one
+    group for two, turn caching and events back on and the admission gates off, full attention
+    for a sliding window, no KV connector (the default world), make a resent prompt a fresh
+    request, fold a sampled token into the prompt, merge a request's two steps, lower a step's
+    chunk, lookahead or connector load."""
     requests = world.requests
     for k in range(len(requests)):
         if len(requests) > 1:
@@ -40,8 +40,12 @@ def simpler_worlds(world, actions: list[tuple]):
             trimmed = evolve(req, prompt=req.prompt[:-1])
             yield evolve(world, requests=requests[:k] + (trimmed,) + requests[k + 1:]), actions
     for k, req in enumerate(requests):
-        if req.cache_salt or req.prompt_logprobs:
+        full = req.kv_cache_report_mode != "incremental"
+        if req.cache_salt or req.prompt_logprobs or full:
             plain = PrefixRequest(req.request_id, req.prompt)
+            yield evolve(world, requests=requests[:k] + (plain,) + requests[k + 1:]), actions
+        if full and (req.cache_salt or req.prompt_logprobs):    # the report mode kept
+            plain = evolve(req, cache_salt=None, prompt_logprobs=False)
             yield evolve(world, requests=requests[:k] + (plain,) + requests[k + 1:]), actions
     if world.num_blocks > 2:
         yield evolve(world, num_blocks=world.num_blocks - 1), actions

@@ -138,10 +138,11 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
     reserve_full_isl = draw(st.booleans())
     watermark = draw(st.sampled_from(WATERMARKS))
     # One world in eight without prefix caching, one in eight without KV events; about one
-    # request in four salted (two tenants) or asking for its prompt's logprobs.
+    # request in four salted (two tenants) or asking for its prompt's logprobs, one in seven
+    # asking for its KV events in full (its hits reported).
     enable_caching = draw(st.integers(0, 7)) != 7
     enable_kv_cache_events = draw(st.integers(0, 7)) != 7
-    requests = [_with_kind(r, draw(st.integers(0, 11))) for r in requests]
+    requests = [_with_kind(r, draw(st.integers(0, 13))) for r in requests]
     # A third of the worlds have one sliding-window group; the scheduler then steps at most
     # ``max_in_flight_tokens`` tokens of a request at once, where it is set.
     sliding_window = max_in_flight_tokens = None
@@ -247,9 +248,14 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:
-    """0-8: as drawn; 9, 10: salted for tenant a or b; 11: asks for its prompt's logprobs."""
+    """0-8: as drawn; 9, 10: salted for tenant a or b; 11: asks for its prompt's logprobs;
+    12, 13: asks for its KV events in full (one of them salted too)."""
     if kind in (9, 10):
         return PrefixRequest(request.request_id, request.prompt, cache_salt="ab"[kind - 9])
     if kind == 11:
         return PrefixRequest(request.request_id, request.prompt, prompt_logprobs=True)
+    if kind in (12, 13):
+        return PrefixRequest(request.request_id, request.prompt,
+                             cache_salt="a" if kind == 13 else None,
+                             kv_cache_report_mode="full")
     return request

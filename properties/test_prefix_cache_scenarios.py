@@ -839,3 +839,25 @@ def test_a_block_decoded_over_two_ranks_is_hashed_hit_and_reported_whole(target)
     agrees(HIT, cache.get_computed_blocks("r1"), Hit((1,), 4))
     cache.add_request(PrefixRequest("r2", (1, 2, 9, 9, 7)))
     agrees(HIT, cache.get_computed_blocks("r2"), Hit((), 0))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_hit_reported_in_full_names_the_blocks_it_reuses(target):
+    """Scenario: KV events reported in full for one request
+    (``sampling_params.extra_args={"kv_cache_report_mode": "full"}``). r0 computes four tokens:
+    two blocks cached and reported. r1, the same prefix, hits both: reported incrementally,
+    its hit adds no event. r2, reporting in full, hits both too: its lookup reports them
+    again, one event from the prompt's start (a consumer that missed r0's learns the
+    prefix). Nothing else changes: the cached set is r0's."""
+    cache = make_or_skip(target, "prefix_cache", drives="report_mode", num_blocks=5,
+                         block_size=2, max_model_len=8)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5)), (1, 2, 3))
+    stored = _stored(cache, ((1, 2), (1, 2, 3, 4)), None, (1, 2, 3, 4))
+    agrees(EVENTS, cache.take_events(), (stored,))
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 9)))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit((1, 2), 4))
+    agrees(EVENTS, cache.take_events(), ())
+    cache.add_request(PrefixRequest("r2", (1, 2, 3, 4, 7), kv_cache_report_mode="full"))
+    agrees(HIT, cache.get_computed_blocks("r2"), Hit((1, 2), 4))
+    agrees(EVENTS, cache.take_events(), (stored,))
+    agrees(CACHED, cache.cached_blocks(), {(1, 2): (1,), (1, 2, 3, 4): (2,)})

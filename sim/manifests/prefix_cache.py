@@ -21,7 +21,7 @@ SUBSYSTEM = Subsystem(
           "pc-reset-counts-null", "pc-eagle-keeps-last", "pc-window-keeps-skipped",
           "pc-hybrid-run-uncut", "pc-watermark-on-running", "pc-chunk-boundary-keeps-chunk",
           "pc-eagle-mark-unmerged", "pc-window-aligns-before-drop", "pc-caches-past-alignment",
-          "pc-prompt-end-unkeyed", "pc-dcp-hash-per-rank"),
+          "pc-prompt-end-unkeyed", "pc-dcp-hash-per-rank", "pc-full-report-placeholders"),
     catalogue="fixtures.catalogue.prefix_cache",
     vllm_suites=("properties/test_prefix_cache.py", "properties/test_prefix_cache_scenarios.py",
                  "properties/test_prefix_cache_free_blocks.py",

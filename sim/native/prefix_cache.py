@@ -46,6 +46,9 @@ switched back on:
   caches every full computed block, past the last multiple of the alignment.
 - ``pc-prompt-end-unkeyed``: full attention with blocks larger than the hash's does not key
   the block holding the prompt's last hash boundary at that boundary.
+- ``pc-full-report-placeholders``: a request reporting in full has its hit reported with a
+  block for every slot of a group's hit, the null block in a window's or a chunk's place
+  included (the hashes of blocks the hit does not hold).
 - ``pc-dcp-hash-per-rank``: with decode context parallelism, each block is keyed by the
   prefix of as many tokens as one rank holds per block (block ``i`` by the first ``(i + 1) *
   block_size`` tokens), not by the whole block's.
@@ -88,6 +91,7 @@ class Attention(NamedTuple):
 class NativePrefixCache:
     event_fields = EVENT_FIELDS     # its events carry every optional field
     estimates_cached_tokens = probes_cached_tokens = True
+    reports_reused = True           # it reads a request's kv_cache_report_mode
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int,
                  use_eagle: bool = False, uncached_first: bool = True,
@@ -182,7 +186,30 @@ class NativePrefixCache:
         hit = self._find_hit(request_id)
         if self.hybrid:
             self.junction[request_id] = hit.shared_prefix_boundary
+        if hit.num_computed_tokens and self.sent[request_id].kv_cache_report_mode == "full":
+            self._announce_hit(request_id, self._by_group(hit.block_ids))
         return hit
+
+    def _announce_hit(self, request_id: str, columns: tuple) -> None:
+        """A request reporting in full learns a consumer the blocks its hit reuses: each
+        group's column of cached blocks, reported as the run from the prompt's first block
+        to the hit's end (the null block in a window's or a chunk's place is no block)."""
+        tokens, salt = self.tokens[request_id], self.sent[request_id].cache_salt
+        for g, column in enumerate(columns):
+            kind, span, _, _, size = self.groups[g]
+            slots = [i for i, block in enumerate(column) if block != NULL_BLOCK or
+                     "pc-full-report-placeholders" in self.bugs]
+            if not slots:
+                continue
+            self._emit(BlockStored(
+                tuple(self._key(request_id, (i + 1) * size) for i in slots), None,
+                tuple(tokens[:len(column) * size]),
+                tuple((salt,) if salt and i == 0 else None for i in slots),
+                block_size=size, medium=MEDIUM_GPU, group_idx=g, kv_cache_spec_kind=kind,
+                kv_cache_spec_sliding_window=span if kind == SLIDING_WINDOW else None,
+                lookahead_token_ids=tuple(
+                    tuple(tokens[(i + 1) * size:(i + 1) * size + self.hash_lookahead])
+                    for i in slots) if self.hash_lookahead else None, reused=True))
 
     def get_num_cached_tokens(self, request_id: str) -> int:
         """The probe (vLLM 0.34.0's ``get_num_cached_tokens``): the hit's length, nothing

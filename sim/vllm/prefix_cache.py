@@ -178,6 +178,12 @@ class VllmPrefixCache:
         self.uncached_first = prefix_cache_compat.uncached_first(self._utils,
                                                                  type(self.pool))
         self.event_fields = prefix_cache_compat.event_fields(events)
+        self.reports_reused = prefix_cache_compat.reads_report_mode()
+        # A scenario of full reports runs where the release has them (a machine runs every
+        # release: one without them must report such a request incrementally).
+        self.drives_report_mode = self.reports_reused
+        self.why_no_report_mode = "absent: no kv_cache_report_mode (vLLM " \
+            f"{self.release}: the full report came in 0.26.0)"
         self._running = prefix_cache_compat.request_status(self._request_mod, "RUNNING")
         self.requests: dict[str, Any] = {}
         self.sent: dict[str, PrefixRequest] = {}
@@ -200,7 +206,8 @@ class VllmPrefixCache:
 
     def add_request(self, request: PrefixRequest) -> None:
         params = prefix_cache_compat.sampling_params(self._sampling, self.max_model_len,
-                                                     request.prompt_logprobs)
+                                                     request.prompt_logprobs,
+                                                     request.kv_cache_report_mode)
         cls = self._request_mod.Request
         req = cls(request_id=request.request_id, prompt_token_ids=list(request.prompt),
                   sampling_params=params, pooling_params=None, block_hasher=self._hasher,

@@ -315,17 +315,36 @@ def event_fields(events_module: Any) -> frozenset[str]:
         {f"removed.{f}" for f in REMOVED_OPTIONAL if f in removed}
 
 
-def sampling_params(sampling_module: Any, max_tokens: int, prompt_logprobs: bool) -> Any:
+def reads_report_mode() -> bool:
+    """Whether the release's ``Request`` reads ``kv_cache_report_mode`` from its sampling
+    parameters' extra arguments (``"full"``: the hit's reused blocks are reported too).
+
+    # vLLM >=0.26.0 (read in 0.26.0, 0.27.0, 0.32.0, 0.33.0, 0.34.0; upstream PR #45261):
+    #   ``Request.kv_cache_report_mode``, which ``KVCacheManager.get_computed_blocks`` reads.
+    # vLLM 0.25.0 and before (read in 0.10.2, 0.20.0, 0.23.0, 0.24.0, 0.25.0): absent; the
+    #   extra argument is carried and ignored.
+    The probe reads the request module's source for the key, not a version.
+    """
+    return "kv_cache_report_mode" in release.module_source("vllm.v1.request")
+
+
+def sampling_params(sampling_module: Any, max_tokens: int, prompt_logprobs: bool,
+                    kv_cache_report_mode: str = "incremental") -> Any:
     """Sampling parameters of a request that decodes to ``max_tokens`` and may ask for its
-    prompt's logprobs (which makes vLLM skip reading the prefix cache for it).
+    prompt's logprobs (which makes vLLM skip reading the prefix cache for it) or for its KV
+    events in full (an extra argument, as a client sends it; every release read takes
+    ``extra_args``).
 
     # vLLM 0.33.0 (read): ``SamplingParams.skip_reading_prefix_cache`` is set from
     #   ``prompt_logprobs``; ``KVCacheManager`` reads the request's flag.
     # vLLM 0.11.0 (seen in its kv_cache_manager.py): ``get_computed_blocks`` reads
     #   ``sampling_params.prompt_logprobs`` itself. Either way one parameter says it.
     """
+    extra = {"kv_cache_report_mode": kv_cache_report_mode} \
+        if kv_cache_report_mode != "incremental" else None
     return sampling_module.SamplingParams(max_tokens=max_tokens, ignore_eos=True,
-                                          prompt_logprobs=1 if prompt_logprobs else None)
+                                          prompt_logprobs=1 if prompt_logprobs else None,
+                                          extra_args=extra)
 
 
 # -- the block pool on its own (prefix_cache.block_pools) ----------------------------------------
