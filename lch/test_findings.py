@@ -18,7 +18,7 @@ from properties.harness import Failure, Step, Trace
 from properties.machines import machine_for
 from properties.reproducer import write_reproducer
 from properties.run import run_machine
-from properties.signatures import difference_shape
+from properties.signatures import difference_shape, signature_text
 from sim.errors import HarnessError
 from sim.targets import make, parse_target
 
@@ -102,6 +102,15 @@ def test_one_planted_bug_laid_out_several_ways_is_one_finding():
     assert len(findings) == 1, findings
 
 
+def test_a_crash_read_from_its_message_has_the_signature_of_its_error():
+    # A suite's crash reaches history as its message (``message_of``); a hunt's, with its
+    # error: one signature, as ``signature_text`` spells it from the error.
+    message = ("no-raise: vLLM raised AssertionError:  (at vllm/v1/core/kv_cache_utils.py:1262 "
+               "in resolve_block_hashes)")
+    assert signature_text("no-raise", message) == \
+        "no-raise | AssertionError at vllm/v1/core/kv_cache_utils.py in resolve_block_hashes"
+
+
 def test_a_crash_is_grouped_by_its_type_and_where_it_raised():
     def raised(kind: type) -> BaseException:
         try:
@@ -140,6 +149,12 @@ def test_a_crash_is_grouped_by_its_type_and_where_it_raised():
     ("(3, 4, 2, 1) != expected (2, 1, 3, 4)", "{value: order}"),
     ("free_queue() returned (2, 1), the model expects (1, 2)",
      "free_queue() returned {value: order}"),
+    # The prefix-cache machine's events compared by the blocks stored: two layouts of one
+    # extra report, one shape.
+    ("take_events returned {'stored': [(0, (10,))]}, the model expects {'stored': []}",
+     "take_events returned {['stored']: extra}"),
+    ("take_events returned {'stored': [(1, ('a', 10, 11)), (1, ('a', 10))]}, the model "
+     "expects {'stored': []}", "take_events returned {['stored']: extra}"),
 ])
 def test_the_shape_of_a_difference(message, shape):
     assert difference_shape(message) == shape

@@ -46,6 +46,9 @@ _COMPARED = (
     re.compile(r"^(?P<a>.+?) returned (?P<b>.+), the model expects (?P<c>.+)$"),
              re.compile(r"^(?P<b>.+?) != (?:FCFS prediction |expected )?(?P<c>.+)$"),
              re.compile(r"^(?P<b>.+?), expected (?P<c>.+)$"))
+# ``sim.outcomes.message_of``'s crash: "<who> raised <Type>: <text> (at <file>:<line> in <fn>)".
+_RAISED = re.compile(r"raised (?P<type>\w+):.*\(at (?P<file>[^()\s]+):\d+ in "
+                     r"(?P<function>[^()\s]+)\)\s*$")
 _CALL = re.compile(r"\s*(?:assert\s+)?[A-Za-z_]\w*\.(\w+)\(")
 _VALUE_START = re.compile(r"[\[\({'\"]|(?<!\w)-?\d|\b[A-Z]\w*\(|\b(?:True|False|None)\b")
 
@@ -186,6 +189,12 @@ def signature_text(property: str, message: str, error: BaseException | None = No
     if property == NO_RAISE and error is not None:
         _, where = where_arose(error)
         return f"{property} | {type(error).__name__} at {re.sub(r':[0-9]+ in ', ' in ', where)}"
+    # A crash known by its message only (a suite's failure, read back from its report):
+    # the same text as from the error, which ``message_of`` spelled out (one bug, one
+    # signature, whether a hunt or a suite met it).
+    crash = _RAISED.search(detail) if property == NO_RAISE else None
+    if crash is not None:
+        return f"{property} | {crash['type']} at {crash['file']} in {crash['function']}"
     return f"{property} | {difference_shape(detail)}"
 
 
