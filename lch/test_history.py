@@ -225,8 +225,8 @@ def test_a_scenario_meeting_a_machines_cause_joins_its_group():
 
 
 def test_a_column_is_hunted_in_its_further_machines_too(tmp_path, monkeypatch):
-    # The prefix cache's hybrid pools' bugs live in the worlds of its further machines; a
-    # hunt of the main machine alone met them in one world in a hundred.
+    # The prefix cache's hybrid pools' and DCP's bugs live in the worlds of its further
+    # machines; a hunt of the main machine alone met them in one world in a hundred.
     from lch import history
     commands = []
 
@@ -241,7 +241,7 @@ def test_a_column_is_hunted_in_its_further_machines_too(tmp_path, monkeypatch):
     scopes = {names[0]: names for names in named}
     assert scopes["prefix_cache"] == ["prefix_cache", "prefix_cache.hybrid",
                                       "prefix_cache.hybrid_eagle",
-                                      "prefix_cache.hybrid_scaled_eagle"]
+                                      "prefix_cache.hybrid_scaled_eagle", "prefix_cache.dcp"]
     assert scopes["encoder_cache"] == ["encoder_cache"]
     assert run.cells["prefix_cache"].notes == [
         f"hunt exited 2: see {tmp_path / 'hunt-prefix_cache' / 'hunt.log'}"]
