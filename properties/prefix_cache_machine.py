@@ -475,9 +475,11 @@ class PrefixCacheMachine(HarnessMachine):
         self.check("events-agree", actual == taken, lambda: _events_compared(actual, taken))
         for event in taken:     # the target's events: the model's, or the step failed
             # Folded by the group each names (with one group, its keys alone).
-            named = [self.model.map_key(event.group_idx or 0, k)
-                     for k in getattr(event, "keys", ())]
-            if isinstance(event, BlockStored) and event.reused:
+            if isinstance(event, BlockStored):
+                named = [self.model.map_key(event.group_idx or 0, k) for k in event.keys]
+                if not event.reused:
+                    self.taken.update(named)
+                    continue
                 # A hit reported in full names blocks cached already: the fold must hold
                 # each, and holds it no more often for it. (A consumer cannot tell these
                 # from blocks cached again: upstream PR #51699, open, would mark them; the
@@ -486,8 +488,6 @@ class PrefixCacheMachine(HarnessMachine):
                 self.check("events-account-for-cached-set", not unknown,
                            f"a hit reported in full names {unknown}, which the events taken "
                            f"so far do not hold cached")
-            elif isinstance(event, BlockStored):
-                self.taken.update(named)
             elif isinstance(event, BlockRemoved):
                 self.taken[self.model.map_key(event.group_idx or 0, event.key)] -= 1
                 self.hazard("events report a removal")

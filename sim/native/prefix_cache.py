@@ -191,7 +191,7 @@ class NativePrefixCache:
         return hit
 
     def _announce_hit(self, request_id: str, columns: tuple) -> None:
-        """A request reporting in full learns a consumer the blocks its hit reuses: each
+        """A request reporting in full tells a consumer the blocks its hit reuses: each
         group's column of cached blocks, reported as the run from the prompt's first block
         to the hit's end (the null block in a window's or a chunk's place is no block)."""
         tokens, salt = self.tokens[request_id], self.sent[request_id].cache_salt
