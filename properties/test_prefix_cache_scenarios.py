@@ -861,3 +861,19 @@ def test_a_hit_reported_in_full_names_the_blocks_it_reuses(target):
     agrees(HIT, cache.get_computed_blocks("r2"), Hit((1, 2), 4))
     agrees(EVENTS, cache.take_events(), (stored,))
     agrees(CACHED, cache.cached_blocks(), {(1, 2): (1,), (1, 2, 3, 4): (2,)})
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_shortest_hit_reported_in_full_is_reported(target):
+    """Scenario: the boundary of a full report, a hit of one token (blocks of one token).
+    r0 computes (1, 2): two blocks cached and reported. r1, reporting in full, shares only
+    the first token: its lookup hits the first block and reports it, one event of one
+    token. The cached set is r0's."""
+    cache = make_or_skip(target, "prefix_cache", drives="report_mode", num_blocks=4,
+                         block_size=1, max_model_len=4)
+    agrees(FIT, _computed(cache, "r0", (1, 2)), (1, 2))
+    agrees(EVENTS, cache.take_events(), (_stored(cache, ((1,), (1, 2)), None, (1, 2)),))
+    cache.add_request(PrefixRequest("r1", (1, 7), kv_cache_report_mode="full"))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit((1,), 1))
+    agrees(EVENTS, cache.take_events(), (_stored(cache, ((1,),), None, (1,)),))
+    agrees(CACHED, cache.cached_blocks(), {(1,): (1,), (1, 2): (2,)})
