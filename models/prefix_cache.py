@@ -10,7 +10,7 @@ fits, the order free blocks are reused in, the hashes left cached, the KV events
 ``reset_prefix_cache`` may succeed. Not in scope: KV tensors, Mamba groups, a chunked-local
 group on its own (no model has one: vLLM's chunked-local models keep full-attention layers
 too), partial-block hits (Mamba's align mode), groups of different block sizes other than
-larger full-attention blocks beside windows.
+larger full-attention blocks beside windows or beside a replicated draft's full attention.
 
 Groups of two block sizes (``full_block_size``: Gemma 4's full-attention blocks of twice its
 window blocks): a block's hash names the prefix to its end whatever its size, hashes come
@@ -20,6 +20,13 @@ the windows' hit within it ends on such a multiple too. A group caches only the 
 below the computed tokens rounded down to that multiple (one block past it in a group that
 drops EAGLE's block, which its next hit reads and drops), and a window's retention keeps
 tails ending on such multiples.
+
+A decode-context-parallel target beside a draft model that keeps its whole cache on every
+rank (``replicated_draft``) has two full-attention groups of two block sizes: the target's
+blocks hold every rank's share (``full_block_size``), the draft's ``block_size`` tokens. The
+rules above hold as they are: the draft's group, full attention, needs every block from the
+first cached, and a hit is the longest run both groups serve, on a multiple of the target's
+block.
 
 A sliding-window group (``sliding_window``: the window in tokens) attends to the last
 ``sliding_window`` tokens only. So a hit needs only the blocks the window covers at its end
@@ -163,6 +170,10 @@ class PrefixCacheModel:
     # A hybrid window pool's full-attention block size, a multiple of ``block_size`` (the
     # windows' and the hashes'); None: ``block_size``.
     full_block_size: int | None = None
+    # A hybrid pool of two full-attention groups: a decode-context-parallel target's blocks
+    # of ``full_block_size`` tokens (group 0) beside a draft model's replicated cache, whose
+    # blocks hold ``block_size`` (group 1).
+    replicated_draft: bool = False
     # The release reads a request's kv_cache_report_mode (vLLM 0.26.0 on; before, a request
     # reporting in full is reported incrementally).
     reports_reused: bool = True
@@ -188,7 +199,14 @@ class PrefixCacheModel:
         if self.num_blocks < 2:
             raise ValueError(f"num_blocks must be at least 2 (one is the null block), got "
                              f"{self.num_blocks}")
-        if self.hybrid and (self.sliding_window is None) == (self.attention_chunk_size is None):
+        if self.replicated_draft and (not self.hybrid or self.full_block_size is None
+                                      or self.sliding_window is not None
+                                      or self.attention_chunk_size is not None
+                                      or self.local_groups > 1):
+            raise ValueError("a replicated draft's group comes alone beside full attention of "
+                             "larger blocks: give hybrid and full_block_size, no local group")
+        if self.hybrid and not self.replicated_draft and \
+                (self.sliding_window is None) == (self.attention_chunk_size is None):
             raise ValueError("a hybrid pool pairs full attention with one local group: give "
                              "sliding_window or attention_chunk_size")
         if self.attention_chunk_size is not None and not self.hybrid:
@@ -199,7 +217,7 @@ class PrefixCacheModel:
             raise ValueError("local_groups counts a hybrid pool's local groups: at least 1, "
                              "more only with hybrid")
         if self.full_block_size is not None and (
-                self.sliding_window is None or not self.hybrid
+                (self.sliding_window is None and not self.replicated_draft) or not self.hybrid
                 or self.full_block_size % self.block_size):
             raise ValueError("full_block_size is a hybrid window pool's full-attention block "
                              "size, a multiple of block_size")

@@ -147,6 +147,8 @@ REACHES = [
         "prefix hit",
         "DCP: prefix hit of blocks spread over the ranks",
         "DCP: a prompt shares a cached block's first rank's tokens, not the whole block",
+        "DCP: a hit of the target's and the replicated draft's blocks",
+        "DCP: the replicated draft's hit shorter than the target's",
         "KV connector handed a finished request's blocks")),
 ]
 

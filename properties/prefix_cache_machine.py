@@ -79,6 +79,8 @@ HAZARDS = (
     "two block sizes: computed blocks left uncached past the alignment",
     "DCP: prefix hit of blocks spread over the ranks",
     "DCP: a prompt shares a cached block's first rank's tokens, not the whole block",
+    "DCP: a hit of the target's and the replicated draft's blocks",
+    "DCP: the replicated draft's hit shorter than the target's",
     "full report: a hit's reused blocks reported",
     "full report: a hit past the null block reported",
 )
@@ -144,7 +146,7 @@ class PrefixCacheMachine(HarnessMachine):
             "enable_caching", "enable_kv_cache_events", "reserve_full_isl", "watermark",
             "sliding_window", "max_in_flight_tokens", "kv_connector", "hash_lookahead",
             "hybrid", "retention", "attention_chunk_size", "local_groups", "second_window",
-            "eagle_groups", "full_block_size", "dcp_world_size"))
+            "eagle_groups", "full_block_size", "dcp_world_size", "replicated_draft"))
         return f'cache = make(target, "prefix_cache", {args})'
 
     @initialize(world=prefix_cache_worlds())
@@ -161,6 +163,7 @@ class PrefixCacheMachine(HarnessMachine):
                                             attention_chunk_size=None, local_groups=1,
                                             second_window=None, eagle_groups=(0,),
                                             full_block_size=None)),
+                            ("replicated_draft", dict(replicated_draft=False)),
                             # a release without lookahead hashes drops the EAGLE block
                             ("hash_lookahead", dict(hash_lookahead=0, use_eagle=True))):
             if getattr(world, option) and not getattr(self.cache, f"drives_{option}", True):
@@ -191,6 +194,7 @@ class PrefixCacheMachine(HarnessMachine):
                   "local_groups": self.cache.local_groups,
                   "second_window": self.cache.second_window,
                   "full_block_size": self.cache.full_block_size,
+                  "replicated_draft": self.cache.replicated_draft,
                   "reports_reused": self.cache.reports_reused}
         self.model = PrefixCacheModel(**as_scheduler_blocks(config),
                                       event_fields=self.cache.event_fields)
@@ -670,7 +674,9 @@ class PrefixCacheMachine(HarnessMachine):
             if NULL_BLOCK in blocks:
                 self.hazard("full report: a hit past the null block reported")
         if hit.shared_prefix_boundary:
-            self.hazard("hybrid: the window's hit shorter than full attention's")
+            self.hazard("DCP: the replicated draft's hit shorter than the target's"
+                        if model.replicated_draft else
+                        "hybrid: the window's hit shorter than full attention's")
         if model.second_window and model.enable_caching:
             self._note_two_windows(rid, keys[:(model.num_tokens(rid) - 1) // model.block_size])
         if model.local_groups > 1:
@@ -752,6 +758,8 @@ class PrefixCacheMachine(HarnessMachine):
         of them."""
         if hit_blocks:
             self.hazard("DCP: prefix hit of blocks spread over the ranks")
+            if self.model.replicated_draft:
+                self.hazard("DCP: a hit of the target's and the replicated draft's blocks")
         state, ranks = self.model.requests[rid], self.world.dcp_world_size
         mine = state.request.key(state.tokens)
         for key in self.model.cached_in(0):

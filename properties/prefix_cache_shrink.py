@@ -49,9 +49,11 @@ def simpler_worlds(world, actions: list[tuple]):
             yield evolve(world, requests=requests[:k] + (plain,) + requests[k + 1:]), actions
     if world.num_blocks > 2:
         yield evolve(world, num_blocks=world.num_blocks - 1), actions
+    if world.replicated_draft:      # the target alone
+        yield evolve(world, replicated_draft=False), actions
     if world.dcp_world_size > 1:    # one rank holding the whole block: the same blocks
         yield evolve(world, block_size=world.block_size * world.dcp_world_size,
-                     dcp_world_size=1), actions
+                     dcp_world_size=1, replicated_draft=False), actions
     # A smaller block size with the same room in tokens: the steps keep their meaning (they
     # count tokens), and a one-token block reaches a block boundary with fewer tokens.
     for smaller in (size for size in BLOCK_SIZES if size < world.block_size):

@@ -71,6 +71,9 @@ class PrefixCacheWorld:
     # decode_context_parallel_size): each rank holds ``block_size`` tokens of every block, so
     # the scheduler's block, its hashes and its hits are of ``block_size * dcp_world_size``.
     dcp_world_size: int = 1
+    # Beside that target, a draft model that keeps its whole cache on every rank: a second
+    # full-attention group of blocks of ``block_size`` tokens.
+    replicated_draft: bool = False
 
     def config(self) -> dict:
         return dict(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -85,7 +88,8 @@ class PrefixCacheWorld:
                     attention_chunk_size=self.attention_chunk_size,
                     local_groups=self.local_groups, second_window=self.second_window,
                     eagle_groups=self.eagle_groups, full_block_size=self.full_block_size,
-                    dcp_world_size=self.dcp_world_size)
+                    dcp_world_size=self.dcp_world_size,
+                    replicated_draft=self.replicated_draft)
 
 
 @st.composite
@@ -237,14 +241,22 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
     if not dcp_only and not hybrid and sliding_window is None and \
             draw(st.integers(0, 2)) == 0:
         dcp_world_size = draw(st.sampled_from((2, 2, 4)))
+    # A third of those (without EAGLE: vLLM replicates a draft model's cache, not an EAGLE
+    # drafter's) have a draft model beside the target, its cache replicated on every rank:
+    # its group keeps blocks of ``block_size`` tokens, as many as the pool drawn in them.
+    replicated_draft = False
+    if dcp_world_size > 1 and not use_eagle and not hash_lookahead and \
+            draw(st.integers(0, 2)) == 0:
+        replicated_draft = True
     if dcp_world_size > 1:
-        num_blocks = 1 + max(1, -(-(num_blocks - 1) // dcp_world_size))
+        draft_blocks = num_blocks - 1 if replicated_draft else 0
+        num_blocks = 1 + max(1, -(-(num_blocks - 1) // dcp_world_size)) + draft_blocks
     return PrefixCacheWorld(num_blocks, block_size, max_model_len, use_eagle, uncached_first,
                             tuple(requests), enable_caching, enable_kv_cache_events,
                             reserve_full_isl, watermark, sliding_window, max_in_flight_tokens,
                             kv_connector, hash_lookahead, hybrid, retention,
                             attention_chunk_size, local_groups, second_window, eagle_groups,
-                            full_block_size, dcp_world_size)
+                            full_block_size, dcp_world_size, replicated_draft)
 
 
 def _with_kind(request: PrefixRequest, kind: int) -> PrefixRequest:

@@ -142,6 +142,15 @@ def _diff(a: ast.AST, b: ast.AST, path: str, out: list[str]) -> None:
         if sorted(text_a) == sorted(text_b) and text_a != text_b:
             out.append(f"{here}: order")
             return
+        if isinstance(a, ast.Tuple) and isinstance(b, ast.Tuple) and \
+                len(a.elts) == len(b.elts) and all(
+                isinstance(e, sequences) for e in (*a.elts, *b.elts)):
+            # One sequence per group (a hybrid pool's blocks): each compared with its own,
+            # under the same path, so a bug shows one signature in a pool of one group or
+            # several, whichever group it shows in.
+            for x, y in zip(a.elts, b.elts, strict=False):
+                _diff(x, y, path, out)
+            return
         if isinstance(a, ast.Tuple) and len(a.elts) == len(b.elts) and all(
                 _number(e) is not None for e in (*a.elts, *b.elts)):   # a record of counts
             for n, (x, y) in enumerate(zip(a.elts, b.elts, strict=False)):

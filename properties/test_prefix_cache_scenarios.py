@@ -842,6 +842,34 @@ def test_a_block_decoded_over_two_ranks_is_hashed_hit_and_reported_whole(target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_a_replicated_draft_beside_a_dcp_target_caches_and_hits_in_its_own_blocks(target):
+    """Scenario: a target decoded over two ranks (blocks of two tokens, one per rank) beside
+    a draft model whose cache every rank keeps whole (blocks of one token): two groups of
+    full attention. r0's five tokens take three target blocks and five draft blocks; the
+    four tokens up to the last whole target block are cached in each group's own blocks
+    and reported per group at its block size. r1, sharing them, hits both groups' blocks;
+    r2, sharing three tokens, hits the one whole target block and the draft's two blocks
+    under it (a hit ends on the target's block)."""
+    cache = make_or_skip(target, "prefix_cache", drives="replicated_draft", num_blocks=10,
+                         block_size=1, max_model_len=8, dcp_world_size=2,
+                         replicated_draft=True)
+    agrees(FIT, _computed(cache, "r0", (1, 2, 3, 4, 5)), ((1, 2, 3), (4, 5, 6, 7, 8)))
+    agrees(CACHED, cache.cached_blocks(), {
+        (0, (1, 2)): (1,), (0, (1, 2, 3, 4)): (2,), (1, (1,)): (4,), (1, (1, 2)): (5,),
+        (1, (1, 2, 3)): (6,), (1, (1, 2, 3, 4)): (7,)})
+    agrees(EVENTS, cache.take_events(), tuple(in_release_shape(event, cache.event_fields) for
+                                              event in (
+        BlockStored(((1, 2), (1, 2, 3, 4)), None, (1, 2, 3, 4), (None, None), 2, "GPU", 0,
+                    "full_attention", None, None),
+        BlockStored(((1,), (1, 2), (1, 2, 3), (1, 2, 3, 4)), None, (1, 2, 3, 4),
+                    (None,) * 4, 1, "GPU", 1, "full_attention", None, None))))
+    cache.add_request(PrefixRequest("r1", (1, 2, 3, 4, 7)))
+    agrees(HIT, cache.get_computed_blocks("r1"), Hit(((1, 2), (4, 5, 6, 7)), 4))
+    cache.add_request(PrefixRequest("r2", (1, 2, 3, 9, 7)))
+    agrees(HIT, cache.get_computed_blocks("r2"), Hit(((1,), (4, 5)), 2))
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_a_hit_reported_in_full_names_the_blocks_it_reuses(target):
     """Scenario: KV events reported in full for one request
     (``sampling_params.extra_args={"kv_cache_report_mode": "full"}``). r0 computes four tokens:

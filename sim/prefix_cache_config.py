@@ -17,7 +17,7 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                         local_groups: int = 1, second_window: int | None = None,
                         eagle_groups: tuple[int, ...] = (0,),
                         full_block_size: int | None = None,
-                        dcp_world_size: int = 1) -> dict:
+                        dcp_world_size: int = 1, replicated_draft: bool = False) -> dict:
     """A pool of ``num_blocks`` blocks (block 0 is the null block) of ``block_size`` tokens;
     ``uncached_first``: where a block released without a cached hash goes in the free queue
     (vLLM's target takes its release's answer and ignores it); ``enable_caching`` and
@@ -61,7 +61,13 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
     ``dcp_world_size``: full attention alone decoded with context parallelism over that many
     ranks (vLLM's ``decode_context_parallel_size``), each holding ``block_size`` tokens of
     every block, so the scheduler's block, the hashes and the hits are of ``block_size *
-    dcp_world_size`` tokens."""
+    dcp_world_size`` tokens; ``replicated_draft``: with ``dcp_world_size``, a draft model's
+    layers beside full attention, run without context parallelism, so every rank keeps the
+    whole draft cache (vLLM's ``dcp_sharded=False`` spec, as its model runner marks a
+    ``draft_model`` speculator's layers under a DCP target): a second full-attention group
+    (group 1) of blocks of ``block_size`` tokens beside the target's of ``block_size *
+    dcp_world_size``, so the engine hashes per ``block_size`` tokens (the groups' GCD) and
+    lands hits on multiples of the target's block (their LCM), as in Gemma 4's layout."""
     for name, value, minimum in (("num_blocks", num_blocks, 2), ("block_size", block_size, 1),
                                  ("max_model_len", max_model_len, 1)):
         if not isinstance(value, int) or value < minimum:
@@ -149,6 +155,14 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
         raise HarnessError(f"dcp_world_size must be an integer >= 1, and 1 beside a window's "
                            f"or a chunked-local group (vLLM refuses decode context "
                            f"parallelism there), got {dcp_world_size!r}")
+    if replicated_draft not in (False, True) or (replicated_draft and (
+            dcp_world_size == 1 or use_eagle or hash_lookahead)):
+        # vLLM marks a draft's cache replicated only for a draft model (its own layers,
+        # tokens in, no hidden states: no EAGLE drop, no lookahead hashes) under a DCP target.
+        raise HarnessError(f"replicated_draft must be False, or True with dcp_world_size > 1 "
+                           f"and neither use_eagle nor hash_lookahead (vLLM keeps a draft "
+                           f"model's cache replicated under a context-parallel target), got "
+                           f"{replicated_draft!r} with dcp_world_size={dcp_world_size!r}")
     return dict(num_blocks=num_blocks, block_size=block_size, max_model_len=max_model_len,
                 use_eagle=bool(use_eagle), uncached_first=bool(uncached_first),
                 enable_caching=bool(enable_caching),
@@ -159,14 +173,21 @@ def prefix_cache_config(num_blocks: int, block_size: int, max_model_len: int,
                 hybrid=bool(hybrid), retention=retention,
                 attention_chunk_size=attention_chunk_size, local_groups=local_groups,
                 second_window=second_window, eagle_groups=eagle_groups,
-                full_block_size=full_block_size, dcp_world_size=dcp_world_size)
+                full_block_size=full_block_size, dcp_world_size=dcp_world_size,
+                replicated_draft=bool(replicated_draft))
 
 
 def as_scheduler_blocks(config: dict) -> dict:
     """A checked configuration as the model takes it: decode context parallelism changes no
     promise of the block cache but the block's size (each rank holds ``block_size`` of a
     block's tokens; the scheduler, the hashes, the hits and the tables count whole blocks),
-    so the model is given blocks of ``block_size * dcp_world_size`` tokens."""
+    so the model is given blocks of ``block_size * dcp_world_size`` tokens. With a
+    replicated draft it is given two groups of full attention, the target's blocks of that
+    many tokens (``full_block_size``) beside the draft's of ``block_size``."""
     config = dict(config)
-    config["block_size"] *= config.pop("dcp_world_size", 1)
+    ranks = config.pop("dcp_world_size", 1)
+    if config.get("replicated_draft"):
+        config.update(hybrid=True, full_block_size=config["block_size"] * ranks)
+    else:
+        config["block_size"] *= ranks
     return config

@@ -17,6 +17,8 @@ next token does not exist yet has no key: it is neither found nor cached.
 With full-attention blocks larger than the windows' (``full_block_size``), each group keys
 its blocks at its own size, a hit is searched again below itself until it ends on a
 multiple of the larger size, and a group caches its blocks only up to such a multiple.
+A replicated draft beside a context-parallel target (``replicated_draft``) is served the
+same way, its group a full-attention one of the smaller blocks.
 Catalogued bugs (``fixtures/known_bugs.py``) can be
 switched back on:
 
@@ -102,12 +104,17 @@ class NativePrefixCache:
                  retention: int | None = None, attention_chunk_size: int | None = None,
                  local_groups: int = 1, second_window: int | None = None,
                  eagle_groups: tuple[int, ...] = (0,), full_block_size: int | None = None,
-                 dcp_world_size: int = 1, bugs: frozenset[str] = frozenset()):
+                 dcp_world_size: int = 1, replicated_draft: bool = False,
+                 bugs: frozenset[str] = frozenset()):
         # With decode context parallelism each rank keeps ``block_size`` tokens of a block:
-        # the pool here is the scheduler's, whose block is all ranks' share of it.
+        # the pool here is the scheduler's, whose block is all ranks' share of it. A draft
+        # model's replicated cache beside it keeps blocks of ``block_size`` tokens: a second
+        # full-attention group, the hashes per its block, the target's the larger blocks.
+        if replicated_draft:
+            hybrid, full_block_size = True, block_size * dcp_world_size
         self.num_blocks, self.block_size, self.max_model_len = num_blocks, \
-            block_size * dcp_world_size, max_model_len
-        self.dcp_world_size = dcp_world_size
+            block_size * (1 if replicated_draft else dcp_world_size), max_model_len
+        self.dcp_world_size, self.replicated_draft = dcp_world_size, replicated_draft
         self.use_eagle, self.uncached_first, self.bugs = use_eagle, uncached_first, bugs
         self.enable_caching, self.enable_kv_cache_events = enable_caching, enable_kv_cache_events
         self.reserve_full_isl, self.watermark = reserve_full_isl, watermark

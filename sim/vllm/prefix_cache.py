@@ -59,7 +59,7 @@ class VllmPrefixCache:
                  retention: int | None = None, attention_chunk_size: int | None = None,
                  local_groups: int = 1, second_window: int | None = None,
                  eagle_groups: tuple[int, ...] = (0,), full_block_size: int | None = None,
-                 dcp_world_size: int = 1):
+                 dcp_world_size: int = 1, replicated_draft: bool = False):
         import torch
         self._utils = release.import_module("vllm.v1.core.kv_cache_utils")
         kv = release.import_module("vllm.v1.kv_cache_interface")
@@ -78,6 +78,11 @@ class VllmPrefixCache:
         scheduler_block = block_size * dcp_world_size
         self.hash_size = prefix_cache_compat.engine_hash_block_size(block_size,
                                                                     dcp_world_size)
+        # A draft model's replicated cache beside the target's: two full-attention groups,
+        # hashed per the draft's block (the groups' GCD), hits on the target's (their LCM).
+        self.replicated_draft = prefix_cache_compat.replicated_draft(kv, replicated_draft)
+        if self.replicated_draft:
+            self.hash_size = block_size
         self.hash_lookahead = prefix_cache_compat.hash_lookahead(cls, hash_lookahead)
         # An EAGLE world of lookahead hashes on a release without them: that release's EAGLE
         # (the block drop), as its scheduler builds it.
@@ -92,7 +97,7 @@ class VllmPrefixCache:
         self.sliding_window, self.max_in_flight_tokens = \
             prefix_cache_compat.sliding_window(cls, sliding_window, max_in_flight_tokens)
         self.kv_connector = prefix_cache_compat.connector_loads(cls, kv_connector)
-        self.hybrid = prefix_cache_compat.hybrid_groups(
+        self.hybrid = self.replicated_draft or prefix_cache_compat.hybrid_groups(
             hybrid and (self.sliding_window is not None or attention_chunk_size is not None))
         # vLLM 0.33.0 builds a chunked-local model's groups so (full attention beside chunked
         # local) by default (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1) and
@@ -106,7 +111,7 @@ class VllmPrefixCache:
         # Full-attention blocks larger than the windows' (Gemma 4's): vLLM's engine builds
         # them when full attention's page per token is the smaller one.
         self.full_block_size = full_block_size if self.hybrid and self.sliding_window \
-            else None
+            else scheduler_block if self.replicated_draft else None
         if self.attention_chunk_size is not None:   # it caps the chunked group's admissions
             self.max_in_flight_tokens = max_in_flight_tokens    # (0.33.0 has the keyword)
         # A world option the release is not driven with (its rules were not read): the
@@ -115,6 +120,10 @@ class VllmPrefixCache:
         self.drives_kv_connector = not kv_connector or self.kv_connector
         self.drives_hash_lookahead = not hash_lookahead or bool(self.hash_lookahead)
         self.drives_hybrid = not hybrid or self.hybrid
+        self.drives_replicated_draft = not replicated_draft or self.replicated_draft
+        self.why_no_replicated_draft = "absent: no replicated draft group beside a " \
+            f"context-parallel target of vLLM 0.33.0's rules (vLLM {self.release}: no " \
+            "dcp_sharded spec, or releases before 0.33.0 not read for the hybrid coordinator)"
         self.why_no_hybrid = "absent: no full-attention group beside a local one of " \
             f"vLLM 0.33.0's rules (vLLM {self.release}: releases before 0.33.0 not read for " \
             "the hybrid coordinator)"
@@ -127,14 +136,19 @@ class VllmPrefixCache:
         full = spec = _full_attention(kv, block_size, torch.float32)
         if self.sliding_window is not None:
             spec = _sliding_window(kv, spec, self.sliding_window)
-        if self.full_block_size is not None:
+        if self.full_block_size is not None and not self.replicated_draft:
+            # (a DCP target's spec keeps a rank's block: its manager scales it)
             full = dataclasses.replace(full, block_size=self.full_block_size)
         if self.attention_chunk_size is not None:
             spec = _chunked_local(kv, spec, self.attention_chunk_size)
+        if self.replicated_draft:       # the target's layers sharded, the draft's not
+            spec = dataclasses.replace(spec, dcp_sharded=False)
         groups = [kv.KVCacheGroupSpec(["layer"], spec)]
         if self.hybrid:         # full attention is group 0, as a hybrid model's config has it
             groups = [(["full"], full)] + [([f"local{i}"], spec)
                                            for i in range(self.local_groups)]
+            if self.replicated_draft:
+                groups = [(["full"], full), (["draft"], spec)]
             if self.second_window is not None:
                 groups.append((["second"], _sliding_window(kv, spec, self.second_window)))
             # With EAGLE the drafter's layers sit in the groups of their specs, which the
@@ -169,7 +183,8 @@ class VllmPrefixCache:
         if dcp_world_size > 1:
             switches["dcp_world_size"] = dcp_world_size
         self.manager = cls(config, **prefix_cache_compat.manager_kwargs(
-            cls, scheduler_block, max_model_len, self.full_block_size, **switches))
+            cls, block_size if self.replicated_draft else scheduler_block, max_model_len,
+            self.full_block_size, **switches))
         self.pool = prefix_cache_compat.block_pool(self.manager)
         self._estimate = prefix_cache_compat.cached_tokens_estimate(self.manager)
         self.estimates_cached_tokens = self._estimate is not None
@@ -420,6 +435,7 @@ class VllmPrefixCache:
 
     def __repr__(self) -> str:
         ranks = f", dcp_world_size={self.dcp_world_size}" if self.dcp_world_size > 1 else ""
+        ranks += ", replicated_draft=True" if self.replicated_draft else ""
         return f"VllmPrefixCache(vllm=={self.release}, block_size={self.block_size}{ranks})"
 
 
@@ -535,10 +551,12 @@ def make_prefix_cache(num_blocks: int, block_size: int, max_model_len: int,
                       local_groups: int = 1, second_window: int | None = None,
                       eagle_groups: tuple[int, ...] = (0,),
                       full_block_size: int | None = None,
-                      dcp_world_size: int = 1) -> VllmPrefixCache:
+                      dcp_world_size: int = 1,
+                      replicated_draft: bool = False) -> VllmPrefixCache:
     """The ``vllm`` target's prefix cache (``sim.targets`` routes here)."""
     return VllmPrefixCache(num_blocks, block_size, max_model_len, use_eagle, enable_caching,
                            enable_kv_cache_events, reserve_full_isl, watermark,
                            sliding_window, max_in_flight_tokens, kv_connector, hash_lookahead,
                            hybrid, retention, attention_chunk_size, local_groups,
-                           second_window, eagle_groups, full_block_size, dcp_world_size)
+                           second_window, eagle_groups, full_block_size, dcp_world_size,
+                           replicated_draft)

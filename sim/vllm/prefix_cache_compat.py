@@ -7,6 +7,7 @@ a release between two read ones is taken as the older one's unless a probe below
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any
 
@@ -131,6 +132,23 @@ def hybrid_groups(hybrid: bool) -> bool:
     #   attention alone, as vLLM builds one without the hybrid coordinator).
     """
     return hybrid and release.at_least("0.33.0")
+
+
+def replicated_draft(kv: Any, wanted: bool) -> bool:
+    """Whether the release is driven with a draft model's replicated cache beside a
+    context-parallel target's (a spec of ``dcp_sharded=False``, a group of its own).
+
+    # vLLM 0.33.0 (read): ``KVCacheSpec.dcp_sharded`` (``AttentionSpec``'s default True);
+    #   the V2 model runner marks a ``draft_model`` speculator's layers unsharded where the
+    #   target runs DCP and the draft does not; the manager of such a group keeps the spec's
+    #   block size (only sharded specs are scaled by the ranks); the hybrid coordinator takes
+    #   full-attention, Mamba and replicated groups under DCP; the engine hashes per the
+    #   groups' GCD (``resolve_kv_cache_block_sizes``) and lands hits on their LCM. 0.32.0
+    #   has the field too, but releases before 0.33.0 were not read for the hybrid
+    #   coordinator (``hybrid_groups``).
+    """
+    return wanted and hybrid_groups(True) and any(
+        f.name == "dcp_sharded" for f in dataclasses.fields(kv.AttentionSpec))
 
 
 def block_pool(manager: Any) -> Any:
