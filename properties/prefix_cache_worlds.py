@@ -102,8 +102,8 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
     model's, the drafter's layers in any of the groups that can hold them);
     ``scaled_only`` (with ``hybrid_only`` and ``eagle_only``): every world of two block
     sizes (Gemma 4's layout, with its MTP drafter); ``dcp_only``: every world full
-    attention alone decoded over two or four ranks, prompts measured in the ranks' whole
-    blocks."""
+    attention decoded over two or four ranks (half beside a replicated draft), prompts
+    measured in the ranks' whole blocks."""
     block_size = draw(st.sampled_from(BLOCK_SIZES))
     # Gemma 4's layout on its own machine: its full-attention blocks (of two or three window
     # blocks) drawn first, and prompts measured in them, so hits of whole full-attention
@@ -115,7 +115,12 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
     # prompts measured in whole blocks (in the ranks' blocks few prompts fill one: a hit of
     # such blocks in 0.4 examples in a hundred of the main machine's, 8.5 here:
     # results/hazards/prefix-cache-dcp-main-hazards-seeds-0-3.json and the DCP machine's).
-    ranks = draw(st.sampled_from((2, 4))) if dcp_only else 1
+    # Half of them (where no EAGLE drafter is drawn below) put a draft model beside the
+    # target, its cache replicated on every rank, drawn with the ranks in one draw. The main
+    # machine draws none: one more draw there would shift every later example of its
+    # derandomized runs, the catalogue's among them.
+    ranks, replicated = draw(st.sampled_from(((2, False), (4, False), (2, True), (4, True)))) \
+        if dcp_only else (1, False)
     unit = block_size * ratio * ranks
     stems = [tuple(range(10 * (s + 1), 10 * (s + 1) + unit * draw(st.integers(1, 2))))
              for s in range(draw(st.integers(1, 2)))]
@@ -241,13 +246,10 @@ def prefix_cache_worlds(draw, max_requests: int = 5, hybrid_only: bool = False,
     if not dcp_only and not hybrid and sliding_window is None and \
             draw(st.integers(0, 2)) == 0:
         dcp_world_size = draw(st.sampled_from((2, 2, 4)))
-    # A third of those (without EAGLE: vLLM replicates a draft model's cache, not an EAGLE
-    # drafter's) have a draft model beside the target, its cache replicated on every rank:
-    # its group keeps blocks of ``block_size`` tokens, as many as the pool drawn in them.
-    replicated_draft = False
-    if dcp_world_size > 1 and not use_eagle and not hash_lookahead and \
-            draw(st.integers(0, 2)) == 0:
-        replicated_draft = True
+    # A replicated draft (the DCP machine's) comes without EAGLE: vLLM replicates a draft
+    # model's cache, not an EAGLE drafter's. Its group keeps blocks of ``block_size`` tokens,
+    # as many as the pool drawn in them.
+    replicated_draft = replicated and not use_eagle and not hash_lookahead
     if dcp_world_size > 1:
         draft_blocks = num_blocks - 1 if replicated_draft else 0
         num_blocks = 1 + max(1, -(-(num_blocks - 1) // dcp_world_size)) + draft_blocks
