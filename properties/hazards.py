@@ -72,7 +72,10 @@ LEFT_TO = {f"{PREFIX_CACHE}:PrefixCacheMachine": dict.fromkeys(
     "worlds): ScaledEagleHybridPrefixCacheMachine reaches it") | {
     "EAGLE: a hit read past by the drafter's window": "a hit in a hybrid world with the "
     "drafter in a window (one world in about seventy): EagleHybridPrefixCacheMachine "
-    "reaches it"}}
+    "reaches it",
+    "DCP: a hit of the target's and the replicated draft's blocks": "the main machine "
+    "draws no replicated draft (a further draw would shift its derandomized runs): "
+    "DcpPrefixCacheMachine reaches it"}}
 REACHES = [
     *(Reach(spec, unreached=LEFT_TO.get(spec, {})) for _, spec in sorted(MACHINES.items())),
     # The policy machines' larger worlds exist for their own hazards (``POLICY_HAZARDS``);
@@ -148,7 +151,6 @@ REACHES = [
         "DCP: prefix hit of blocks spread over the ranks",
         "DCP: a prompt shares a cached block's first rank's tokens, not the whole block",
         "DCP: a hit of the target's and the replicated draft's blocks",
-        "DCP: the replicated draft's hit shorter than the target's",
         "KV connector handed a finished request's blocks")),
 ]
 

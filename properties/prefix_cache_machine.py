@@ -80,7 +80,6 @@ HAZARDS = (
     "DCP: prefix hit of blocks spread over the ranks",
     "DCP: a prompt shares a cached block's first rank's tokens, not the whole block",
     "DCP: a hit of the target's and the replicated draft's blocks",
-    "DCP: the replicated draft's hit shorter than the target's",
     "full report: a hit's reused blocks reported",
     "full report: a hit past the null block reported",
 )
@@ -673,10 +672,8 @@ class PrefixCacheMachine(HarnessMachine):
             self.hazard("full report: a hit's reused blocks reported")
             if NULL_BLOCK in blocks:
                 self.hazard("full report: a hit past the null block reported")
-        if hit.shared_prefix_boundary:
-            self.hazard("DCP: the replicated draft's hit shorter than the target's"
-                        if model.replicated_draft else
-                        "hybrid: the window's hit shorter than full attention's")
+        if hit.shared_prefix_boundary and not model.replicated_draft:
+            self.hazard("hybrid: the window's hit shorter than full attention's")
         if model.second_window and model.enable_caching:
             self._note_two_windows(rid, keys[:(model.num_tokens(rid) - 1) // model.block_size])
         if model.local_groups > 1:
