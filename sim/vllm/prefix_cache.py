@@ -144,11 +144,11 @@ class VllmPrefixCache:
         if self.replicated_draft:       # the target's layers sharded, the draft's not
             spec = dataclasses.replace(spec, dcp_sharded=False)
         groups = [kv.KVCacheGroupSpec(["layer"], spec)]
-        if self.hybrid:         # full attention is group 0, as a hybrid model's config has it
+        # full attention is group 0, as a hybrid model's config has it (a replicated draft's
+        # the one local group)
+        if self.hybrid:
             groups = [(["full"], full)] + [([f"local{i}"], spec)
                                            for i in range(self.local_groups)]
-            if self.replicated_draft:
-                groups = [(["full"], full), (["draft"], spec)]
             if self.second_window is not None:
                 groups.append((["second"], _sliding_window(kv, spec, self.second_window)))
             # With EAGLE the drafter's layers sit in the groups of their specs, which the
