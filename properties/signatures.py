@@ -147,9 +147,14 @@ def _diff(a: ast.AST, b: ast.AST, path: str, out: list[str]) -> None:
                 isinstance(e, sequences) for e in (*a.elts, *b.elts)):
             # One sequence per group (a hybrid pool's blocks): each compared with its own,
             # under the same path, so a bug shows one signature in a pool of one group or
-            # several, whichever group it shows in.
+            # several, whichever group it shows in. A group holding more blocks or fewer is
+            # that alone: a window's hit of another length reads other blocks, which says
+            # nothing more about the bug.
             for x, y in zip(a.elts, b.elts, strict=False):
-                _diff(x, y, path, out)
+                if len(x.elts) != len(y.elts):
+                    out.append(f"{here}: {'extra' if len(x.elts) > len(y.elts) else 'missing'}")
+                else:
+                    _diff(x, y, path, out)
             return
         if isinstance(a, ast.Tuple) and len(a.elts) == len(b.elts) and all(
                 _number(e) is not None for e in (*a.elts, *b.elts)):   # a record of counts
