@@ -155,6 +155,20 @@ def test_a_crash_is_grouped_by_its_type_and_where_it_raised():
      "take_events returned {['stored']: extra}"),
     ("take_events returned {'stored': [(1, ('a', 10, 11)), (1, ('a', 10))]}, the model "
      "expects {'stored': []}", "take_events returned {['stored']: extra}"),
+    # A per-group answer compared group by group: the connector's extra block in a pool of
+    # one group or two, and a hit cut short in two groups or three (the windows' blocks of
+    # a shorter hit differ), one shape each.
+    ("connector_finished returned (1, 2), the model expects (1,)",
+     "connector_finished returned {value: extra}"),
+    ("connector_finished returned ((1, 6), (2, 3, 4, 5)), the model expects "
+     "((1,), (2, 3, 4, 5))", "connector_finished returned {value: extra}"),
+    ("get_computed_blocks returned Hit(block_ids=((), ()), num_computed_tokens=0), the model "
+     "expects Hit(block_ids=((1,), (3, 4)), num_computed_tokens=2)",
+     "get_computed_blocks returned {block_ids: missing, num_computed_tokens: less}"),
+    ("get_computed_blocks returned Hit(block_ids=((1,), (3, 4, 5), (0, 9, 10)), "
+     "num_computed_tokens=3), the model expects Hit(block_ids=((1, 2), (3, 4, 5, 6, 7, 13), "
+     "(0, 0, 0, 0, 12, 15)), num_computed_tokens=6)",
+     "get_computed_blocks returned {block_ids: missing, num_computed_tokens: less}"),
 ])
 def test_the_shape_of_a_difference(message, shape):
     assert difference_shape(message) == shape
