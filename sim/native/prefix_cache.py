@@ -51,6 +51,8 @@ switched back on:
 - ``pc-full-report-placeholders``: a request reporting in full has its hit reported with a
   block for every slot of a group's hit, the null block in a window's or a chunk's place
   included (the hashes of blocks the hit does not hold).
+- ``pc-full-report-rank-block``: with decode context parallelism a full report names the
+  target's reused blocks in one rank's share of a block: the prefixes of that many tokens.
 - ``pc-dcp-hash-per-rank``: with decode context parallelism, each block is keyed by the
   prefix of as many tokens as one rank holds per block (block ``i`` by the first ``(i + 1) *
   block_size`` tokens), not by the whole block's.
@@ -204,6 +206,8 @@ class NativePrefixCache:
         tokens, salt = self.tokens[request_id], self.sent[request_id].cache_salt
         for g, column in enumerate(columns):
             kind, span, _, _, size = self.groups[g]
+            if "pc-full-report-rank-block" in self.bugs and g == 0:
+                size //= self.dcp_world_size       # the spec's per-rank block
             slots = [i for i, block in enumerate(column) if block != NULL_BLOCK or
                      "pc-full-report-placeholders" in self.bugs]
             if not slots:
