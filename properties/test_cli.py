@@ -71,6 +71,18 @@ def test_decode_context_parallelism_vllm_refuses_names_the_problem(dcp_world_siz
              dcp_world_size=dcp_world_size, **world)
 
 
+@pytest.mark.parametrize("world", [
+    dict(dcp_world_size=1),                                         # no context parallelism
+    dict(dcp_world_size=2, use_eagle=True),                         # an EAGLE drafter
+    dict(dcp_world_size=2, hash_lookahead=1),                       # its lookahead hashes
+])
+def test_a_replicated_draft_vllm_does_not_build_names_the_problem(world):
+    with pytest.raises(HarnessError, match=r"replicated_draft must be False, or True with "
+                                           r"dcp_world_size > 1"):
+        make("native", "prefix_cache", num_blocks=8, block_size=1, max_model_len=8,
+             replicated_draft=True, **world)
+
+
 def test_bug_of_another_subsystem_is_refused():
     with pytest.raises(HarnessError, match="no encoder_cache implementation|belongs to"):
         make("native:enc-stale-freed", "tiered_lookup")
