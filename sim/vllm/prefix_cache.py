@@ -122,8 +122,9 @@ class VllmPrefixCache:
         self.drives_hybrid = not hybrid or self.hybrid
         self.drives_replicated_draft = not replicated_draft or self.replicated_draft
         self.why_no_replicated_draft = "absent: no replicated draft group beside a " \
-            f"context-parallel target of vLLM 0.33.0's rules (vLLM {self.release}: no " \
-            "dcp_sharded spec, or releases before 0.33.0 not read for the hybrid coordinator)"
+            f"context-parallel target of vLLM 0.33.0's rules (vLLM {self.release}: " + (
+                "no dcp_sharded spec)" if prefix_cache_compat.hybrid_groups(True) else
+                "releases before 0.33.0 not read for the hybrid coordinator)")
         self.why_no_hybrid = "absent: no full-attention group beside a local one of " \
             f"vLLM 0.33.0's rules (vLLM {self.release}: releases before 0.33.0 not read for " \
             "the hybrid coordinator)"
