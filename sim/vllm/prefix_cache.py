@@ -76,13 +76,11 @@ class VllmPrefixCache:
         # one; the request hasher's block is the release engine's (prefix_cache_compat).
         self.dcp_world_size = dcp_world_size
         scheduler_block = block_size * dcp_world_size
-        self.hash_size = prefix_cache_compat.engine_hash_block_size(block_size,
-                                                                    dcp_world_size)
         # A draft model's replicated cache beside the target's: two full-attention groups,
         # hashed per the draft's block (the groups' GCD), hits on the target's (their LCM).
         self.replicated_draft = prefix_cache_compat.replicated_draft(kv, replicated_draft)
-        if self.replicated_draft:
-            self.hash_size = block_size
+        self.hash_size = block_size if self.replicated_draft else \
+            prefix_cache_compat.engine_hash_block_size(block_size, dcp_world_size)
         self.hash_lookahead = prefix_cache_compat.hash_lookahead(cls, hash_lookahead)
         # An EAGLE world of lookahead hashes on a release without them: that release's EAGLE
         # (the block drop), as its scheduler builds it.
