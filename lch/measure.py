@@ -95,11 +95,18 @@ def run_pytest(args: list[str]) -> tuple[dict, list[dict]]:
     class Collect:
         def pytest_runtest_logreport(self, report):
             if report.when == "call" or report.outcome != "passed":
-                outcomes.setdefault(report.nodeid, report.outcome)
+                # An expected failure is a known finding that still holds, and one that
+                # passes turns a strict xfail red: neither is a skip (pytest reports the
+                # first as skipped, with ``wasxfail``).
+                outcome = report.outcome
+                if hasattr(report, "wasxfail"):
+                    outcome = "xfailed" if report.skipped else "xpassed"
+                outcomes.setdefault(report.nodeid, outcome)
 
     code = pytest.main(args, plugins=[Collect()])
     items = [{"test": t, "outcome": o} for t, o in sorted(outcomes.items())]
-    counts = {o: sum(i["outcome"] == o for i in items) for o in ("passed", "failed", "skipped")}
+    counts = {o: sum(i["outcome"] == o for i in items)
+              for o in ("passed", "failed", "skipped", "xfailed", "xpassed")}
     return {"exit_code": int(code), **counts}, items
 
 

@@ -23,6 +23,8 @@ from sim.targets import make
 
 # Checked only by written-out scenarios (no machine drives these): name -> what holds.
 SCENARIO_PROPERTIES = {
+    "events-claim-only-cached": "a consumer replaying the KV events never holds a prefix the "
+                                "pool does not cache (properties/kv_event_mirror.py)",
     "tier-poll-thread": "the tier-poll thread is a daemon that runs exactly when a tier asked "
                         "for it and the interval is positive, notices a polled tier's "
                         "finished jobs between steps, and stops at shutdown",

@@ -27,7 +27,8 @@ SUBSYSTEM = Subsystem(
     vllm_suites=("properties/test_prefix_cache.py", "properties/test_prefix_cache_scenarios.py",
                  "properties/test_prefix_cache_free_blocks.py",
                  "properties/test_prefix_cache_queue.py",
-                 "properties/test_prefix_cache_pools.py"),
+                 "properties/test_prefix_cache_pools.py",
+                 "properties/test_prefix_cache_mamba_world.py"),
     # Hunted with the further machines whose tests its suites run: a hybrid pool's bugs
     # (Gemma 4's layout with a drafter) are met in their worlds, which the main machine
     # draws in one in a hundred; the derandomized suites alone meet them by luck. Likewise
@@ -42,7 +43,9 @@ SUBSYSTEM = Subsystem(
     mutation_subjects="lch.prefix_cache_suites:subjects",
     tests={"fast": ("properties/test_prefix_cache_scenarios.py",
                     "properties/test_prefix_cache_free_blocks.py",
-                    "properties/test_prefix_cache_compat.py"),
+                    "properties/test_prefix_cache_compat.py",
+                    "properties/test_kv_event_mirror.py",
+                    "properties/test_prefix_cache_mamba_world.py"),
            "machines": ("properties/test_prefix_cache.py",
                         "properties/test_prefix_cache_queue.py",
                         "properties/test_prefix_cache_pools.py"),

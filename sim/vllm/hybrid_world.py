@@ -145,10 +145,18 @@ def _check_imports() -> None:
 
 @functools.cache
 def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_tokens: int,
-          max_model_len: int = 8192) -> HybridWorld:
+          max_model_len: int = 8192, kv_events: bool = False,
+          num_gpu_blocks: int | None = None, retention_interval: int | None = 0) -> HybridWorld:
     """The world of the model in ``model_dir`` (a ``config.json``) with an MTP drafter of
     ``num_speculative_tokens``, prefix caching and chunked prefill on, the given token budget
-    and ``max_num_seqs``. Every value passes vLLM's validators (a bad one raises there).
+    and ``max_num_seqs``; ``kv_events``: KV cache events on (``KVEventsConfig``, the null
+    publisher: ``HybridScheduler`` keeps what the scheduler publishes); ``num_gpu_blocks``:
+    the pool that many blocks (``CacheConfig.num_gpu_blocks_override``, the user's option), so
+    that requests press on it; ``retention_interval``: which Mamba states the prefix cache
+    keeps (``prefix_cache_retention_interval``: 0, vLLM's default, the prompt's replay boundary
+    and shared-prefix junctions; None, every state computed; N, one per N tokens). Every
+    value passes vLLM's validators (a bad one raises there: fewer blocks than the model's
+    length needs, say).
     One build per process and key (~15 s; the first per architecture also inspects the
     model, ~30 s). A build that fails is ``unavailable`` (``AdapterError``), never a finding:
     there is no world to find anything in."""
@@ -156,7 +164,7 @@ def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_
     try:
         with declared_cpu():
             return _build(model_dir, token_budget, max_num_seqs, num_speculative_tokens,
-                          max_model_len)
+                          max_model_len, kv_events, num_gpu_blocks, retention_interval)
     except HarnessError:
         raise
     except Exception as error:  # noqa: BLE001 - whatever stopped vLLM building the world
@@ -165,12 +173,15 @@ def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_
         raise AdapterError(
             f"vLLM {release.release()} could not build the hybrid world of {model_dir} "
             f"(token budget {token_budget}, max_num_seqs {max_num_seqs}, "
-            f"{num_speculative_tokens} speculative tokens): {verdict.detail} "
+            f"{num_speculative_tokens} speculative tokens"
+            + (f", {num_gpu_blocks} blocks" if num_gpu_blocks is not None else "")
+            + f"): {verdict.detail} "
             f"(at {verdict.where})") from error
 
 
 def _build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_tokens: int,
-           max_model_len: int) -> HybridWorld:
+           max_model_len: int, kv_events: bool, num_gpu_blocks: int | None,
+           retention_interval: int | None) -> HybridWorld:
     import torch
     config = release.import_module("vllm.config")
     model_config = config.ModelConfig(
@@ -187,7 +198,13 @@ def _build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative
         vllm_config = config.VllmConfig(
             model_config=model_config, parallel_config=parallel,
             speculative_config=speculative_config, scheduler_config=scheduler_config,
-            cache_config=config.CacheConfig(enable_prefix_caching=True),
+            cache_config=config.CacheConfig(
+                enable_prefix_caching=True, num_gpu_blocks_override=num_gpu_blocks,
+                # named only when asked: a release before the option has 0's behaviour
+                **({} if retention_interval == 0 else
+                   {"prefix_cache_retention_interval": retention_interval})),
+            kv_events_config=config.KVEventsConfig(enable_kv_cache_events=True,
+                                                   publisher="null") if kv_events else None,
             load_config=config.LoadConfig(load_format="dummy"))
     loader = release.import_module("vllm.model_executor.model_loader.utils")
     torch_utils = release.import_module("vllm.utils.torch_utils")
@@ -285,17 +302,49 @@ class HybridScheduler:
         utils.init_none_hash(hash_fn)
         self._hasher = utils.get_request_block_hasher(
             world.hash_block_size, hash_fn, vllm_config.num_hash_lookahead_tokens)
+        self._utils = utils
+        self.published: list[Any] = []
+        if self.scheduler.enable_kv_cache_events:
+            # The engine's seam for its events: the scheduler publishes each step's batch
+            # (``update_from_output``) to this object, as it would to a ZMQ publisher.
+            self.scheduler.kv_event_publisher = SimpleNamespace(
+                publish=lambda batch: self.published.extend(batch.events),
+                shutdown=lambda: None)
 
     def add_request(self, request_id: str, prompt_len: int, max_tokens: int = 1) -> None:
         """A text request; its tokens differ from every other request's from the first on
         (no prefix-cache hit between them)."""
         salt = sum(map(ord, request_id))
-        tokens = [(salt * 31 + i * 7) % 251 + 3 for i in range(prompt_len)]
+        self.add_prompt(request_id, [(salt * 31 + i * 7) % 251 + 3 for i in range(prompt_len)],
+                        max_tokens)
+
+    def add_prompt(self, request_id: str, tokens: list[int], max_tokens: int = 1,
+                   report_full: bool = False) -> None:
+        """A text request of ``tokens``; ``report_full``: it asks for its KV events in full
+        (``kv_cache_report_mode``), so its lookup reports the cached blocks it reuses."""
+        extra = {"kv_cache_report_mode": "full"} if report_full else None
         self.scheduler.add_request(self._request.Request(
-            request_id=request_id, prompt_token_ids=tokens,
+            request_id=request_id, prompt_token_ids=list(tokens),
             sampling_params=self._sampling.SamplingParams(max_tokens=max_tokens,
-                                                          ignore_eos=True),
+                                                          ignore_eos=True, extra_args=extra),
             pooling_params=None, block_hasher=self._hasher))
+
+    def take_published(self) -> list[Any]:
+        """The KV events the scheduler published since the last call, in order."""
+        events, self.published = self.published, []
+        return events
+
+    def cached_prefixes(self) -> set[tuple[int, Any]]:
+        """What the pool caches: (group index, the prefix's hash as events carry it)."""
+        from sim.vllm import prefix_cache_compat
+        utils = self._utils
+        return {(utils.get_group_id(key), utils.maybe_convert_block_hash(
+                    utils.get_block_hash(key)))
+                for key, _ in prefix_cache_compat.cached_entries(
+                    self.scheduler.kv_cache_manager.block_pool)}
+
+    def reset_prefix_cache(self) -> bool:
+        return self.scheduler.reset_prefix_cache()
 
     def step(self) -> dict[str, int]:
         """One pass and its output applied; returns the tokens scheduled per request."""

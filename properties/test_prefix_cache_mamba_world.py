@@ -1,0 +1,157 @@
+"""The prefix cache of a hybrid Mamba model as vLLM builds it, through its real ``Scheduler``:
+KV events checked against the pool they describe (``events-claim-only-cached``,
+``properties/kv_event_mirror.py``).
+
+The world is ``sim/vllm/hybrid_world.py``'s: Qwen3-Next with its MTP drafter, every setting
+through vLLM's config objects, on the declared CPU: a Mamba group in align mode (states
+cached per block of 1152 tokens) beside full attention, hashed per block. KV events are on
+and the pool is 16 blocks (``num_gpu_blocks_override``; vLLM refuses fewer for an 8192-token
+model), so requests evict each other's prefixes and are preempted. Drawn per run, as a user
+sets them: the token budget, 4096 (a prefill chunk spans up to three blocks, and the Mamba
+states at the ends of the blocks it passes are never computed) or 2048 (one block a chunk);
+and which computed states the prefix cache keeps (``prefix_cache_retention_interval``: 0,
+vLLM's default, the prompt's replay boundary and shared-prefix junctions; None, every one;
+2304, one per two blocks).
+
+Hypothesis draws requests over two documents (prompts of one share its prefix), their output
+lengths, whether each asks for its KV events in full (``kv_cache_report_mode``), and between
+them scheduler steps and cache resets; after every step every event published so far is
+replayed and compared with the pool. There is no reference model here: the property is what
+any consumer of the events relies on, and holds of the pool's own state.
+
+vLLM only (the world is vLLM's own); without vLLM these skip, under ``LCH_REQUIRE_TARGETS=1``
+(``nox -s vllm``) they fail instead; a release before 0.33.0 skips as absent (the world is
+built the way 0.33.0 builds it). A release that cannot build the world fails as
+``unavailable``, never as a finding.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from fixtures.hybrid_models import QWEN3_NEXT_MTP
+from properties.kv_event_mirror import EventMirror
+from properties.run import unavailable
+from properties.scenarios import holds
+from sim.errors import AdapterError, TargetUnavailable
+
+CLAIMS = "events-claim-only-cached"
+POOL_BLOCKS = 16
+BUDGETS = (4096, 2048)
+RETENTIONS = (0, None, 2304)
+DOCUMENTS = 2
+BLOCK = 1152                          # the block vLLM computes for the world (checked below)
+LONGEST_PROMPT = 4 * BLOCK + 600
+DRAIN_STEPS = 40                      # every request finishes well inside it
+
+
+def world(budget: int, retention_interval: int | None):
+    from sim.vllm import hybrid_world
+    try:
+        return hybrid_world.build(QWEN3_NEXT_MTP, budget, 4, 2, kv_events=True,
+                                  num_gpu_blocks=POOL_BLOCKS,
+                                  retention_interval=retention_interval)
+    except TargetUnavailable as why:
+        if isinstance(why, AdapterError):
+            raise
+        unavailable("vllm", why)
+
+
+def document(n: int) -> list[int]:
+    return [(n * 101 + i * 7) % 251 + 3 for i in range(LONGEST_PROMPT)]
+
+
+def prompt_lengths():
+    """Lengths around the world's block boundaries (the hashes reach two tokens past a block:
+    the drafter's lookahead), and one well inside a block."""
+    return st.builds(lambda blocks, off: max(1, blocks * BLOCK + off),
+                     st.integers(0, 4), st.sampled_from((-1, 0, 1, 2, 3, 600)))
+
+
+def traces(full_reports: bool):
+    """A world (token budget, retention), then requests, each followed by some steps and
+    perhaps a reset."""
+    request = st.tuples(st.integers(0, DOCUMENTS - 1), prompt_lengths(), st.integers(1, 3),
+                        st.booleans() if full_reports else st.just(False),
+                        st.integers(0, 4), st.sampled_from((False,) * 5 + (True,)))
+    return st.tuples(st.sampled_from(BUDGETS), st.sampled_from(RETENTIONS),
+                     st.lists(request, min_size=1, max_size=6))
+
+
+class Run:
+    """One scheduler of the world, its events replayed after every step."""
+
+    def __init__(self, budget: int, retention_interval: int | None):
+        from sim.vllm import hybrid_world
+        built = world(budget, retention_interval)
+        assert built.block_size == BLOCK, f"vLLM built blocks of {built.block_size} tokens"
+        self.block = built.block_size
+        self.sched = hybrid_world.HybridScheduler(built)
+        self.mirror = EventMirror()
+        self.names: dict = {}          # a prefix's hash -> "doc D[:N]", for the message
+        self.requests = 0
+
+    def add(self, doc: int, length: int, max_tokens: int, full: bool) -> None:
+        rid = f"r{self.requests}"
+        self.requests += 1
+        tokens = document(doc)[:length]
+        self.sched.add_prompt(rid, tokens, max_tokens, report_full=full)
+        request = self.sched.scheduler.requests[rid]
+        convert = self.sched._utils.maybe_convert_block_hash
+        for i, h in enumerate(request.block_hashes):
+            self.names[convert(h)] = f"doc {doc}[:{(i + 1) * self.block}]"
+
+    def step(self) -> None:
+        self.sched.step()
+        published = self.sched.take_published()
+        for kind in {type(e).__name__ for e in published}:
+            event(f"published {kind}")        # what a run reached: --hypothesis-show-statistics
+        if any(r.num_preemptions for r in self.sched.scheduler.requests.values()):
+            event("a request preempted")
+        self.mirror.apply(published)
+        wrong = self.mirror.not_cached(self.sched.cached_prefixes())
+        holds(CLAIMS, not wrong, lambda: "the events claim cached what the pool does not "
+              "cache: " + ", ".join(sorted(f"group {g} {self.names.get(h, h)}"
+                                           for g, h in wrong)))
+
+    def play(self, trace) -> None:
+        for doc, length, max_tokens, full, steps, reset in trace:
+            self.add(doc, length, max_tokens, full)
+            for _ in range(steps):
+                self.step()
+            if reset:
+                self.sched.reset_prefix_cache()
+        for _ in range(DRAIN_STEPS):
+            if not self.sched.unfinished():
+                break
+            self.step()
+        self.step()                    # a reset after the last step is published here
+
+
+def _since_the_world():
+    from sim.vllm.release import skip_before
+    return skip_before("0.33.0", "the hybrid world is built with 0.33.0's planning module")
+
+
+@_since_the_world()
+@given(traces(full_reports=False))
+def test_incremental_events_claim_only_cached_prefixes(trace):
+    budget, retention_interval, requests = trace
+    Run(budget, retention_interval).play(requests)
+
+
+def _full_report_marks():
+    from sim.vllm.release import xfail_before
+    return xfail_before(None, "a full report of a hit names a Mamba group's null "
+                        "placeholders as cached (pc-full-report-placeholders; "
+                        "fixtures/reproducers/test_prefix_cache_vllm_full_report_mamba.py)",
+                        since="0.33.0")
+
+
+@pytest.mark.parametrize("report", [pytest.param("full", marks=_full_report_marks())])
+@given(trace=traces(full_reports=True))
+def test_full_reports_claim_only_cached_prefixes(report, trace):
+    budget, retention_interval, requests = trace
+    Run(budget, retention_interval).play(requests)
