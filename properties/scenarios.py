@@ -23,6 +23,9 @@ from sim.targets import make
 
 # Checked only by written-out scenarios (no machine drives these): name -> what holds.
 SCENARIO_PROPERTIES = {
+    "hit-is-longest-cached": "a hybrid Mamba model's lookup hits the longest prefix whose "
+                             "every full-attention block and whose last Mamba state the pool "
+                             "caches, within its cap (properties/hybrid_hit_check.py)",
     "events-claim-only-cached": "a consumer replaying the KV events never holds a prefix the "
                                 "pool does not cache (properties/kv_event_mirror.py)",
     "tier-poll-thread": "the tier-poll thread is a daemon that runs exactly when a tier asked "

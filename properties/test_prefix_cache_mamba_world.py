@@ -1,5 +1,6 @@
 """The prefix cache of a hybrid Mamba model as vLLM builds it, through its real ``Scheduler``:
-KV events checked against the pool they describe (``events-claim-only-cached``,
+each lookup's hit and the KV events checked against the pool they read and describe
+(``hit-is-longest-cached``, ``properties/hybrid_hit_check.py``; ``events-claim-only-cached``,
 ``properties/kv_event_mirror.py``).
 
 The world is ``sim/vllm/hybrid_world.py``'s: Qwen3-Next with its MTP drafter, every setting
@@ -15,9 +16,12 @@ vLLM's default, the prompt's replay boundary and shared-prefix junctions; None, 
 
 Hypothesis draws requests over two documents (prompts of one share its prefix), their output
 lengths, whether each asks for its KV events in full (``kv_cache_report_mode``), and between
-them scheduler steps and cache resets; after every step every event published so far is
-replayed and compared with the pool. There is no reference model here: the property is what
-any consumer of the events relies on, and holds of the pool's own state.
+them scheduler steps and cache resets. After every step each lookup the step made is compared
+with the longest hit the pool's cached set served just before it
+(``models/prefix_cache_hybrid_hit.py``: every full-attention block of the prefix and the Mamba
+state at its end), and every event published so far is replayed and compared with the pool.
+There is no model of the pool itself here: both properties are read off the pool's own
+cached set, which is what a lookup and a consumer of the events rely on.
 
 vLLM only (the world is vLLM's own); without vLLM these skip, under ``LCH_REQUIRE_TARGETS=1``
 (``nox -s vllm``) they fail instead; a release before 0.33.0 skips as absent (the world is
@@ -32,6 +36,8 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from fixtures.hybrid_models import QWEN3_NEXT_MTP
+from models.prefix_cache_hybrid_hit import longest_hit
+from properties.hybrid_hit_check import check_lookup
 from properties.kv_event_mirror import EventMirror
 from properties.run import unavailable
 from properties.scenarios import holds
@@ -81,7 +87,8 @@ def traces(full_reports: bool):
 
 
 class Run:
-    """One scheduler of the world, its events replayed after every step."""
+    """One scheduler of the world, its lookups checked and its events replayed after every
+    step."""
 
     def __init__(self, budget: int, retention_interval: int | None):
         from sim.vllm import hybrid_world
@@ -89,6 +96,9 @@ class Run:
         assert built.block_size == BLOCK, f"vLLM built blocks of {built.block_size} tokens"
         self.block = built.block_size
         self.sched = hybrid_world.HybridScheduler(built)
+        self.sched.watch_lookups()
+        self.full_groups = self.sched.group_indices("FullAttentionSpec")
+        self.state_groups = self.sched.group_indices("MambaSpec")
         self.mirror = EventMirror()
         self.names: dict = {}          # a prefix's hash -> "doc D[:N]", for the message
         self.requests = 0
@@ -110,6 +120,16 @@ class Run:
             event(f"published {kind}")        # what a run reached: --hypothesis-show-statistics
         if any(r.num_preemptions for r in self.sched.scheduler.requests.values()):
             event("a request preempted")
+        for lookup in self.sched.take_lookups():
+            event("a hit" if lookup.hit_tokens else "a lookup without a hit")
+            if self.block * longest_hit(lookup.prefixes, lookup.cached, state_groups=(),
+                                        full_groups=self.full_groups,
+                                        cap_blocks=lookup.cap_tokens // self.block) \
+                    > lookup.hit_tokens:
+                event("full attention alone would serve more: the Mamba state cuts the hit")
+            check_lookup(lookup, self.block, full_groups=self.full_groups,
+                         state_groups=self.state_groups,
+                         name=lambda key: self.names.get(key, str(key)))
         self.mirror.apply(published)
         wrong = self.mirror.not_cached(self.sched.cached_prefixes())
         holds(CLAIMS, not wrong, lambda: "the events claim cached what the pool does not "
@@ -137,7 +157,7 @@ def _since_the_world():
 
 @_since_the_world()
 @given(traces(full_reports=False))
-def test_incremental_events_claim_only_cached_prefixes(trace):
+def test_with_incremental_reports(trace):
     budget, retention_interval, requests = trace
     Run(budget, retention_interval).play(requests)
 
@@ -152,6 +172,6 @@ def _full_report_marks():
 
 @pytest.mark.parametrize("report", [pytest.param("full", marks=_full_report_marks())])
 @given(trace=traces(full_reports=True))
-def test_full_reports_claim_only_cached_prefixes(report, trace):
+def test_with_full_reports(report, trace):
     budget, retention_interval, requests = trace
     Run(budget, retention_interval).play(requests)

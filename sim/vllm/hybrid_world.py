@@ -279,6 +279,19 @@ def _kv_cache_world(vllm_config: Any, specs: dict) -> HybridWorld:
         for g in kv.kv_cache_groups))
 
 
+@frozen
+class Lookup:
+    """One prefix-cache lookup: the request's prefix keys as events carry them (the first
+    block's, the first two blocks', ...), the cap on the hit in tokens, the (group, key) pairs
+    the pool cached just before, and the hit vLLM returned in tokens."""
+
+    request_id: str
+    prefixes: tuple
+    cap_tokens: int
+    cached: frozenset
+    hit_tokens: int
+
+
 class HybridScheduler:
     """A fresh ``Scheduler`` of ``world`` and the runner's part of each step."""
 
@@ -304,6 +317,7 @@ class HybridScheduler:
             world.hash_block_size, hash_fn, vllm_config.num_hash_lookahead_tokens)
         self._utils = utils
         self.published: list[Any] = []
+        self.lookups: list[Lookup] = []
         if self.scheduler.enable_kv_cache_events:
             # The engine's seam for its events: the scheduler publishes each step's batch
             # (``update_from_output``) to this object, as it would to a ZMQ publisher.
@@ -328,6 +342,31 @@ class HybridScheduler:
             sampling_params=self._sampling.SamplingParams(max_tokens=max_tokens,
                                                           ignore_eos=True, extra_args=extra),
             pooling_params=None, block_hasher=self._hasher))
+
+    def watch_lookups(self) -> None:
+        """Record every prefix-cache lookup the scheduler makes (``get_computed_blocks``)
+        from now on, with what the pool cached just before it: ``take_lookups``."""
+        manager = self.scheduler.kv_cache_manager
+        lookup, convert = manager.get_computed_blocks, self._utils.maybe_convert_block_hash
+
+        def recorded(request: Any, max_cache_hit_length: int | None = None) -> Any:
+            cached = frozenset(self.cached_prefixes())
+            answer = lookup(request, max_cache_hit_length)
+            self.lookups.append(Lookup(
+                request.request_id, tuple(convert(h) for h in request.block_hashes),
+                request.num_tokens - 1 if max_cache_hit_length is None
+                else max_cache_hit_length, cached, answer[1]))
+            return answer
+        manager.get_computed_blocks = recorded
+
+    def take_lookups(self) -> list[Lookup]:
+        lookups, self.lookups = self.lookups, []
+        return lookups
+
+    def group_indices(self, spec: str) -> tuple[int, ...]:
+        """The KV cache groups whose spec class is named ``spec`` (``MambaSpec``, ...)."""
+        return tuple(i for i, g in enumerate(self.scheduler.kv_cache_config.kv_cache_groups)
+                     if type(g.kv_cache_spec).__name__ == spec)
 
     def take_published(self) -> list[Any]:
         """The KV events the scheduler published since the last call, in order."""

@@ -1,0 +1,44 @@
+"""``hit-is-longest-cached`` can fail, and the hit it expects (``longest_hit``) is read off the
+cached set: pure values, no vLLM. ``properties/test_prefix_cache_mamba_world.py`` checks the
+lookups of vLLM's real ``Scheduler``."""
+
+from __future__ import annotations
+
+import pytest
+from attrs import frozen
+
+from models.prefix_cache_hybrid_hit import longest_hit
+from properties.harness import PropertyFailed
+from properties.hybrid_hit_check import check_lookup
+
+MAMBA, FULL = 0, 1
+PREFIXES = ("a", "ab", "abc")
+GROUPS = {"full_groups": (FULL,), "state_groups": (MAMBA,)}
+
+
+@frozen
+class Lookup:
+    request_id: str
+    prefixes: tuple
+    cap_tokens: int
+    cached: frozenset
+    hit_tokens: int
+
+
+def test_the_mamba_state_at_the_end_decides_and_a_gap_in_full_attention_stops():
+    every_block = {(FULL, p) for p in PREFIXES}
+    assert longest_hit(PREFIXES, every_block | {(MAMBA, "ab")}, cap_blocks=3, **GROUPS) == 2
+    # a state past a full-attention gap serves nothing there
+    gap = {(FULL, "a"), (FULL, "abc"), (MAMBA, "abc"), (MAMBA, "a")}
+    assert longest_hit(PREFIXES, gap, cap_blocks=3, **GROUPS) == 1
+    # the cap stops the hit short of a longer cached prefix
+    assert longest_hit(PREFIXES, every_block | {(MAMBA, "abc"), (MAMBA, "a")},
+                       cap_blocks=2, **GROUPS) == 1
+
+
+def test_a_hit_shorter_or_longer_than_the_pool_serves_fails():
+    cached = frozenset({(FULL, "a"), (FULL, "ab"), (MAMBA, "ab")})
+    check_lookup(Lookup("r1", PREFIXES, 3 * 4, cached, 8), 4, **GROUPS)     # holds
+    for wrong in (0, 4, 12):
+        with pytest.raises(PropertyFailed, match="hit-is-longest-cached: r1's lookup hit"):
+            check_lookup(Lookup("r1", PREFIXES, 3 * 4, cached, wrong), 4, **GROUPS)
