@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 
 from fixtures.hybrid_models import QWEN3_NEXT_MTP
 from models.prefix_cache_hybrid_hit import longest_hit
+from properties.harness import PropertyFailed
 from properties.hybrid_hit_check import check_lookup
 from properties.kv_event_mirror import EventMirror
 from properties.run import unavailable
@@ -174,4 +175,9 @@ def _full_report_marks():
 @given(trace=traces(full_reports=True))
 def test_with_full_reports(report, trace):
     budget, retention_interval, requests = trace
-    Run(budget, retention_interval).play(requests)
+    try:
+        Run(budget, retention_interval).play(requests)
+    except PropertyFailed as failure:
+        if failure.property != CLAIMS:     # not the known finding: outside the expected failure
+            raise RuntimeError(f"a divergence besides the full report's: {failure}") from failure
+        raise
