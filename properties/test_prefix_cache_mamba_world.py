@@ -1,7 +1,8 @@
 """The prefix cache of a hybrid Mamba model as vLLM builds it, through its real ``Scheduler``:
 each lookup's hit and the KV events checked against the pool they read and describe
 (``hit-is-longest-cached``, ``properties/hybrid_hit_check.py``; ``events-claim-only-cached``,
-``properties/kv_event_mirror.py``).
+``properties/kv_event_mirror.py``), and the pool against its own promises (``refs-agree``,
+``free-is-unreferenced``, ``reset-agrees``: ``properties/pool_checks.py``).
 
 The world is ``sim/vllm/hybrid_world.py``'s: Qwen3-Next with its MTP drafter, every setting
 through vLLM's config objects, on the declared CPU: a Mamba group in align mode (states
@@ -19,7 +20,9 @@ lengths, whether each asks for its KV events in full (``kv_cache_report_mode``),
 them scheduler steps and cache resets. After every step each lookup the step made is compared
 with the longest hit the pool's cached set served just before it
 (``models/prefix_cache_hybrid_hit.py``: every full-attention block of the prefix and the Mamba
-state at its end), and every event published so far is replayed and compared with the pool.
+state at its end), every event published so far is replayed and compared with the pool,
+and each block's reference count and the free queue are read against the request tables;
+each reset's answer against the blocks held before it.
 There is no model of the pool itself here: both properties are read off the pool's own
 cached set, which is what a lookup and a consumer of the events rely on.
 
@@ -40,6 +43,7 @@ from models.prefix_cache_hybrid_hit import longest_hit
 from properties.harness import PropertyFailed
 from properties.hybrid_hit_check import check_lookup
 from properties.kv_event_mirror import EventMirror
+from properties.pool_checks import check_free, check_refs, check_reset
 from properties.run import unavailable
 from properties.scenarios import holds
 from sim.errors import AdapterError, TargetUnavailable
@@ -131,11 +135,23 @@ class Run:
             check_lookup(lookup, self.block, full_groups=self.full_groups,
                          state_groups=self.state_groups,
                          name=lambda key: self.names.get(key, str(key)))
+        self.check_pool()
         self.mirror.apply(published)
         wrong = self.mirror.not_cached(self.sched.cached_prefixes())
         holds(CLAIMS, not wrong, lambda: "the events claim cached what the pool does not "
               "cache: " + ", ".join(sorted(f"group {g} {self.names.get(h, h)}"
                                            for g, h in wrong)))
+
+    def check_pool(self) -> None:
+        refs = self.sched.ref_counts()
+        check_refs(refs, self.sched.holders())
+        check_free(self.sched.free_queue(), refs)
+
+    def reset(self) -> None:
+        held = [b for b, n in self.sched.ref_counts().items() if n]
+        done = self.sched.reset_prefix_cache()
+        event("a reset" if done else "a reset refused: blocks held")
+        check_reset(done, held, self.sched.cached_prefixes())
 
     def play(self, trace) -> None:
         for doc, length, max_tokens, full, steps, reset in trace:
@@ -143,7 +159,7 @@ class Run:
             for _ in range(steps):
                 self.step()
             if reset:
-                self.sched.reset_prefix_cache()
+                self.reset()
         for _ in range(DRAIN_STEPS):
             if not self.sched.unfinished():
                 break

@@ -385,6 +385,25 @@ class HybridScheduler:
     def reset_prefix_cache(self) -> bool:
         return self.scheduler.reset_prefix_cache()
 
+    def ref_counts(self) -> dict[int, int]:
+        """Every block's reference count (the null block left out)."""
+        return {b.block_id: b.ref_cnt for b in self.scheduler.kv_cache_manager.block_pool.blocks
+                if not b.is_null}
+
+    def holders(self) -> dict[int, int]:
+        """Per block, how many request tables hold it, over every group's manager."""
+        counts: dict[int, int] = {}
+        for manager in self.scheduler.kv_cache_manager.coordinator.single_type_managers:
+            for blocks in manager.req_to_blocks.values():
+                for block in blocks:
+                    if not block.is_null:
+                        counts[block.block_id] = counts.get(block.block_id, 0) + 1
+        return counts
+
+    def free_queue(self) -> tuple[int, ...]:
+        return tuple(b.block_id for b in self.scheduler.kv_cache_manager.block_pool
+                     .free_block_queue.get_all_free_blocks())
+
     def step(self) -> dict[str, int]:
         """One pass and its output applied; returns the tokens scheduled per request."""
         out = self.scheduler.schedule()
