@@ -70,6 +70,14 @@ def world(budget: int, retention_interval: int | None):
         unavailable("vllm", why)
 
 
+def build_worlds() -> None:
+    """Every world a run draws, built once (a mutation campaign's parent: ``lch/mutants.py``
+    ``warm``; the children reuse them)."""
+    for budget in BUDGETS:
+        for retention_interval in RETENTIONS:
+            world(budget, retention_interval)
+
+
 def document(n: int) -> list[int]:
     return [(n * 101 + i * 7) % 251 + 3 for i in range(LONGEST_PROMPT)]
 
