@@ -83,7 +83,7 @@ def subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
         "vllm.v1.core.single_type_kv_cache_manager:MambaManager": Subject(
             harness=(MAMBA_WORLD,),
             upstream=UPSTREAM_CORE, support=SUPPORT,
-            warm=("properties.test_prefix_cache_mamba_world:build_worlds",),
+            warm=("properties.prefix_cache_mamba_worlds:build_worlds",),
             methods=("__init__", "find_longest_cache_hit", "reachable_block_mask",
                      "_remove_blocks_in_range", "remove_skipped_blocks",
                      "get_num_blocks_to_allocate", "allocate_new_blocks",

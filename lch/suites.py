@@ -194,9 +194,19 @@ def harness_args(subj: Subject) -> list[str]:
 
 
 def disable_minimizing() -> None:
-    """A mutant needs a kill, not a minimal reproducer: skip the program minimizer."""
+    """A mutant needs a kill, not a minimal reproducer: skip the program minimizer, and
+    Hypothesis's own shrinking and explaining for the tests that are plain ``@given`` (the
+    first failing example is judged as it is; shrinking one that crashes vLLM re-runs the
+    crash until the test's budget ends it as a timeout). The profile set here is the one
+    every test without its own ``@settings`` reads when it runs (a forked child's)."""
+    from hypothesis import Phase, settings
+
     from properties import run
     run.minimize = lambda machine, failure, target, **_: failure
+    settings.register_profile("mutant", parent=settings.default, phases=tuple(
+        p for p in settings.default.phases if p not in (Phase.shrink, Phase.explain)),
+        report_multiple_bugs=False)
+    settings.load_profile("mutant")
 
 
 # -- the upstream tests, from the release's sdist ------------------------------------------------

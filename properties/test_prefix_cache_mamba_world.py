@@ -36,67 +36,16 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import event, given
-from hypothesis import strategies as st
 
-from fixtures.hybrid_models import QWEN3_NEXT_MTP
 from models.prefix_cache_hybrid_hit import longest_hit
 from properties.harness import PropertyFailed
 from properties.hybrid_hit_check import check_lookup
 from properties.kv_event_mirror import EventMirror
 from properties.pool_checks import check_free, check_refs, check_reset
-from properties.run import unavailable
+from properties.prefix_cache_mamba_worlds import BLOCK, DRAIN_STEPS, document, traces, world
 from properties.scenarios import holds
-from sim.errors import AdapterError, TargetUnavailable
 
 CLAIMS = "events-claim-only-cached"
-POOL_BLOCKS = 16
-BUDGETS = (4096, 2048)
-RETENTIONS = (0, None, 2304)
-DOCUMENTS = 2
-BLOCK = 1152                          # the block vLLM computes for the world (checked below)
-LONGEST_PROMPT = 4 * BLOCK + 600
-DRAIN_STEPS = 40                      # every request finishes well inside it
-
-
-def world(budget: int, retention_interval: int | None):
-    from sim.vllm import hybrid_world
-    try:
-        return hybrid_world.build(QWEN3_NEXT_MTP, budget, 4, 2, kv_events=True,
-                                  num_gpu_blocks=POOL_BLOCKS,
-                                  retention_interval=retention_interval)
-    except TargetUnavailable as why:
-        if isinstance(why, AdapterError):
-            raise
-        unavailable("vllm", why)
-
-
-def build_worlds() -> None:
-    """Every world a run draws, built once (a mutation campaign's parent: ``lch/mutants.py``
-    ``warm``; the children reuse them)."""
-    for budget in BUDGETS:
-        for retention_interval in RETENTIONS:
-            world(budget, retention_interval)
-
-
-def document(n: int) -> list[int]:
-    return [(n * 101 + i * 7) % 251 + 3 for i in range(LONGEST_PROMPT)]
-
-
-def prompt_lengths():
-    """Lengths around the world's block boundaries (the hashes reach two tokens past a block:
-    the drafter's lookahead), and one well inside a block."""
-    return st.builds(lambda blocks, off: max(1, blocks * BLOCK + off),
-                     st.integers(0, 4), st.sampled_from((-1, 0, 1, 2, 3, 600)))
-
-
-def traces(full_reports: bool):
-    """A world (token budget, retention), then requests, each followed by some steps and
-    perhaps a reset."""
-    request = st.tuples(st.integers(0, DOCUMENTS - 1), prompt_lengths(), st.integers(1, 3),
-                        st.booleans() if full_reports else st.just(False),
-                        st.integers(0, 4), st.sampled_from((False,) * 5 + (True,)))
-    return st.tuples(st.sampled_from(BUDGETS), st.sampled_from(RETENTIONS),
-                     st.lists(request, min_size=1, max_size=6))
 
 
 class Run:
