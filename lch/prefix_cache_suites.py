@@ -76,10 +76,11 @@ def subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
         "vllm.v1.core.single_type_kv_cache_manager:ChunkedLocalAttentionManager": Subject(
             harness=(SCENARIOS, MACHINE),
             upstream=UPSTREAM_CORE, support=SUPPORT),
-        # A Mamba group in align mode as the CPU platform builds it: one block size, no
-        # mid-prefill checkpoints, no KV connector. Its hit, its state blocks' allocation,
-        # retirement and freeing, and what it caches; the partial-tail, copy-on-write and
-        # connector hand-off methods are left out (not reached there).
+        # A Mamba group in align mode as the CPU platform builds it (no mid-prefill
+        # checkpoints, no KV connector), with keys of the block or finer: its hit, its state
+        # blocks' allocation, relocation, retirement and freeing, what it caches (a state
+        # kept inside a block, too). The checkpoint and connector hand-off methods are left
+        # out (not reached there).
         "vllm.v1.core.single_type_kv_cache_manager:MambaManager": Subject(
             harness=(MAMBA_WORLD,),
             upstream=UPSTREAM_CORE, support=SUPPORT,
@@ -87,8 +88,9 @@ def subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
             methods=("__init__", "find_longest_cache_hit", "reachable_block_mask",
                      "_remove_blocks_in_range", "remove_skipped_blocks",
                      "get_num_blocks_to_allocate", "allocate_new_blocks",
-                     "pop_blocks_for_free", "get_num_skipped_tokens", "cache_blocks",
-                     "new_step_starts")),
+                     "_relocate_speculative_block", "pop_blocks_for_free",
+                     "get_num_skipped_tokens", "cache_blocks", "new_step_starts",
+                     "_cache_partial_tail_block")),
     }
 
 

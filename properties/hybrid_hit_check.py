@@ -15,11 +15,14 @@ HIT = "hit-is-longest-cached"
 
 
 def check_lookup(lookup: Any, block: int, *, full_groups: Sequence[int],
-                 state_groups: Sequence[int], name: Callable[[Any], str] = str) -> None:
-    """``lookup``: request_id, prefixes, cap_tokens, cached, hit_tokens. ``name`` shows a key."""
-    want = block * longest_hit(lookup.prefixes, lookup.cached, full_groups=full_groups,
-                               state_groups=state_groups,
-                               cap_blocks=lookup.cap_tokens // block)
+                 state_groups: Sequence[int], unit: int | None = None,
+                 name: Callable[[Any], str] = str) -> None:
+    """``lookup``: request_id, prefixes (one key per ``unit`` tokens: the block's, unless
+    given), cap_tokens, cached, hit_tokens. ``name`` shows a key."""
+    unit = unit or block
+    want = unit * longest_hit(lookup.prefixes, lookup.cached, full_groups=full_groups,
+                              state_groups=state_groups, cap_units=lookup.cap_tokens // unit,
+                              units_per_block=block // unit)
     holds(HIT, lookup.hit_tokens == want, lambda: (
         f"{lookup.request_id}'s lookup hit {lookup.hit_tokens} tokens where the pool served "
         f"{want} (cap {lookup.cap_tokens}); cached of its prefixes: " + ", ".join(

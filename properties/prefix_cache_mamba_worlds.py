@@ -21,18 +21,20 @@ from sim.errors import AdapterError, TargetUnavailable
 POOL_BLOCKS = 16
 BUDGETS = (4096, 2048)
 RETENTIONS = (0, None, 2304)
+UNITS = (None, 576, 288)              # prefix_match_unit: the block's (vLLM's own), or finer
 DOCUMENTS = 2
 BLOCK = 1152                  # the block vLLM computes for the world (the test checks it)
 LONGEST_PROMPT = 4 * BLOCK + 600
 DRAIN_STEPS = 40                      # every request finishes well inside it
 
 
-def world(budget: int, retention_interval: int | None):
+def world(budget: int, retention_interval: int | None, prefix_match_unit: int | None):
     from sim.vllm import hybrid_world
     try:
         return hybrid_world.build(QWEN3_NEXT_MTP, budget, 4, 2, kv_events=True,
                                   num_gpu_blocks=POOL_BLOCKS,
-                                  retention_interval=retention_interval)
+                                  retention_interval=retention_interval,
+                                  prefix_match_unit=prefix_match_unit)
     except TargetUnavailable as why:
         if isinstance(why, AdapterError):
             raise
@@ -44,7 +46,8 @@ def build_worlds() -> None:
     ``warm``; the children reuse them)."""
     for budget in BUDGETS:
         for retention_interval in RETENTIONS:
-            world(budget, retention_interval)
+            for unit in UNITS:
+                world(budget, retention_interval, unit)
 
 
 def document(n: int) -> list[int]:
@@ -55,14 +58,14 @@ def prompt_lengths():
     """Lengths around the world's block boundaries (the hashes reach two tokens past a block:
     the drafter's lookahead), and one well inside a block."""
     return st.builds(lambda blocks, off: max(1, blocks * BLOCK + off),
-                     st.integers(0, 4), st.sampled_from((-1, 0, 1, 2, 3, 600)))
+                     st.integers(0, 4), st.sampled_from((-1, 0, 1, 2, 3, 290, 600, 866)))
 
 
 def traces(full_reports: bool):
-    """A world (token budget, retention), then requests, each followed by some steps and
+    """A world (token budget, retention, key unit), then requests, each followed by some steps and
     perhaps a reset."""
     request = st.tuples(st.integers(0, DOCUMENTS - 1), prompt_lengths(), st.integers(1, 3),
                         st.booleans() if full_reports else st.just(False),
                         st.integers(0, 4), st.sampled_from((False,) * 5 + (True,)))
     return st.tuples(st.sampled_from(BUDGETS), st.sampled_from(RETENTIONS),
-                     st.lists(request, min_size=1, max_size=6))
+                     st.sampled_from(UNITS), st.lists(request, min_size=1, max_size=6))

@@ -27,13 +27,25 @@ class Lookup:
 
 def test_the_mamba_state_at_the_end_decides_and_a_gap_in_full_attention_stops():
     every_block = {(FULL, p) for p in PREFIXES}
-    assert longest_hit(PREFIXES, every_block | {(MAMBA, "ab")}, cap_blocks=3, **GROUPS) == 2
+    assert longest_hit(PREFIXES, every_block | {(MAMBA, "ab")}, cap_units=3, **GROUPS) == 2
     # a state past a full-attention gap serves nothing there
     gap = {(FULL, "a"), (FULL, "abc"), (MAMBA, "abc"), (MAMBA, "a")}
-    assert longest_hit(PREFIXES, gap, cap_blocks=3, **GROUPS) == 1
+    assert longest_hit(PREFIXES, gap, cap_units=3, **GROUPS) == 1
     # the cap stops the hit short of a longer cached prefix
     assert longest_hit(PREFIXES, every_block | {(MAMBA, "abc"), (MAMBA, "a")},
-                       cap_blocks=2, **GROUPS) == 1
+                       cap_units=2, **GROUPS) == 1
+
+
+def test_a_prefix_ending_inside_a_block_needs_its_own_key_in_full_attention():
+    # units of a third of a block: "abcdef" is two blocks, "abcd" ends inside the second
+    units = ("a", "ab", "abc", "abcd", "abcde", "abcdef")
+    whole_first = {(FULL, "abc"), (MAMBA, "abcd")}
+    assert longest_hit(units, whole_first, cap_units=6, units_per_block=3, **GROUPS) == 0
+    assert longest_hit(units, whole_first | {(FULL, "abcd")}, cap_units=6,
+                       units_per_block=3, **GROUPS) == 4
+    # a whole block's key stands for its inner prefixes only as a block: "ab" needs its own
+    assert longest_hit(units, {(FULL, "abc"), (MAMBA, "ab")}, cap_units=6,
+                       units_per_block=3, **GROUPS) == 0
 
 
 def test_a_hit_shorter_or_longer_than_the_pool_serves_fails():

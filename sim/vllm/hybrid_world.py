@@ -146,7 +146,8 @@ def _check_imports() -> None:
 @functools.cache
 def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_tokens: int,
           max_model_len: int = 8192, kv_events: bool = False,
-          num_gpu_blocks: int | None = None, retention_interval: int | None = 0) -> HybridWorld:
+          num_gpu_blocks: int | None = None, retention_interval: int | None = 0,
+          prefix_match_unit: int | None = None) -> HybridWorld:
     """The world of the model in ``model_dir`` (a ``config.json``) with an MTP drafter of
     ``num_speculative_tokens``, prefix caching and chunked prefill on, the given token budget
     and ``max_num_seqs``; ``kv_events``: KV cache events on (``KVEventsConfig``, the null
@@ -154,7 +155,10 @@ def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_
     the pool that many blocks (``CacheConfig.num_gpu_blocks_override``, the user's option), so
     that requests press on it; ``retention_interval``: which Mamba states the prefix cache
     keeps (``prefix_cache_retention_interval``: 0, vLLM's default, the prompt's replay boundary
-    and shared-prefix junctions; None, every state computed; N, one per N tokens). Every
+    and shared-prefix junctions; None, every state computed; N, one per N tokens);
+    ``prefix_match_unit``: the tokens a prefix-cache key covers where it is finer than the
+    block (``CacheConfig.prefix_match_unit``: hits, and the Mamba states kept, land on its
+    multiples inside a block; None, vLLM's choice, the groups' common block). Every
     value passes vLLM's validators (a bad one raises there: fewer blocks than the model's
     length needs, say).
     One build per process and key (~15 s; the first per architecture also inspects the
@@ -164,7 +168,8 @@ def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_
     try:
         with declared_cpu():
             return _build(model_dir, token_budget, max_num_seqs, num_speculative_tokens,
-                          max_model_len, kv_events, num_gpu_blocks, retention_interval)
+                          max_model_len, kv_events, num_gpu_blocks, retention_interval,
+                          prefix_match_unit)
     except HarnessError:
         raise
     except Exception as error:  # noqa: BLE001 - whatever stopped vLLM building the world
@@ -181,7 +186,7 @@ def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_
 
 def _build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_tokens: int,
            max_model_len: int, kv_events: bool, num_gpu_blocks: int | None,
-           retention_interval: int | None) -> HybridWorld:
+           retention_interval: int | None, prefix_match_unit: int | None) -> HybridWorld:
     import torch
     config = release.import_module("vllm.config")
     model_config = config.ModelConfig(
@@ -200,9 +205,12 @@ def _build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative
             speculative_config=speculative_config, scheduler_config=scheduler_config,
             cache_config=config.CacheConfig(
                 enable_prefix_caching=True, num_gpu_blocks_override=num_gpu_blocks,
-                # named only when asked: a release before the option has 0's behaviour
+                # each named only when asked: a release before the option has the default's
+                # behaviour
                 **({} if retention_interval == 0 else
-                   {"prefix_cache_retention_interval": retention_interval})),
+                   {"prefix_cache_retention_interval": retention_interval}),
+                **({} if prefix_match_unit is None else
+                   {"prefix_match_unit": prefix_match_unit})),
             kv_events_config=config.KVEventsConfig(enable_kv_cache_events=True,
                                                    publisher="null") if kv_events else None,
             load_config=config.LoadConfig(load_format="dummy"))
