@@ -29,3 +29,19 @@ def longest_hit(prefixes: Sequence[Any], cached: Container[tuple[int, Any]], *,
         return whole and all((g, prefixes[m - 1]) in cached for g in state_groups)
     return max((m for m in range(1, min(cap_units, len(prefixes)) + 1) if served(m)),
                default=0)
+
+
+def keeps_state_at(position: int, boundary: int, block: int,
+                   retention_interval: int | None) -> bool:
+    """Whether the prefix cache keeps the Mamba state a prompt's chunk computed at
+    ``position`` (a chunk ends there): at the prompt's replay ``boundary`` always (a repeat of
+    the prompt resumes there); below it, at a block's end, every one under dense retention
+    (``retention_interval`` None), one per ``retention_interval`` tokens under a positive
+    one, and none other under 0 (vLLM's default: the boundary, and junctions of prefixes
+    shared across requests, which are not asserted here)."""
+    if position == boundary:
+        return position > 0
+    if not 0 < position < boundary or position % block:
+        return False
+    return retention_interval is None or bool(retention_interval) and \
+        position % retention_interval == 0

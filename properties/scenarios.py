@@ -26,6 +26,10 @@ SCENARIO_PROPERTIES = {
     "hit-is-longest-cached": "a hybrid Mamba model's lookup hits the longest prefix whose "
                              "every full-attention block and whose last Mamba state the pool "
                              "caches, within its cap (properties/hybrid_hit_check.py)",
+    "kept-state-cached": "at the step a prompt's chunk ends where the cache keeps the Mamba "
+                         "state (the replay boundary; block ends as retention says), a "
+                         "repeat of the prompt is served up to there in every group "
+                         "(properties/hybrid_hit_check.py)",
     "events-claim-only-cached": "a consumer replaying the KV events never holds a prefix the "
                                 "pool does not cache (properties/kv_event_mirror.py)",
     "tier-poll-thread": "the tier-poll thread is a daemon that runs exactly when a tier asked "

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from attrs import frozen
 
-from models.prefix_cache_hybrid_hit import longest_hit
+from models.prefix_cache_hybrid_hit import keeps_state_at, longest_hit
 from properties.harness import PropertyFailed
-from properties.hybrid_hit_check import check_lookup
+from properties.hybrid_hit_check import check_kept_state, check_lookup, replay_boundary
 
 MAMBA, FULL = 0, 1
 PREFIXES = ("a", "ab", "abc")
@@ -54,3 +54,22 @@ def test_a_hit_shorter_or_longer_than_the_pool_serves_fails():
     for wrong in (0, 4, 12):
         with pytest.raises(PropertyFailed, match="hit-is-longest-cached: r1's lookup hit"):
             check_lookup(Lookup("r1", PREFIXES, 3 * 4, cached, wrong), 4, **GROUPS)
+
+
+def test_a_kept_state_not_served_fails():
+    units = ("a", "ab", "abc")
+    # a 9-token prompt in units of 3: its boundary is 6 (the 9th token is never hit)
+    assert replay_boundary(units, 9, 3) == 6 and replay_boundary(units[:1], 9, 3) == 3
+    served = {(FULL, "a"), (FULL, "ab"), (MAMBA, "ab")}
+    check_kept_state("r0", units, 6, served, 3, **GROUPS)
+    with pytest.raises(PropertyFailed, match="kept-state-cached: r0's prompt chunk ended on "
+                                             "6, .* served 0 tokens"):
+        check_kept_state("r0", units, 6, served - {(MAMBA, "ab")}, 3, **GROUPS)
+
+
+def test_the_states_kept_are_the_boundary_and_block_ends_as_retention_says():
+    # blocks of 4, a replay boundary at 14
+    assert keeps_state_at(14, 14, 4, 0) and not keeps_state_at(0, 0, 4, None)
+    assert [p for p in range(15) if keeps_state_at(p, 14, 4, None)] == [4, 8, 12, 14]
+    assert [p for p in range(15) if keeps_state_at(p, 14, 4, 8)] == [8, 14]
+    assert [p for p in range(15) if keeps_state_at(p, 14, 4, 0)] == [14]
