@@ -56,3 +56,60 @@ def check_kept_state(request_id: str, keys: Sequence[Any], position: int, cached
         f"and a repeat of the prompt is served {got} tokens; cached of its prefixes: "
         + ", ".join(f"group {g} {name(key)}" for g, key in sorted(
             (g, key) for g, key in cached if key in keys))))
+
+
+BLOCKS = "hit-blocks-cached"
+
+
+def check_hit_blocks(lookup: Any, block: int, *, full_groups: Sequence[int],
+                     state_groups: Sequence[int], unit: int | None = None) -> None:
+    """Each group's blocks in the hit cover it block by block: a full-attention group's
+    ``i``-th block is one the pool cached under a prefix that ends inside that block, no
+    earlier than the block's share of the hit (its tokens hold the share); a Mamba group's
+    are the null block, then one cached under the hit's own prefix (its state there).
+    ``lookup.hit_blocks``: block ids per group, None for null."""
+    unit = unit or block
+    hit, caching = lookup.hit_tokens, lookup.caching
+    count = -(-hit // block)
+    def cached_as(group: int, end: int, upto: int | None = None) -> frozenset:
+        ends = range(end, min(upto or end, unit * len(lookup.prefixes)) + 1, unit)
+        return frozenset().union(*(caching.get((group, lookup.prefixes[e // unit - 1]), ())
+                                   for e in ends))
+    wrong = []
+    for group, blocks in enumerate(lookup.hit_blocks):
+        if len(blocks) != count:
+            wrong.append(f"group {group} holds {len(blocks)} blocks for {count}")
+        if len(blocks) != count or not count:
+            continue
+        if group in full_groups:
+            wrong += [f"group {group} block {i} ({b}) is not cached under its prefix"
+                      for i, b in enumerate(blocks)
+                      if b not in cached_as(group, min((i + 1) * block, hit),
+                                            (i + 1) * block)]
+        elif group in state_groups:
+            if any(b is not None for b in blocks[:-1]):
+                wrong.append(f"group {group} holds {blocks[:-1]} before its state's block")
+            if blocks[-1] not in cached_as(group, hit):
+                wrong.append(f"group {group}'s last block ({blocks[-1]}) is not cached under "
+                             "the hit's prefix")
+    holds(BLOCKS, not wrong, lambda: f"{lookup.request_id}'s hit of {hit} tokens: "
+          + "; ".join(wrong))
+
+
+STATE_READ = "state-computed-before-read"
+
+
+def check_state_computed(lookup: Any, cached_before_step: Any, scheduled: bool, *,
+                         state_groups: Sequence[int], unit: int) -> None:
+    """A request is scheduled on a Mamba state only once the step that computes it has run:
+    a hit on a state first cached in the same step (by a request scheduled ahead of it,
+    whose forward pass writes it) waits for the next step. ``cached_before_step``: the
+    (group, key) pairs cached when the step began."""
+    if not scheduled or not lookup.hit_tokens:
+        return
+    key = lookup.prefixes[lookup.hit_tokens // unit - 1]
+    fresh = [g for g in state_groups if (g, key) not in cached_before_step]
+    holds(STATE_READ, not fresh, lambda: (
+        f"{lookup.request_id} was scheduled on a hit of {lookup.hit_tokens} tokens whose "
+        f"state in group(s) {fresh} was first cached in the same step, before any step "
+        "computed it"))

@@ -26,6 +26,12 @@ SCENARIO_PROPERTIES = {
     "hit-is-longest-cached": "a hybrid Mamba model's lookup hits the longest prefix whose "
                              "every full-attention block and whose last Mamba state the pool "
                              "caches, within its cap (properties/hybrid_hit_check.py)",
+    "hit-blocks-cached": "a hybrid Mamba model's hit holds, per group, the blocks the pool "
+                         "caches under the request's prefixes there (a Mamba group: null, "
+                         "then its state's block) (properties/hybrid_hit_check.py)",
+    "state-computed-before-read": "a request is scheduled on a Mamba state only once a step "
+                                  "that computes it has run: a hit on a state cached in the "
+                                  "same step waits (properties/hybrid_hit_check.py)",
     "kept-state-cached": "at the step a prompt's chunk ends where the cache keeps the Mamba "
                          "state (the replay boundary; block ends as retention says), a "
                          "repeat of the prompt is served up to there in every group "

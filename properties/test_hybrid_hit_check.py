@@ -9,7 +9,13 @@ from attrs import frozen
 
 from models.prefix_cache_hybrid_hit import keeps_state_at, longest_hit
 from properties.harness import PropertyFailed
-from properties.hybrid_hit_check import check_kept_state, check_lookup, replay_boundary
+from properties.hybrid_hit_check import (
+    check_hit_blocks,
+    check_kept_state,
+    check_lookup,
+    check_state_computed,
+    replay_boundary,
+)
 
 MAMBA, FULL = 0, 1
 PREFIXES = ("a", "ab", "abc")
@@ -23,6 +29,8 @@ class Lookup:
     cap_tokens: int
     cached: frozenset
     hit_tokens: int
+    hit_blocks: tuple = ()
+    caching: object = None
 
 
 def test_the_mamba_state_at_the_end_decides_and_a_gap_in_full_attention_stops():
@@ -73,3 +81,38 @@ def test_the_states_kept_are_the_boundary_and_block_ends_as_retention_says():
     assert [p for p in range(15) if keeps_state_at(p, 14, 4, None)] == [4, 8, 12, 14]
     assert [p for p in range(15) if keeps_state_at(p, 14, 4, 8)] == [8, 14]
     assert [p for p in range(15) if keeps_state_at(p, 14, 4, 0)] == [14]
+
+
+def test_hit_blocks_off_the_cached_ones_fail():
+    # blocks of 4 tokens, keys per 2: "ab" ends inside block 0, "abcd" at its end
+    units = ("ab", "abcd", "abcdef")
+    caching = {(FULL, "abcd"): frozenset({5}), (FULL, "ab"): frozenset({6}),
+               (MAMBA, "ab"): frozenset({7}), (MAMBA, "abcdef"): frozenset({8}),
+               (FULL, "abcdef"): frozenset({9})}
+    def lookup(hit, blocks):
+        return Lookup("r1", units, 5, frozenset(caching), hit, blocks, caching)
+    # a hit of 2 tokens may hold the whole block 5 or the partial block 6
+    for full in (5, 6):
+        check_hit_blocks(lookup(2, ((7,), (full,))), 4, unit=2, **GROUPS)
+    check_hit_blocks(lookup(6, ((None, 8), (5, 9))), 4, unit=2, **GROUPS)
+    for blocks in (((7,), (9,)), ((8,), (5,)), ((7, 8), (5,)), ((7,), ())):
+        with pytest.raises(PropertyFailed, match="hit-blocks-cached: r1's hit of 2 tokens"):
+            check_hit_blocks(lookup(2, blocks), 4, unit=2, **GROUPS)
+    with pytest.raises(PropertyFailed, match="holds \\(5,\\) before its state's block"):
+        check_hit_blocks(lookup(6, ((5, 8), (5, 9))), 4, unit=2, **GROUPS)
+
+
+def test_no_hit_holds_no_block():
+    check_hit_blocks(Lookup("r1", ("ab",), 1, frozenset(), 0, ((), ()), {}), 4, unit=2,
+                     **GROUPS)
+    with pytest.raises(PropertyFailed, match="group 1 holds 1 blocks for 0"):
+        check_hit_blocks(Lookup("r1", ("ab",), 1, frozenset(), 0, ((), (5,)), {}), 4,
+                         unit=2, **GROUPS)
+
+
+def test_a_request_scheduled_on_a_state_cached_in_the_same_step_fails():
+    hit = Lookup("r1", ("ab", "abcd"), 3, frozenset(), 2)
+    check_state_computed(hit, {(MAMBA, "ab")}, True, state_groups=(MAMBA,), unit=2)
+    check_state_computed(hit, set(), False, state_groups=(MAMBA,), unit=2)   # it waited
+    with pytest.raises(PropertyFailed, match="state-computed-before-read: r1 was scheduled"):
+        check_state_computed(hit, {(FULL, "ab")}, True, state_groups=(MAMBA,), unit=2)

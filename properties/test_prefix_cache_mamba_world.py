@@ -41,7 +41,13 @@ from hypothesis import Phase, event, given, settings
 
 from models.prefix_cache_hybrid_hit import keeps_state_at, longest_hit
 from properties.harness import PropertyFailed
-from properties.hybrid_hit_check import check_kept_state, check_lookup, replay_boundary
+from properties.hybrid_hit_check import (
+    check_hit_blocks,
+    check_kept_state,
+    check_lookup,
+    check_state_computed,
+    replay_boundary,
+)
 from properties.kv_event_mirror import EventMirror
 from properties.pool_checks import check_free, check_refs, check_reset
 from properties.prefix_cache_mamba_worlds import BLOCK, DRAIN_STEPS, document, traces, world
@@ -83,7 +89,8 @@ class Run:
         self.prompts[rid] = (tuple(convert(h) for h in request.block_hashes), length)
 
     def step(self) -> None:
-        self.sched.step()             # vLLM raising here fails no-raise (sim/outcomes.py)
+        before = self.sched.cached_prefixes()
+        scheduled = self.sched.step()  # vLLM raising here fails no-raise (sim/outcomes.py)
         published = self.sched.take_published()
         for kind in {type(e).__name__ for e in published}:
             event(f"published {kind}")        # what a run reached: --hypothesis-show-statistics
@@ -102,6 +109,10 @@ class Run:
             check_lookup(lookup, self.block, full_groups=self.full_groups,
                          state_groups=self.state_groups, unit=self.unit,
                          name=lambda key: self.names.get(key, str(key)))
+            check_hit_blocks(lookup, self.block, full_groups=self.full_groups,
+                             state_groups=self.state_groups, unit=self.unit)
+            check_state_computed(lookup, before, lookup.request_id in scheduled,
+                                 state_groups=self.state_groups, unit=self.unit)
         self.check_kept_states()
         self.check_pool()
         self.mirror.apply(published)

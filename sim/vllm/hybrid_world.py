@@ -290,14 +290,17 @@ def _kv_cache_world(vllm_config: Any, specs: dict) -> HybridWorld:
 @frozen
 class Lookup:
     """One prefix-cache lookup: the request's prefix keys as events carry them (the first
-    block's, the first two blocks', ...), the cap on the hit in tokens, the (group, key) pairs
-    the pool cached just before, and the hit vLLM returned in tokens."""
+    unit's, the first two units', ...), the cap on the hit in tokens, the (group, key) pairs
+    the pool cached just before, the hit vLLM returned in tokens and in blocks per group
+    (None for the null block), and which blocks cached each (group, key) just before."""
 
     request_id: str
     prefixes: tuple
     cap_tokens: int
     cached: frozenset
     hit_tokens: int
+    hit_blocks: tuple = ()
+    caching: Any = None
 
 
 class HybridScheduler:
@@ -358,12 +361,14 @@ class HybridScheduler:
         lookup, convert = manager.get_computed_blocks, self._utils.maybe_convert_block_hash
 
         def recorded(request: Any, max_cache_hit_length: int | None = None) -> Any:
-            cached = frozenset(self.cached_prefixes())
+            caching = self.caching_blocks()
             answer = lookup(request, max_cache_hit_length)
             self.lookups.append(Lookup(
                 request.request_id, tuple(convert(h) for h in request.block_hashes),
                 request.num_tokens - 1 if max_cache_hit_length is None
-                else max_cache_hit_length, cached, answer[1]))
+                else max_cache_hit_length, frozenset(caching), answer[1],
+                tuple(tuple(None if b.is_null else b.block_id for b in group)
+                      for group in answer[0].blocks), caching))
             return answer
         manager.get_computed_blocks = recorded
 
@@ -383,11 +388,15 @@ class HybridScheduler:
 
     def cached_prefixes(self) -> set[tuple[int, Any]]:
         """What the pool caches: (group index, the prefix's hash as events carry it)."""
+        return set(self.caching_blocks())
+
+    def caching_blocks(self) -> dict[tuple[int, Any], frozenset[int]]:
+        """(group index, the prefix's hash as events carry it) -> the blocks caching it."""
         from sim.vllm import prefix_cache_compat
         utils = self._utils
         return {(utils.get_group_id(key), utils.maybe_convert_block_hash(
-                    utils.get_block_hash(key)))
-                for key, _ in prefix_cache_compat.cached_entries(
+                    utils.get_block_hash(key))): frozenset(b.block_id for b in blocks)
+                for key, blocks in prefix_cache_compat.cached_entries(
                     self.scheduler.kv_cache_manager.block_pool)}
 
     def reset_prefix_cache(self) -> bool:
