@@ -10,6 +10,8 @@ hash can be checked against the tokens its block holds. Targets translate their 
 
 from __future__ import annotations
 
+from typing import Any
+
 from attrs import evolve, field, frozen
 
 # The prefix a block hash names: (salt, tokens...) or (tokens...), after the multimodal items
@@ -134,3 +136,21 @@ def in_release_shape(event: Event, fields: frozenset[str]) -> Event:
         return evolve(event, **{f: None for f in REMOVED_OPTIONAL
                                 if f"removed.{f}" not in fields})
     return event
+
+
+@frozen
+class Lookup:
+    """One prefix-cache lookup of a hybrid model, as ``sim/vllm/hybrid_world.py`` records
+    it (``properties/hybrid_hit_check.py`` judges it): the request's prefix keys as events
+    carry them (the first unit's, the first two units', ...), the cap on the hit in tokens,
+    the (group, key) pairs the pool cached just before, the hit vLLM returned in tokens and
+    in blocks per group (None for the null block), and which blocks cached each (group,
+    key) just before."""
+
+    request_id: str
+    prefixes: tuple
+    cap_tokens: int
+    cached: frozenset
+    hit_tokens: int
+    hit_blocks: tuple = ()
+    caching: Any = None           # {(group, key): the block ids caching it}

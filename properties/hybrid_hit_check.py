@@ -1,9 +1,15 @@
-"""``hit-is-longest-cached``: a hybrid Mamba model's prefix-cache lookup returns the longest
-hit the pool's cached set serves (``models/prefix_cache_hybrid_hit.py``), no longer and no
-shorter, within its cap. Reads a recorded lookup (``sim/vllm/hybrid_world.py``: ``Lookup``),
-so it imports neither vLLM nor torch. ``kept-state-cached``: where a prompt's chunk ends on
-a state the cache keeps, a repeat of the prompt is served up to there (the first check
-alone holds of a pool that caches nothing)."""
+"""Checks of a hybrid Mamba model's prefix cache, read off the pool (no model of it):
+
+- ``hit-is-longest-cached``: a lookup returns the longest hit the pool's cached set serves
+  (``models/prefix_cache_hybrid_hit.py``), no longer and no shorter, within its cap; alone,
+  it holds of a pool that caches nothing;
+- ``hit-blocks-cached``: the hit's blocks are the ones cached there;
+- ``state-computed-before-read``: no request is scheduled on a state cached in the same step;
+- ``kept-state-cached``: where a prompt's chunk ends on a state the cache keeps, a repeat of
+  the prompt is served up to there.
+
+Each reads a recorded lookup (``Lookup`` in ``models/prefix_cache_values.py``) or the cached
+set, so this module imports neither vLLM nor torch."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ lookups of vLLM's real ``Scheduler``."""
 from __future__ import annotations
 
 import pytest
-from attrs import frozen
 
 from models.prefix_cache_hybrid_hit import keeps_state_at, longest_hit
+from models.prefix_cache_values import Lookup
 from properties.harness import PropertyFailed
 from properties.hybrid_hit_check import (
     check_hit_blocks,
@@ -20,17 +20,6 @@ from properties.hybrid_hit_check import (
 MAMBA, FULL = 0, 1
 PREFIXES = ("a", "ab", "abc")
 GROUPS = {"full_groups": (FULL,), "state_groups": (MAMBA,)}
-
-
-@frozen
-class Lookup:
-    request_id: str
-    prefixes: tuple
-    cap_tokens: int
-    cached: frozenset
-    hit_tokens: int
-    hit_blocks: tuple = ()
-    caching: object = None
 
 
 def test_the_mamba_state_at_the_end_decides_and_a_gap_in_full_attention_stops():

@@ -49,6 +49,7 @@ from unittest import mock
 
 from attrs import frozen
 
+from models.prefix_cache_values import Lookup
 from sim.errors import AdapterError, HarnessError, TargetUnavailable
 from sim.vllm import release, scheduler_pass_compat
 
@@ -285,22 +286,6 @@ def _kv_cache_world(vllm_config: Any, specs: dict) -> HybridWorld:
     return HybridWorld(vllm_config, kv, block_size, hash_block_size, mamba[0], tuple(
         (type(g.kv_cache_spec).__name__, g.kv_cache_spec.block_size, len(g.layer_names))
         for g in kv.kv_cache_groups))
-
-
-@frozen
-class Lookup:
-    """One prefix-cache lookup: the request's prefix keys as events carry them (the first
-    unit's, the first two units', ...), the cap on the hit in tokens, the (group, key) pairs
-    the pool cached just before, the hit vLLM returned in tokens and in blocks per group
-    (None for the null block), and which blocks cached each (group, key) just before."""
-
-    request_id: str
-    prefixes: tuple
-    cap_tokens: int
-    cached: frozenset
-    hit_tokens: int
-    hit_blocks: tuple = ()
-    caching: Any = None
 
 
 class HybridScheduler:
