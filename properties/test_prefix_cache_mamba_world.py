@@ -82,11 +82,13 @@ class Run:
         self.requests += 1
         tokens = document(doc)[:length]
         self.sched.add_prompt(rid, tokens, max_tokens, report_full=full)
-        request = self.sched.scheduler.requests[rid]
-        convert = self.sched._utils.maybe_convert_block_hash
-        for i, h in enumerate(request.block_hashes):
-            self.names[convert(h)] = f"doc {doc}[:{(i + 1) * self.unit}]"
-        self.prompts[rid] = (tuple(convert(h) for h in request.block_hashes), length)
+        keys = self.sched.prefix_keys(rid)
+        for i, key in enumerate(keys):
+            self.names[key] = f"doc {doc}[:{(i + 1) * self.unit}]"
+        self.prompts[rid] = (keys, length)
+
+    def name(self, key) -> str:
+        return self.names.get(key, str(key))
 
     def step(self) -> None:
         before = self.sched.cached_prefixes()
@@ -108,7 +110,7 @@ class Run:
                 event("a hit ending inside a block")
             check_lookup(lookup, self.block, full_groups=self.full_groups,
                          state_groups=self.state_groups, unit=self.unit,
-                         name=lambda key: self.names.get(key, str(key)))
+                         name=self.name)
             check_hit_blocks(lookup, self.block, full_groups=self.full_groups,
                              state_groups=self.state_groups, unit=self.unit)
             check_state_computed(lookup, before, lookup.request_id in scheduled,
@@ -118,7 +120,7 @@ class Run:
         self.mirror.apply(published)
         wrong = self.mirror.not_cached(self.sched.cached_prefixes())
         holds(CLAIMS, not wrong, lambda: "the events claim cached what the pool does not "
-              "cache: " + ", ".join(sorted(f"group {g} {self.names.get(h, h)}"
+              "cache: " + ", ".join(sorted(f"group {g} {self.name(h)}"
                                            for g, h in wrong)))
 
     def check_kept_states(self) -> None:
@@ -140,7 +142,7 @@ class Run:
                 event("a kept state checked where a chunk ended on it")
                 check_kept_state(rid, keys, position, cached, self.block,
                                  full_groups=self.full_groups, state_groups=self.state_groups,
-                                 unit=self.unit, name=lambda key: self.names.get(key, str(key)))
+                                 unit=self.unit, name=self.name)
 
     def check_pool(self) -> None:
         refs = self.sched.ref_counts()

@@ -343,19 +343,25 @@ class HybridScheduler:
         """Record every prefix-cache lookup the scheduler makes (``get_computed_blocks``)
         from now on, with what the pool cached just before it: ``take_lookups``."""
         manager = self.scheduler.kv_cache_manager
-        lookup, convert = manager.get_computed_blocks, self._utils.maybe_convert_block_hash
+        lookup = manager.get_computed_blocks
 
         def recorded(request: Any, max_cache_hit_length: int | None = None) -> Any:
             caching = self.caching_blocks()
             answer = lookup(request, max_cache_hit_length)
             self.lookups.append(Lookup(
-                request.request_id, tuple(convert(h) for h in request.block_hashes),
+                request.request_id, self.prefix_keys(request.request_id),
                 request.num_tokens - 1 if max_cache_hit_length is None
                 else max_cache_hit_length, frozenset(caching), answer[1],
                 tuple(tuple(None if b.is_null else b.block_id for b in group)
                       for group in answer[0].blocks), caching))
             return answer
         manager.get_computed_blocks = recorded
+
+    def prefix_keys(self, request_id: str) -> tuple:
+        """The request's prefix keys as events carry them: the first unit's, the first two
+        units', ... (as far as its tokens go)."""
+        convert = self._utils.maybe_convert_block_hash
+        return tuple(convert(h) for h in self.scheduler.requests[request_id].block_hashes)
 
     def take_lookups(self) -> list[Lookup]:
         lookups, self.lookups = self.lookups, []
