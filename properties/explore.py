@@ -31,7 +31,6 @@ from hypothesis.internal.conjecture.data import ConjectureData
 from hypothesis.strategies._internal.core import DataObject, DataStrategy
 
 from properties.harness import Failure, HarnessMachine, Recorder, property_of
-from properties.machines import import_all_machines
 from properties.run import NOT_FINDINGS, _replayed, bind, minimize
 from sim.errors import CapabilityMissing
 from sim.outcomes import message_of
@@ -55,9 +54,6 @@ def explore(machine: type[HarnessMachine], target: str, seed: int, runs: int,
             shrink_program: bool = True) -> ExploreResult:
     """``runs`` random walks of ``machine`` against ``target`` from ``seed``; stops at the
     first failure, which is returned replayed and (``shrink_program``) minimized."""
-    # Hypothesis's provider mixes constants of the loaded local modules into draws: a fixed
-    # module set keeps a seed's walk the same whatever ran before (as run_machine does).
-    import_all_machines()
     rng = random.Random(seed)
     recorder = recorder or Recorder(report_events=False)
     recorder.report_events = False          # no Hypothesis test to report events to

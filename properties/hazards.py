@@ -5,10 +5,10 @@ pending hit, an id reused after finish, ...), marked with ``HarnessMachine.hazar
 machine that never reaches one checks nothing there. ``properties/test_hazards.py`` asks
 that a seeded search reach each within its bound (``SEARCH_SEEDS`` runs of the machine's
 examples per seed), stopping as soon as it has. How *often* each is reached moves with
-Hypothesis's version and with the modules loaded in the process (its constant pool: a
-hazard the search met at example 540 in one virtualenv may come at 200 in another), so
-rates are measured and recorded, never asserted: ``python -m lch.measure hazards`` writes
-every machine's under ``results/hazards/``.
+Hypothesis's version and with any change to a machine's strategies (a hazard the search met
+at example 540 at one commit may come at 200 at the next), so rates are measured and
+recorded, never asserted: ``python -m lch.measure hazards`` writes every machine's under
+``results/hazards/``.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from properties.harness import HarnessMachine, PropertyFailed, Recorder
 from properties.machines import MACHINES
 from properties.run import run_machine
 
-# Seeded streams, not one derandomized one: Hypothesis mixes in constants from the local
-# modules loaded so far, so a single stream depends on which tests ran before. SEEDS: those
+# Seeded streams, not one derandomized one: several streams measure a rate, one measures a
+# path. SEEDS: those
 # rates are measured over (``lch.measure hazards``' default); SEARCH_SEEDS: how far the
 # reachability search may go. Every searched hazard came within the first three seeds
 # (results/hazards/every-machine-hazards-seeds-0-2.json: the last at example 457 of 562,
-# the encoder cache's reallocation in one pass; a process that loaded other modules meets
-# some later); ten give room for that, and are spent only where a hazard is really lost.
+# the encoder cache's reallocation in one pass); ten give room for a change of strategies
+# or of Hypothesis that moves one later, and are spent only where a hazard is really lost.
 SEEDS = (0, 1, 2)
 SEARCH_SEEDS = tuple(range(10))
 

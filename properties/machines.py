@@ -50,8 +50,7 @@ def machine_for(name: str) -> type[HarnessMachine]:
 def finding_scope(machine: type) -> str:
     """The name that prefixes ``machine``'s finding ids: the hunt name of the nearest class in
     its MRO that a manifest names (a bound or catalogue subclass is its machine's), else its
-    ``subsystem``. Read off the names, importing nothing: a module imported mid-hunt would
-    change what Hypothesis draws (see ``import_all_machines``)."""
+    ``subsystem``. Read off the names, importing nothing."""
     named = {ref: name for name, ref in HUNT_MACHINES.items()}
     for cls in machine.__mro__:
         name = named.get(f"{cls.__module__}:{cls.__qualname__}")
@@ -67,9 +66,9 @@ def target_bases(name: str) -> tuple[str, ...]:
 
 
 def import_all_machines() -> None:
-    # The main machines only: a further machine's module is imported where it is used (the
-    # hunt's plan imports each, to read TARGET_BASES), so the draws the main machines' tests
-    # were measured at do not change with it.
+    # The main machines and what they load (torch among it): setup a budgeted search should
+    # not pay for, and the classes ``declared_properties`` walks. A further machine's module
+    # is imported where it is used (the hunt's plan imports each, to read TARGET_BASES).
     for subsystem in MACHINES:
         machine_for(subsystem)
 

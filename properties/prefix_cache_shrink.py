@@ -18,23 +18,37 @@ REQUEST_ACTIONS = ("add_request", "schedule_waiting", "allocate_slots", "append_
 # (r, num_new_tokens, lookahead), and for schedule_waiting the connector's tokens and whether
 # it loads them asynchronously after them
 SIZED_ACTIONS = ("schedule_waiting", "allocate_slots")
+# The most blocks a dropped request's pressure is replaced by: a short request in a pool of
+# up to four groups, two blocks each.
+PRESSURE_BLOCKS = 8
 
 
 def simpler_worlds(world, actions: list[tuple]):
-    """Drop a request (and its steps), trim a prompt's last token, drop a request's salt, prompt
-    logprobs or full KV event report (or the first two alone), shrink the pool, the block size
-    or the length cap, turn EAGLE or its lookahead hashes off, the drafter in full attention
-    alone, one DCP rank, one block size, no second window, one local group for several, one
-    group for two, turn caching and events back on and the admission gates off, full attention
-    for a sliding window, no KV connector (the default world), make a resent prompt a fresh
-    request, fold a sampled token into the prompt, merge a request's two steps, lower a step's
-    chunk, lookahead or connector load."""
+    """Drop a request (and its steps; also with the pool shrunk by the blocks it held), trim a
+    prompt's last token, drop a request's salt, prompt logprobs or full KV event report (or
+    the first two alone), shrink the pool, the block size or the length cap, turn EAGLE or
+    its lookahead hashes off, the drafter in full attention alone, one DCP rank, one block
+    size, no second window, one local group for several, one group for two, turn caching and
+    events back on and the admission gates off, full attention for a sliding window, no KV
+    connector (the default world), make a resent prompt a fresh request, fold a sampled
+    token into the prompt, merge a request's two steps, lower a step's chunk, lookahead or
+    connector load."""
     requests = world.requests
     for k in range(len(requests)):
         if len(requests) > 1:
             kept = requests[:k] + requests[k + 1:]
             yield (evolve(world, requests=_renamed(kept)),
                    without_request(actions, k, REQUEST_ACTIONS))
+    # A request that only took blocks (the pressure that evicts another's prefix) goes with
+    # the blocks it held, one per group and block: without it the pool must be that much
+    # smaller for the same eviction, and neither change alone fails the same way.
+    for k in range(len(requests)):
+        if len(requests) > 1:
+            kept = requests[:k] + requests[k + 1:]
+            for fewer in range(1, min(world.num_blocks - 2, PRESSURE_BLOCKS) + 1):
+                yield (evolve(world, requests=_renamed(kept),
+                              num_blocks=world.num_blocks - fewer),
+                       without_request(actions, k, REQUEST_ACTIONS))
     for k, req in enumerate(requests):
         if len(req.prompt) > 1:
             trimmed = evolve(req, prompt=req.prompt[:-1])

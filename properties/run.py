@@ -36,7 +36,6 @@ from properties.harness import (
     Trace,
     property_of,
 )
-from properties.machines import import_all_machines
 from properties.reproducer import write_reproducer
 from sim.errors import AdapterError, CapabilityMissing, HarnessError, NotDriven, TargetUnavailable
 from sim.outcomes import classify, message_of, outside_label, same_failure
@@ -63,15 +62,13 @@ def run_machine(machine: type[HarnessMachine], target: str, settings: Settings,
 
     Hypothesis's own shrink phase is skipped unless ``hypothesis_shrink``: ``minimize``
     shrinks the program itself, faster and to fewer API calls (``nox -s bench`` compares the
-    two, alone and chained). Every machine module is imported first because Hypothesis mixes
-    literal constants of the loaded local modules into generation: a fixed module set keeps
-    a seed's trace the same whichever machines ran before in this process.
+    two, alone and chained). A seed's trace does not depend on the modules loaded before it:
+    the profiles pin Hypothesis's pool of local constants empty (``fixtures/constant_pool.py``).
 
     ``recorder.stop`` (optional) is asked before each example; once it says the time is up
     the run ends there (``result.cut``) and minimization stops early too. Ctrl-C while
     minimizing keeps the shortest program so far (``result.interrupted``).
     """
-    import_all_machines()
     # One error per run: a second, different one would come back as an ExceptionGroup.
     settings = Settings(settings, report_multiple_bugs=False, stateful_step_count=max(
         settings.stateful_step_count, machine.MIN_STATEFUL_STEPS))

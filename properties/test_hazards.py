@@ -4,9 +4,9 @@ seeded search on the native target that stops once it has reached them all
 
 One test per hazard; the search is run once per machine and shared by its hazards' tests
 (one xdist group each). What is asserted is reachability within the search's bound, not a
-rate: rates move with Hypothesis's constant pool and were re-pinned by hand each time they
-did. They are measured instead: ``python -m lch.measure hazards`` writes every machine's
-share of examples reaching each hazard to ``results/hazards/``.
+rate: rates move with Hypothesis's version and the machines' strategies, and were re-pinned
+by hand each time they did. They are measured instead: ``python -m lch.measure hazards``
+writes every machine's share of examples reaching each hazard to ``results/hazards/``.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def test_a_read_ahead_the_adapter_computes_is_named_as_the_harnesss(tmp_path, mo
                         {"num_read_ahead_tokens": "the test's arithmetic"}, raising=False)
     # The promises judged on the output come first and may see the extra token first (an
     # embed read past what is held: reads-held), in whichever example the derandomized run
-    # meets first, which moves with Hypothesis's constant pool: this test is about the label.
+    # meets first, which moves with the machine's strategies: this test is about the label.
     monkeypatch.setattr(scheduler_pass_machine, "broken_promises", lambda *args: [])
     with pytest.raises(Divergence) as failed:
         check_machine(SchedulerPassMachine, "native", str(tmp_path))
