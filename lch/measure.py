@@ -8,7 +8,8 @@
   ``properties/test_hazards.py`` searches (``--target``, default ``native``; ``--profile``,
   default ``ci``, its step count kept and its derandomization off so each seed differs),
   kind ``hazards``;
-- ``pytest --name NAME -- ARGS...``: a pytest run's outcome per test, kind ``suites``.
+- ``pytest --name NAME -- ARGS...``: a pytest run's outcome per test (an expected failure
+  with its reason), and the known vLLM divergences those reasons name, kind ``suites``.
 
 Each writes ``--record-dir`` (default ``results``) and prints the record's path. Why not
 pytest's own ``--junitxml``: the record must carry the harness commit, the vLLM and the
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import importlib
+import re
 import subprocess
 import sys
 import time
@@ -90,7 +92,7 @@ def every_searched_machine() -> list[str]:
 def run_pytest(args: list[str]) -> tuple[dict, list[dict]]:
     import pytest
 
-    outcomes: dict[str, str] = {}
+    items: dict[str, dict] = {}
 
     class Collect:
         def pytest_runtest_logreport(self, report):
@@ -98,16 +100,31 @@ def run_pytest(args: list[str]) -> tuple[dict, list[dict]]:
                 # An expected failure is a known finding that still holds, and one that
                 # passes turns a strict xfail red: neither is a skip (pytest reports the
                 # first as skipped, with ``wasxfail``).
-                outcome = report.outcome
+                item = {"outcome": report.outcome}
                 if hasattr(report, "wasxfail"):
-                    outcome = "xfailed" if report.skipped else "xpassed"
-                outcomes.setdefault(report.nodeid, outcome)
+                    item = {"outcome": "xfailed" if report.skipped else "xpassed",
+                            "reason": report.wasxfail}
+                items.setdefault(report.nodeid, item)
 
     code = pytest.main(args, plugins=[Collect()])
-    items = [{"test": t, "outcome": o} for t, o in sorted(outcomes.items())]
-    counts = {o: sum(i["outcome"] == o for i in items)
+    listed = [{"test": t, **i} for t, i in sorted(items.items())]
+    counts = {o: sum(i["outcome"] == o for i in listed)
               for o in ("passed", "failed", "skipped", "xfailed", "xpassed")}
-    return {"exit_code": int(code), **counts}, items
+    return {"exit_code": int(code), **counts, "known_divergences": known_met(listed)}, listed
+
+
+def known_met(items: list[dict]) -> dict[str, list[str]]:
+    """The known vLLM divergences the run's expected failures name (``fixtures/
+    upstream_bugs.py`` ids, as ``properties/run.py`` and the reproducers' marks word them),
+    each with the tests that met it."""
+    from fixtures.upstream_bugs import UPSTREAM_BUGS
+    met: dict[str, list[str]] = {}
+    for item in items:
+        reason = item.get("reason") or ""
+        for bug in UPSTREAM_BUGS:
+            if re.search(rf"(?<![\w-]){re.escape(bug.id)}(?![\w-])", reason):
+                met.setdefault(bug.id, []).append(item["test"])
+    return dict(sorted(met.items()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,24 @@ def test_pytest_outcomes_per_test(tmp_path):
         "test_ok": "passed", "test_bad": "failed"}
 
 
+def test_pytest_records_the_known_divergences_its_xfails_name(tmp_path):
+    test = tmp_path / "test_known_demo.py"   # not test_demo: pytest caches that module
+    test.write_text(
+        "import pytest\n\n\n"
+        "def test_known():\n"
+        "    pytest.xfail('vLLM 0.33.0: known divergence pc-dcp-connector-clip (...)')\n\n\n"
+        "@pytest.mark.xfail(reason='pc-dcp-connector-clip-like, no id of ours', strict=True)\n"
+        "def test_other():\n"
+        "    assert False\n")
+    measure.main(["pytest", "--name", "k", "--record-dir", str(tmp_path), "--", "-q",
+                  "-p", "no:cacheprovider", str(test)])
+    record = _record(tmp_path, "suites", "k")
+    assert record["summary"]["xfailed"] == 2
+    assert list(record["summary"]["known_divergences"]) == ["pc-dcp-connector-clip"]
+    assert record["summary"]["known_divergences"]["pc-dcp-connector-clip"][0].endswith(
+        "::test_known")
+
+
 def test_hazard_rates_per_machine_and_hazard(tmp_path):
     spec = "properties.encoder_cache_machine:EncoderCacheMachine"
     assert measure.main(["hazards", "--seeds", "0", "--examples", "3", "--name", "h",
