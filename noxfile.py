@@ -194,7 +194,8 @@ def vllm(session: nox.Session) -> None:
     checkout, pytest_args = take_option(pytest_args, "--vllm-path", "")
     install_vllm(session, release)
     # A known vLLM divergence of the installed release (fixtures/upstream_bugs.py) met by a
-    # machine is an xfail here (properties/run.py: expect_known); history counts it found.
+    # machine is an xfail here, its search going on past it (properties/run.py:
+    # check_machine); history counts it found.
     session.env.update(HYPOTHESIS_PROFILE="ci", LCH_REQUIRE_TARGETS="1",
                        VLLM_TARGET_DEVICE="cpu", LCH_EXPECT_KNOWN="1")
     if checkout:     # your checkout's Python files over the release's wheel (sim/vllm/overlay.py)

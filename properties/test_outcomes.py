@@ -5,6 +5,7 @@ vLLM" come from code compiled under a ``site-packages/vllm/`` file name."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -383,17 +384,47 @@ def _failure(message: str):
 ])
 def test_the_vllm_session_expects_only_the_known_divergences_of_its_release(
         monkeypatch, expect, release, message, xfails):
-    """``expect_known``: with ``LCH_EXPECT_KNOWN`` set, a vLLM failure whose column,
-    property and signature are a known bug's affecting the installed release is an xfail;
-    anything else goes on to fail as a divergence."""
+    """``known_divergence``: with ``LCH_EXPECT_KNOWN`` set, a vLLM failure whose column,
+    property and signature are a known bug's affecting the installed release is that bug
+    (an xfail, and the search goes on past it); anything else is none (a divergence)."""
     from properties.prefix_cache_machine import EagleHybridPrefixCacheMachine
-    from properties.run import expect_known
+    from properties.run import known_divergence
     from sim.vllm import release as vllm_release
     monkeypatch.setenv("LCH_EXPECT_KNOWN", expect)
     monkeypatch.setattr(vllm_release, "installed_release", lambda: release)
-    failure = _failure(message)
-    if xfails:
-        with pytest.raises(pytest.xfail.Exception, match="pc-window-aligns-before-drop"):
-            expect_known(EagleHybridPrefixCacheMachine, "vllm", failure, "r.py")
-    else:
-        expect_known(EagleHybridPrefixCacheMachine, "vllm", failure, "r.py")
+    bug = known_divergence(EagleHybridPrefixCacheMachine, "vllm", _failure(message))
+    assert (bug.id if bug else None) == ("pc-window-aligns-before-drop" if xfails else None)
+
+
+def _known_as(monkeypatch, properties: set[str]):
+    """``known_divergence`` answering for the native target: a failure of one of
+    ``properties`` is a known bug (named after its property), as a release's would be."""
+    from properties import run
+    monkeypatch.setattr(run, "known_divergence", lambda machine, target, failure: (
+        SimpleNamespace(id=failure.property, property=failure.property, reproducer="r.py")
+        if failure.property in properties else None))
+
+
+def test_the_vllm_session_goes_on_past_a_known_divergence(monkeypatch, tmp_path):
+    """Two bugs switched on, the one the search meets first known: the search goes on and
+    the other fails the test, naming what it went past (stopping at the known one, as the
+    session did before, would have been an xfail that hid it)."""
+    from properties.encoder_cache_machine import EncoderCacheMachine
+    from properties.run import check_machine
+    _known_as(monkeypatch, {"slots-agree"})
+    with pytest.raises(Divergence) as failed:
+        check_machine(EncoderCacheMachine, "native:enc-stale-freed+enc-repeat-item",
+                      str(tmp_path), max_examples=300)
+    assert failed.value.info["property"] == "freed-not-resident"
+    assert str(failed.value).endswith("met before it, known: slots-agree")
+
+
+def test_a_known_divergence_met_again_is_counted_once_minimized(monkeypatch, tmp_path):
+    from properties.prefix_cache_machine import PrefixCacheMachine
+    from properties.run import KNOWN_PARTS, check_machine
+    _known_as(monkeypatch, {"cached-hash-names-contents", "cached-set-agrees"})
+    with pytest.raises(pytest.xfail.Exception) as known:
+        check_machine(PrefixCacheMachine, "native:pc-evict-keeps-hash", str(tmp_path))
+    times = [int(t) for t in re.findall(r"met (\d+)x", str(known.value))]
+    assert times and 1 < sum(times) <= KNOWN_PARTS, str(known.value)
+    assert len(list(tmp_path.glob("*.py"))) == len(times)     # one reproducer per bug
