@@ -3,7 +3,8 @@
 Keys name prefixes that end on a multiple of the key unit (``prefix_match_unit``: the block,
 or a divisor of it). A full-attention group serves a prefix only if it holds every token of
 it: the key of each whole block inside the prefix, and, where the prefix ends inside a
-block, the key of the prefix itself (a block cached up to there). A Mamba group keeps one
+block, a key of the request's that ends in that block no earlier than the prefix (the block
+cached up to there or further: its first tokens are the prefix's). A Mamba group keeps one
 state per cached prefix, the model's state after that prefix's last token, and needs only
 that one: the prefix's own key. So a prefix of ``m`` units is a hit exactly when every
 full-attention group caches the keys of its whole blocks and its own key, and every Mamba
@@ -24,9 +25,12 @@ def longest_hit(prefixes: Sequence[Any], cached: Container[tuple[int, Any]], *,
     """Units in the longest hit: ``prefixes[i]`` is the key of the request's first ``i + 1``
     units, ``cached`` holds (group, key) pairs, ``cap_units`` bounds the hit."""
     def served(m: int) -> bool:
-        ends = {*range(units_per_block - 1, m, units_per_block), m - 1}
-        whole = all((g, prefixes[e]) in cached for g in full_groups for e in ends)
-        return whole and all((g, prefixes[m - 1]) in cached for g in state_groups)
+        last = (m - 1) // units_per_block            # the block the prefix ends in
+        inside = range(units_per_block - 1, last * units_per_block, units_per_block)
+        tail = range(m - 1, min((last + 1) * units_per_block, len(prefixes)))
+        full = all(all((g, prefixes[e]) in cached for e in inside)
+                   and any((g, prefixes[e]) in cached for e in tail) for g in full_groups)
+        return full and all((g, prefixes[m - 1]) in cached for g in state_groups)
     return max((m for m in range(1, min(cap_units, len(prefixes)) + 1) if served(m)),
                default=0)
 
