@@ -196,7 +196,7 @@ def vllm(session: nox.Session) -> None:
     # A known vLLM divergence of the installed release (fixtures/upstream_bugs.py) met by a
     # machine is an xfail here, its search going on past it (properties/run.py:
     # check_machine); history counts it found.
-    session.env.update(HYPOTHESIS_PROFILE="ci", LCH_REQUIRE_TARGETS="1",
+    session.env.update(HYPOTHESIS_PROFILE="vllm", LCH_REQUIRE_TARGETS="1",
                        VLLM_TARGET_DEVICE="cpu", LCH_EXPECT_KNOWN="1")
     if checkout:     # your checkout's Python files over the release's wheel (sim/vllm/overlay.py)
         overlay = session.run("python", "-m", "sim.vllm.overlay", checkout,
@@ -204,7 +204,7 @@ def vllm(session: nox.Session) -> None:
         session.env.update(PYTHONPATH=overlay, LCH_VLLM_PATH=str(Path(checkout).resolve()))
     session.run("python", "-m", "sim.vllm.release", "check")   # names a missing module first
     # Every core (LCH_WORKERS=0: serial); each worker imports vLLM once (about 10 s). The
-    # derandomized ci profile gives each test the same examples whichever worker runs it.
+    # derandomized vllm profile gives each test the same examples whichever worker runs it.
     workers = os.environ.get("LCH_WORKERS", "auto")
     session.run("pytest", "-p", "no:cacheprovider", "--ignore=fixtures/reproducers/found",
                 "-n", workers, "--dist", "loadgroup", "--target", "vllm", *VLLM_SUITES,
