@@ -113,6 +113,12 @@ def run_pytest(args: list[str]) -> tuple[dict, list[dict]]:
     return {"exit_code": int(code), **counts, "known_divergences": known_met(listed)}, listed
 
 
+def _targets_vllm(args: list[str]) -> bool:
+    return any(a == "--target=vllm" or a.startswith("--target=vllm:") or (
+        a == "--target" and b.split(":")[0] == "vllm") for a, b in zip(args, [*args[1:], ""],
+                                                                        strict=True))
+
+
 def known_met(items: list[dict]) -> dict[str, list[str]]:
     """The known vLLM divergences the run's expected failures name (``fixtures/
     upstream_bugs.py`` ids, as ``properties/run.py`` and the reproducers' marks word them),
@@ -151,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     vllm = None
     if "vllm" in sys.modules:
         vllm = {"version": getattr(sys.modules["vllm"], "__version__", None)}
+    elif options.what == "pytest" and _targets_vllm(options.args):
+        # Run by xdist workers, vLLM is imported there, not here: its metadata says which.
+        from sim.vllm.release import installed_release
+        vllm = {"version": installed_release()}
     record = records.envelope(
         options.what if options.what != "pytest" else "suites",
         options.name or f"{options.what}-{options.seeds if options.what == 'hazards' else ''}",

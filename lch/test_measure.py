@@ -31,6 +31,12 @@ def test_pytest_outcomes_per_test(tmp_path):
         "test_ok": "passed", "test_bad": "failed"}
 
 
+def test_a_run_against_vllm_names_the_release_also_when_workers_import_it():
+    assert measure._targets_vllm(["-q", "--target", "vllm", "x.py"])
+    assert measure._targets_vllm(["--target=vllm"])
+    assert not measure._targets_vllm(["--target", "native", "x.py", "vllm"])
+
+
 def test_pytest_records_the_known_divergences_its_xfails_name(tmp_path):
     test = tmp_path / "test_known_demo.py"   # not test_demo: pytest caches that module
     test.write_text(
