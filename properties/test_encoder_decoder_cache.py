@@ -2,8 +2,9 @@
 
 vLLM's ``EncoderDecoderCacheManager`` (0.14.0 on); on older releases the test reports the
 class absent. A failure is minimized and written as a reproducer (``--reproducer-dir``).
-The second test frees only what is held, so it checks the rest of the class on releases
-that have the unheld-release bug (all of them, up to 0.33.0).
+The second test frees only what is held, so it checks the rest of the class with its whole
+budget on releases that have the unheld-release bug (every one read), which the first meets
+again and again.
 """
 
 from __future__ import annotations
