@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -113,6 +114,17 @@ def run_pytest(args: list[str]) -> tuple[dict, list[dict]]:
     return {"exit_code": int(code), **counts, "known_divergences": known_met(listed)}, listed
 
 
+# The environment a run's outcomes depend on, written before the command so that the
+# command reruns it: the profile (budget, derandomization), the known-bug expectations.
+SETTINGS_ENV = ("HYPOTHESIS_PROFILE", "LCH_EXPECT_KNOWN", "LCH_REQUIRE_TARGETS",
+                "VLLM_TARGET_DEVICE")
+
+
+def _settings_env() -> str:
+    return "".join(f"{name}={os.environ[name]} " for name in SETTINGS_ENV
+                   if os.environ.get(name))
+
+
 def _targets_vllm(args: list[str]) -> bool:
     return any(a == "--target=vllm" or a.startswith("--target=vllm:") or (
         a == "--target" and b.split(":")[0] == "vllm") for a, b in zip(args, [*args[1:], ""],
@@ -164,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     record = records.envelope(
         options.what if options.what != "pytest" else "suites",
         options.name or f"{options.what}-{options.seeds if options.what == 'hazards' else ''}",
-        "python -m lch.measure " + " ".join(argv if argv is not None else sys.argv[1:]),
+        _settings_env() + "python -m lch.measure "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
         vllm=vllm, wall_s=time.monotonic() - start, summary=summary, items=items,
         started=started)
     print(records.write(record, options.record_dir))

@@ -31,6 +31,18 @@ def test_pytest_outcomes_per_test(tmp_path):
         "test_ok": "passed", "test_bad": "failed"}
 
 
+def test_the_command_carries_the_settings_the_outcomes_depend_on(monkeypatch, tmp_path):
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
+    monkeypatch.setenv("LCH_EXPECT_KNOWN", "1")
+    test = tmp_path / "test_env_demo.py"
+    test.write_text("def test_ok():\n    pass\n")
+    measure.main(["pytest", "--name", "e", "--record-dir", str(tmp_path), "--", "-q",
+                  "-p", "no:cacheprovider", str(test)])
+    command = _record(tmp_path, "suites", "e")["command"]
+    assert command.startswith("HYPOTHESIS_PROFILE=ci LCH_EXPECT_KNOWN=1 ")
+    assert " python -m lch.measure pytest --name e " in command
+
+
 def test_a_run_against_vllm_names_the_release_also_when_workers_import_it():
     assert measure._targets_vllm(["-q", "--target", "vllm", "x.py"])
     assert measure._targets_vllm(["--target=vllm"])
