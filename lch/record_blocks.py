@@ -95,6 +95,31 @@ def known_bug_recall(results: Path) -> str:
                   "missed", "suite", "hunts", "load"), rows)
 
 
+@renderer("vllm-session-recall")
+def vllm_session_recall(results: Path) -> str:
+    """Per suite record that met known bugs (``lch.measure pytest`` against vLLM): the
+    upstream bugs affecting its release (``fixtures/upstream_bugs.py``, as committed), those
+    its expected failures name, those missed, and the settings and time of the run."""
+    from fixtures.upstream_bugs import UPSTREAM_BUGS
+    rows = []
+    for r in load("suites", results):
+        met = r["summary"].get("known_divergences")
+        release = (r.get("vllm") or {}).get("version")
+        if met is None or release is None:
+            continue
+        known = [b.id for b in UPSTREAM_BUGS if b.affects(release)]
+        settings = " ".join(w for w in r["command"].split(" python -m ")[0].split()
+                            if "=" in w and not w.startswith("VLLM_TARGET_DEVICE")) \
+            if " python -m " in r["command"] else "not recorded"
+        load_avg = (r["machine"].get("load_avg") or ["?"])[0]
+        rows.append([f"`results/suites/{r['name']}.json`", release, settings or "-",
+                     f"{sum(k in met for k in known)} of {len(known)}",
+                     ", ".join(k for k in known if k not in met) or "-",
+                     f"{r['wall_s']:.0f} s", load_avg])
+    return table(("record", "vLLM", "settings", "known bugs met", "missed", "wall", "load"),
+                 rows)
+
+
 @renderer("property-witnesses")
 def property_witnesses(results: Path) -> str:
     """Each declared property's witnesses by kind, and the witness suites' run times

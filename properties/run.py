@@ -294,6 +294,8 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
     each further one under its own fixed seed), with the known bug's finding accepted (a
     machine that can adopt the target's behaviour goes on past it inside the example). The
     test is then an xfail naming every known divergence met, unless a new one fails it."""
+    from properties.findings import finding_id
+    from properties.machines import finding_scope
     settings = Settings(Settings(), **overrides)
     met: dict[str, list] = {}     # known bug id -> [times met, bug, message, reproducer path]
     accepted: frozenset[str] = frozenset()
@@ -317,8 +319,6 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
             if bug is None:
                 raise _divergence(machine, target, failure, path, met)
             met[bug.id] = [1, bug, failure.message, path]
-        from properties.findings import finding_id
-        from properties.machines import finding_scope
         accepted |= {finding_id(finding_scope(machine), failure)}
         left -= max(1, result.recorder.examples)
         part += 1
