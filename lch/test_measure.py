@@ -55,7 +55,8 @@ def test_pytest_records_the_known_divergences_its_xfails_name(tmp_path):
         "import pytest\n\n\n"
         "def test_known():\n"
         "    pytest.xfail('vLLM 0.33.0: known divergence pc-dcp-connector-clip (...)')\n\n\n"
-        "@pytest.mark.xfail(reason='pc-dcp-connector-clip-like, no id of ours', strict=True)\n"
+        "@pytest.mark.xfail(reason='pc-dcp-connector-clip-like, no id of ours', strict=True,\n"
+        "                   raises=AssertionError)\n"
         "def test_other():\n"
         "    assert False\n")
     measure.main(["pytest", "--name", "k", "--record-dir", str(tmp_path), "--", "-q",
