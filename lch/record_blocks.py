@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from lch.measure import SETTINGS_ENV
 from lch.records import load, renderer
 from sim.vllm.release import parse_release
 
@@ -108,9 +109,10 @@ def vllm_session_recall(results: Path) -> str:
         if met is None or release is None:
             continue
         known = [b.id for b in UPSTREAM_BUGS if b.affects(release)]
-        settings = " ".join(w for w in r["command"].split(" python -m ")[0].split()
-                            if "=" in w and not w.startswith("VLLM_TARGET_DEVICE")) \
-            if " python -m " in r["command"] else "not recorded"
+        # The settings lch.measure writes before the command (the CPU platform left out).
+        words = [w for w in r["command"].split() if w.split("=")[0] in SETTINGS_ENV]
+        settings = " ".join(w for w in words if not w.startswith("VLLM_TARGET_DEVICE=")) \
+            if words else "not recorded"
         load_avg = (r["machine"].get("load_avg") or ["?"])[0]
         rows.append([f"`results/suites/{r['name']}.json`", release, settings or "-",
                      f"{sum(k in met for k in known)} of {len(known)}",

@@ -297,7 +297,7 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
     from properties.findings import finding_id
     from properties.machines import finding_scope
     settings = Settings(Settings(), **overrides)
-    met: dict[str, list] = {}     # known bug id -> [times met, bug, message, reproducer path]
+    met: dict[str, _Met] = {}     # known bug id -> its first failure here, and how often
     accepted: frozenset[str] = frozenset()
     left, part = settings.max_examples, 0
     while True:
@@ -308,7 +308,7 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
             break
         bug = known_divergence(machine, target, failure)
         if bug is not None and bug.id in met:
-            met[bug.id][0] += 1
+            met[bug.id].times += 1
         else:
             if not failure.stopped:
                 failure = minimize(machine, failure, target, accepted=accepted,
@@ -318,7 +318,7 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
             bug = known_divergence(machine, target, failure)
             if bug is None:
                 raise _divergence(machine, target, failure, path, met)
-            met[bug.id] = [1, bug, failure.message, path]
+            met[bug.id] = _Met(bug, failure.message, path)
         accepted |= {finding_id(finding_scope(machine), failure)}
         left -= max(1, result.recorder.examples)
         part += 1
@@ -327,6 +327,15 @@ def check_machine(machine: type[HarnessMachine], target: str, reproducer_dir: st
     if met:
         pytest.xfail(_known_met(met))
     return result
+
+
+@attrs.define
+class _Met:
+    """A known divergence a test met: the bug, its first failure's message and reproducer."""
+    bug: object
+    message: str
+    path: object
+    times: int = 1
 
 
 def _run_part(machine: type[HarnessMachine], target: str, settings: Settings,
@@ -353,7 +362,7 @@ def _part_seed(machine: type[HarnessMachine], part: int) -> int:
 
 
 def _divergence(machine: type[HarnessMachine], target: str, failure: Failure, path,
-                met: dict[str, list]) -> Divergence:
+                met: dict[str, _Met]) -> Divergence:
     outside = list(failure.trace.outside)
     return Divergence(
         f"{failure.message}\n{machine.__name__} against {target}: "
@@ -365,13 +374,13 @@ def _divergence(machine: type[HarnessMachine], target: str, failure: Failure, pa
         outside_vllm=outside)
 
 
-def _known_met(met: dict[str, list]) -> str:
+def _known_met(met: dict[str, _Met]) -> str:
     from sim.vllm import release
     found = release.installed_release()
     return "; ".join(
-        f"vLLM {found}: known divergence {bug_id} ({bug.property}; fixtures/reproducers/"
-        f"{bug.reproducer}), met {times}x: {message}; reproducer: {path}"
-        for bug_id, (times, bug, message, path) in met.items())
+        f"vLLM {found}: known divergence {bug_id} ({m.bug.property}; fixtures/reproducers/"
+        f"{m.bug.reproducer}), met {m.times}x: {m.message}; reproducer: {m.path}"
+        for bug_id, m in met.items())
 
 
 def known_divergence(machine: type[HarnessMachine], target: str, failure: Failure):
