@@ -15,7 +15,8 @@ File-system tier, as specified:
   before it stored;
 - a load job reads its keys in order (``readv``); a missing file, an error or a short read
   stops it: it fails, reporting the keys loaded before (``successful_keys``); a short read
-  also removes the file (a too-short file is corrupt) and leaves the chunk torn; the keys
+  also removes the file (a too-short file is corrupt) and fills the chunk's first half only
+  (every short read is half a chunk), so the chunk is torn unless its halves agree; the keys
   not loaded get a cached MISS verdict;
 - ``lookup`` answers a cached verdict: the first lookup of a key answers RETRY and queues a
   probe, ``on_schedule_end`` sends the queued probes (they see the disk as it is then), and
@@ -55,7 +56,9 @@ class Probe:
 class SecondaryTierModel:
     num_chunks: int
     tier: str = "fs"
-    chunks: list = field(init=False)             # chunk -> holder key, None (zeros), -1 torn
+    # chunk -> (holder of its first half, of its second): a key, or None (zeros). A short
+    # read fills the first half alone, so a second one can mend what a first one tore.
+    chunks: list = field(init=False)
     files: dict = field(factory=dict)            # key -> (holder key, whole)
     jobs: dict = field(factory=dict)             # job id -> (is_load, keys, chunks), in order
     finished: list = field(factory=list)
@@ -68,12 +71,12 @@ class SecondaryTierModel:
     stores_done: dict = field(factory=dict)      # store job id -> its keys, once it succeeded
 
     def __attrs_post_init__(self):
-        self.chunks = [None] * self.num_chunks
+        self.chunks = [(None, None)] * self.num_chunks
 
     # -- the harness plays the GPU worker and the world --------------------------------------
 
     def write_chunk(self, chunk: int, key: int) -> None:
-        self.chunks[chunk] = key
+        self.chunks[chunk] = (key, key)
 
     def arm_fault(self, fault: str) -> None:
         self.armed.append(fault)
@@ -102,7 +105,7 @@ class SecondaryTierModel:
         if self.tier == "example":
             absent = [k for k in keys if k not in self.files]
             if not is_load:
-                self.files.update((k, (k, True)) for k in keys)
+                self.files.update((k, ((k, k), True)) for k in keys)
             self.finished.append(JobDone(job_id, not (is_load and absent)))
         elif is_load:
             self._load(job_id, keys, chunks)
@@ -128,8 +131,7 @@ class SecondaryTierModel:
                 self.chunks[chunk] = self.files[key][0]
                 continue
             if key in self.files and fault != "readv_eio":        # a short read
-                if self.chunks[chunk] != self.files[key][0]:
-                    self.chunks[chunk] = -1                       # torn: half overwritten
+                self.chunks[chunk] = (self.files[key][0][0], self.chunks[chunk][1])
                 del self.files[key]
             self.misses[job_id] = keys[i:]         # marked MISS when polled
             self.finished.append(JobDone(job_id, False, tuple(keys[:i]) or None))
@@ -212,7 +214,9 @@ class SecondaryTierModel:
     # -- observations ------------------------------------------------------------------------
 
     def read_chunk(self, chunk: int) -> int | None:
-        return self.chunks[chunk]
+        """The key whose bytes the chunk holds, None for zeros, -1 where its halves differ."""
+        head, tail = self.chunks[chunk]
+        return head if head == tail else -1
 
     def pending_jobs(self) -> tuple[int, ...]:
         return tuple(self.jobs)
@@ -220,7 +224,7 @@ class SecondaryTierModel:
     def stored_files(self) -> tuple[tuple[int, str], ...]:
         if self.tier == "example":
             return tuple((k, PRESENT) for k in sorted(self.files))
-        return tuple((k, (OK if whole else SHORT) if held == k else GARBAGE)
+        return tuple((k, (OK if whole else SHORT) if held == (k, k) else GARBAGE)
                      for k, (held, whole) in sorted(self.files.items()))
 
     def temp_files(self) -> int:

@@ -116,7 +116,7 @@ class SecondaryTierMachine(HarnessMachine):
                      pick(data, list(self.world.keys)))
         held = self._held_chunks()
         chunks = tuple(sorted({pick(data, held), pick(data, held)}))
-        keys = tuple(self.model.chunks[c] for c in chunks)
+        keys = tuple(self.model.read_chunk(c) for c in chunks)
         self.act("submit_store", keys, chunks)
 
     @precondition(lambda self: hasattr(self, "model") and len(self.jobs) < 3
@@ -188,7 +188,7 @@ class SecondaryTierMachine(HarnessMachine):
                    effect=f"the GPU worker writes key {key}'s bytes into chunk {chunk}")
 
     def do_submit_store(self, keys: tuple[int, ...], chunks: tuple[int, ...]):
-        if any(c >= self.world.num_chunks or c in self._loading() or self.model.chunks[c] != k
+        if any(c >= self.world.num_chunks or c in self._loading() or self.model.read_chunk(c) != k
                for k, c in zip(keys, chunks, strict=True)):
             raise InvalidAction("submit_store: a chunk does not hold its key")
         job_id = self._submit(False, keys, chunks)
@@ -270,7 +270,7 @@ class SecondaryTierMachine(HarnessMachine):
         """A fresh request's lookup of a key reported stored whose file is whole: RETRY while
         its probe is out, then HIT, never MISS (checked before the answer is compared with
         the model's, which says the same)."""
-        if key not in self.reported_stored or self.model.files.get(key) != (key, True):
+        if key not in self.reported_stored or self.model.files.get(key) != ((key, key), True):
             raise InvalidAction("lookup_stored: the key was not reported stored, or its file "
                                 "is not whole")
         expect = self.model.lookup(key)
@@ -325,7 +325,7 @@ class SecondaryTierMachine(HarnessMachine):
             self.fail("deferred-lookup-resolves", f"keys {sorted(self.deferred)} still "
                       "answer RETRY after two step ends with every job run")
         survivors = sorted(k for k in self.reported_stored if k in self.model.files
-                           and self.model.files[k] == (k, True))
+                           and self.model.files[k] == ((k, k), True))
         if not survivors or self.model.armed:
             return
         self.act("on_request_finished")
@@ -395,8 +395,8 @@ class SecondaryTierMachine(HarnessMachine):
     def _held_chunks(self) -> list[int]:
         """Chunks holding a key's whole bytes, not being loaded into: what a store reads."""
         loading = self._loading()
-        return [c for c, k in enumerate(self.model.chunks)
-                if k is not None and k >= 0 and c not in loading]
+        return [c for c in range(self.world.num_chunks)
+                if (k := self.model.read_chunk(c)) is not None and k >= 0 and c not in loading]
 
     # A job's chunks stay taken until the job is polled: until then the manager keeps them
     # pinned (a store's source) or write-pending (a load's destination).
