@@ -25,13 +25,14 @@ UNITS = (None, 576, 288)              # prefix_match_unit: the block's (vLLM's o
 DOCUMENTS = 2
 BLOCK = 1152                  # the block vLLM computes for the world (the test checks it)
 LONGEST_PROMPT = 4 * BLOCK + 600
+SPECULATIVE_TOKENS = 2                # the MTP drafter's, per step
 DRAIN_STEPS = 40                      # every request finishes well inside it
 
 
 def world(budget: int, retention_interval: int | None, prefix_match_unit: int | None):
     from sim.vllm import hybrid_world
     try:
-        return hybrid_world.build(QWEN3_NEXT_MTP, budget, 4, 2, kv_events=True,
+        return hybrid_world.build(QWEN3_NEXT_MTP, budget, 4, SPECULATIVE_TOKENS, kv_events=True,
                                   num_gpu_blocks=POOL_BLOCKS,
                                   retention_interval=retention_interval,
                                   prefix_match_unit=prefix_match_unit)
@@ -61,11 +62,18 @@ def prompt_lengths():
                      st.integers(0, 4), st.sampled_from((-1, 0, 1, 2, 3, 290, 600, 866)))
 
 
+def acceptances():
+    """Whether the MTP drafter runs, and if so how many of its drafts each step's verification
+    accepts, step after step in a cycle (0 to all of the world's 2): None, no drafter."""
+    return st.none() | st.lists(st.integers(0, SPECULATIVE_TOKENS), min_size=1, max_size=4)
+
+
 def traces(full_reports: bool):
-    """A world (token budget, retention, key unit), then requests, each followed by some steps and
-    perhaps a reset."""
-    request = st.tuples(st.integers(0, DOCUMENTS - 1), prompt_lengths(), st.integers(1, 3),
+    """A world (token budget, retention, key unit), the drafter's acceptances, then requests,
+    each followed by some steps and perhaps a reset."""
+    request = st.tuples(st.integers(0, DOCUMENTS - 1), prompt_lengths(), st.integers(1, 6),
                         st.booleans() if full_reports else st.just(False),
                         st.integers(0, 4), st.sampled_from((False,) * 5 + (True,)))
     return st.tuples(st.sampled_from(BUDGETS), st.sampled_from(RETENTIONS),
-                     st.sampled_from(UNITS), st.lists(request, min_size=1, max_size=6))
+                     st.sampled_from(UNITS), acceptances(),
+                     st.lists(request, min_size=1, max_size=6))

@@ -36,6 +36,12 @@ SCENARIO_PROPERTIES = {
                          "state (the replay boundary; block ends as retention says), a "
                          "repeat of the prompt is served up to there in every group "
                          "(properties/hybrid_hit_check.py)",
+    "passed-states-retired": "once a step allocated for a request, its Mamba group holds no "
+                             "block before the one of the state after its last processed "
+                             "token (properties/mamba_holdings_check.py)",
+    "live-state-held": "once a step allocated for a request, its Mamba group holds the block "
+                       "of the state after its last processed token "
+                       "(properties/mamba_holdings_check.py)",
     "events-claim-only-cached": "a consumer replaying the KV events never holds a prefix the "
                                 "pool does not cache (properties/kv_event_mirror.py)",
     "tier-poll-thread": "the tier-poll thread is a daemon that runs exactly when a tier asked "

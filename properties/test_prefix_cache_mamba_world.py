@@ -15,15 +15,18 @@ and which computed states the prefix cache keeps (``prefix_cache_retention_inter
 vLLM's default, the prompt's replay boundary and shared-prefix junctions; None, every one;
 2304, one per two blocks).
 
-Hypothesis draws requests over two documents (prompts of one share its prefix), their output
+Hypothesis draws whether the MTP drafter runs and how many of its drafts each step
+accepts, requests over two documents (prompts of one share its prefix), their output
 lengths, whether each asks for its KV events in full (``kv_cache_report_mode``), and between
 them scheduler steps and cache resets. After every step each lookup the step made is compared
 with the longest hit the pool's cached set served just before it
 (``models/prefix_cache_hybrid_hit.py``: every full-attention block of the prefix and the Mamba
 state at its end), every event published so far is replayed and compared with the pool,
 and each block's reference count and the free queue are read against the request tables;
-each reset's answer against the blocks held before it.
-There is no model of the pool itself here: both properties are read off the pool's own
+each reset's answer against the blocks held before it; what each request the step allocated
+for holds in the Mamba group, against what it had processed (``passed-states-retired``,
+``live-state-held``: ``properties/mamba_holdings_check.py``).
+There is no model of the pool itself here: the hit and event properties are read off the pool's own
 cached set, which is what a lookup and a consumer of the events rely on.
 
 vLLM only (the world is vLLM's own); without vLLM these skip, under ``LCH_REQUIRE_TARGETS=1``
@@ -49,6 +52,7 @@ from properties.hybrid_hit_check import (
     replay_boundary,
 )
 from properties.kv_event_mirror import EventMirror
+from properties.mamba_holdings_check import check_holdings
 from properties.pool_checks import check_free, check_refs, check_reset
 from properties.prefix_cache_mamba_worlds import BLOCK, DRAIN_STEPS, document, traces, world
 from properties.scenarios import holds
@@ -61,7 +65,7 @@ class Run:
     step."""
 
     def __init__(self, budget: int, retention_interval: int | None,
-                 prefix_match_unit: int | None):
+                 prefix_match_unit: int | None, acceptances: list[int] | None = None):
         from sim.vllm import hybrid_world
         built = world(budget, retention_interval, prefix_match_unit)
         self.retention_interval = retention_interval
@@ -76,6 +80,8 @@ class Run:
         self.requests = 0
         self.prompts: dict[str, tuple] = {}    # request -> its prompt's keys and length
         self.reached: dict[str, int] = {}      # request -> its computed tokens at the last step
+        self.acceptances = acceptances          # the drafter's, cycled; None: no drafter
+        self.steps = 0
 
     def add(self, doc: int, length: int, max_tokens: int, full: bool) -> None:
         rid = f"r{self.requests}"
@@ -92,13 +98,21 @@ class Run:
 
     def step(self) -> None:
         before = self.sched.cached_prefixes()
-        scheduled = self.sched.step()  # vLLM raising here fails no-raise (sim/outcomes.py)
+        processed = {rid: self.sched.computed(rid) for rid in self.sched.scheduler.requests}
+        accepted = None if self.acceptances is None else \
+            self.acceptances[self.steps % len(self.acceptances)]
+        self.steps += 1
+        # vLLM raising here fails no-raise (sim/outcomes.py)
+        scheduled = self.sched.step(accepted)
+        if self.sched.verified:
+            event("drafts verified" if accepted else "drafts verified, every one rejected")
         published = self.sched.take_published()
         for kind in {type(e).__name__ for e in published}:
             event(f"published {kind}")        # what a run reached: --hypothesis-show-statistics
         if any(r.num_preemptions for r in self.sched.scheduler.requests.values()):
             event("a request preempted")
-        for lookup in self.sched.take_lookups():
+        lookups = self.sched.take_lookups()
+        for lookup in lookups:
             event("a hit" if lookup.hit_tokens else "a lookup without a hit")
             if self.unit * longest_hit(lookup.prefixes, lookup.cached, state_groups=(),
                                        full_groups=self.full_groups,
@@ -116,6 +130,7 @@ class Run:
             check_state_computed(lookup, before, lookup.request_id in scheduled,
                                  state_groups=self.state_groups, unit=self.unit)
         self.check_kept_states()
+        self.check_holdings(scheduled, processed, lookups)
         self.check_pool()
         self.mirror.apply(published)
         wrong = self.mirror.not_cached(self.sched.cached_prefixes())
@@ -143,6 +158,19 @@ class Run:
                 check_kept_state(rid, keys, position, cached, self.block,
                                  full_groups=self.full_groups, state_groups=self.state_groups,
                                  unit=self.unit, name=self.name)
+
+    def check_holdings(self, scheduled, processed: dict, lookups) -> None:
+        """What each request the step allocated for holds in the Mamba group, against what
+        it had processed then: its computed tokens before the step, or, admitted in it, the
+        hit it was admitted on (no request here has tokens in flight between steps)."""
+        admitted_on = {lookup.request_id: lookup.hit_tokens for lookup in lookups}
+        for group in self.state_groups:
+            tables = self.sched.tables(group)
+            for rid in scheduled:
+                if rid in tables:       # else it finished in the step, its blocks freed
+                    check_holdings(rid, group, tables[rid],
+                                   max(processed.get(rid) or 0, admitted_on.get(rid, 0)),
+                                   self.block)
 
     def check_pool(self) -> None:
         refs = self.sched.ref_counts()

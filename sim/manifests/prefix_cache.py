@@ -46,6 +46,7 @@ SUBSYSTEM = Subsystem(
                     "properties/test_prefix_cache_compat.py",
                     "properties/test_kv_event_mirror.py",
                     "properties/test_hybrid_hit_check.py",
+                    "properties/test_mamba_holdings_check.py",
                     "properties/test_pool_checks.py",
                     "properties/test_prefix_cache_mamba_world.py"),
            "machines": ("properties/test_prefix_cache.py",

@@ -54,6 +54,7 @@ from sim.errors import AdapterError, HarnessError, TargetUnavailable
 from sim.vllm import release, scheduler_pass_compat
 
 SAMPLED_TOKEN = 7
+DRAFT_TOKEN = 11
 KV_CACHE_MEMORY = 8 << 30     # bytes "available" for the KV cache (KV pressure is not studied)
 # Modules a hybrid Qwen3-Next build imports beyond the scheduler's: named before the model
 # is inspected, whose subprocess would only say "failed to be inspected".
@@ -314,6 +315,7 @@ class HybridScheduler:
         self._utils = utils
         self.published: list[Any] = []
         self.lookups: list[Lookup] = []
+        self.verified: dict[str, int] = {}     # request -> drafts the last pass verified
         if self.scheduler.enable_kv_cache_events:
             # The engine's seam for its events: the scheduler publishes each step's batch
             # (``update_from_output``) to this object, as it would to a ZMQ publisher.
@@ -408,18 +410,36 @@ class HybridScheduler:
                         counts[block.block_id] = counts.get(block.block_id, 0) + 1
         return counts
 
+    def tables(self, group: int) -> dict[str, tuple[int | None, ...]]:
+        """Each request's blocks in ``group``, in table order (None for the null block)."""
+        manager = self.scheduler.kv_cache_manager.coordinator.single_type_managers[group]
+        return {rid: tuple(None if b.is_null else b.block_id for b in blocks)
+                for rid, blocks in manager.req_to_blocks.items()}
+
     def free_queue(self) -> tuple[int, ...]:
         return tuple(b.block_id for b in self.scheduler.kv_cache_manager.block_pool
                      .free_block_queue.get_all_free_blocks())
 
-    def step(self) -> dict[str, int]:
-        """One pass and its output applied; returns the tokens scheduled per request."""
+    def step(self, accepted: int | None = None) -> dict[str, int]:
+        """One pass and its output applied; returns the tokens scheduled per request.
+
+        ``accepted``: the drafter runs, as the engine's does between steps: each decoding
+        request of the pass gets the world's speculative tokens to verify in the next, and
+        the pass's verification accepts the first ``accepted`` of those scheduled (the rest
+        are rejected: the scheduler rolls its computed tokens back). None: no drafter runs
+        (no draft is ever scheduled)."""
         out = self.scheduler.schedule()
         ids = list(out.num_scheduled_tokens)
-        sampled = [[] if self.scheduler.requests[r].is_prefill_chunk else [SAMPLED_TOKEN]
-                   for r in ids]
+        drafts = out.scheduled_spec_decode_tokens
+        self.verified = {r: len(d) for r, d in drafts.items() if d}
+        sampled = [[] if self.scheduler.requests[r].is_prefill_chunk else
+                   [*drafts.get(r, ())[:accepted or 0], SAMPLED_TOKEN] for r in ids]
         self.scheduler.update_from_output(
             out, scheduler_pass_compat.runner_output(self._outputs, ids, sampled))
+        if accepted is not None:
+            width = self.scheduler.num_spec_tokens
+            self.scheduler.update_draft_token_ids(self._outputs.DraftTokenIds(
+                ids, [[DRAFT_TOKEN] * width for _ in ids]))
         return dict(out.num_scheduled_tokens)
 
     def computed(self, request_id: str) -> int | None:
