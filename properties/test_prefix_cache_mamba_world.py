@@ -205,8 +205,8 @@ def _since_the_world():
 @_since_the_world()
 @given(traces(full_reports=False))
 def test_with_incremental_reports(trace):
-    *world_settings, requests = trace
-    Run(*world_settings).play(requests)
+    *world_settings, requests, acceptances = trace
+    Run(*world_settings, acceptances).play(requests)
 
 
 def _full_report_marks():
@@ -234,9 +234,9 @@ def _the_known_report(error: BaseException) -> bool:
 @settings(report_multiple_bugs=False, phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(trace=traces(full_reports=True))
 def test_with_full_reports(report, trace):
-    *world_settings, requests = trace
+    *world_settings, requests, acceptances = trace
     try:
-        Run(*world_settings).play(requests)
+        Run(*world_settings, acceptances).play(requests)
     except Exception as error:
         if not _the_known_report(error):    # outside the expected failure: an error
             raise RuntimeError(f"a divergence besides the full report's: {error!r}") from error
