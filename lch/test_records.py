@@ -117,3 +117,20 @@ def test_a_known_bug_is_listed_once_per_release_and_a_miss_without_hunts_says_so
     run("c", "2m", found=True)
     run("d", "2m", found=True)
     assert _found_in_records(bug, tmp_path) == release
+
+
+def test_the_session_recall_lists_only_records_of_every_subsystems_suites(tmp_path):
+    from lch.record_blocks import vllm_session_recall
+    from sim.manifests import vllm_suites
+    every = " ".join(vllm_suites([]))
+    one = "properties/test_prefix_cache_mamba_world.py"
+    for name, tests in (("session", every), ("one-world", one)):
+        record = records.envelope(
+            "suites", name, f"HYPOTHESIS_PROFILE=vllm python -m lch.measure pytest -- {tests}",
+            vllm={"version": "0.33.0"}, wall_s=1.0,
+            summary={"known_divergences": {"pc-full-report-placeholders": [one]}}, items=[])
+        records.write(record, tmp_path)
+    table = vllm_session_recall(tmp_path)
+    assert "`results/suites/session.json`" in table
+    # one subsystem's world does not miss the other subsystems' bugs: it never looks
+    assert "one-world" not in table
