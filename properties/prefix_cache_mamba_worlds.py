@@ -29,13 +29,15 @@ SPECULATIVE_TOKENS = 2                # the MTP drafter's, per step
 DRAIN_STEPS = 40                      # every request finishes well inside it
 
 
-def world(budget: int, retention_interval: int | None, prefix_match_unit: int | None):
+def world(budget: int, retention_interval: int | None, prefix_match_unit: int | None,
+          async_scheduling: bool = False):
     from sim.vllm import hybrid_world
     try:
         return hybrid_world.build(QWEN3_NEXT_MTP, budget, 4, SPECULATIVE_TOKENS, kv_events=True,
                                   num_gpu_blocks=POOL_BLOCKS,
                                   retention_interval=retention_interval,
-                                  prefix_match_unit=prefix_match_unit)
+                                  prefix_match_unit=prefix_match_unit,
+                                  async_scheduling=async_scheduling)
     except TargetUnavailable as why:
         if isinstance(why, AdapterError):
             raise
@@ -48,7 +50,8 @@ def build_worlds() -> None:
     for budget in BUDGETS:
         for retention_interval in RETENTIONS:
             for unit in UNITS:
-                world(budget, retention_interval, unit)
+                for async_scheduling in (False, True):
+                    world(budget, retention_interval, unit, async_scheduling)
 
 
 def document(n: int) -> list[int]:
@@ -70,11 +73,12 @@ def acceptances():
 
 def traces(full_reports: bool):
     """A world (token budget, retention, key unit), requests, each followed by some steps and
-    perhaps a reset, and the drafter's acceptances (drawn last: a derandomized run's earlier
-    draws stay where they were before the drafter ran)."""
+    perhaps a reset, the drafter's acceptances, and whether the engine schedules
+    asynchronously (the last two drawn last: a derandomized run's earlier draws stay where
+    they were before the drafter ran)."""
     request = st.tuples(st.integers(0, DOCUMENTS - 1), prompt_lengths(), st.integers(1, 3),
                         st.booleans() if full_reports else st.just(False),
                         st.integers(0, 4), st.sampled_from((False,) * 5 + (True,)))
     return st.tuples(st.sampled_from(BUDGETS), st.sampled_from(RETENTIONS),
                      st.sampled_from(UNITS), st.lists(request, min_size=1, max_size=6),
-                     acceptances())
+                     acceptances(), st.booleans())

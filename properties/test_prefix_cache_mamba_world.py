@@ -16,18 +16,20 @@ vLLM's default, the prompt's replay boundary and shared-prefix junctions; None, 
 2304, one per two blocks).
 
 Hypothesis draws whether the MTP drafter runs and how many of its drafts each step
-accepts, requests over two documents (prompts of one share its prefix), their output
-lengths, whether each asks for its KV events in full (``kv_cache_report_mode``), and between
-them scheduler steps and cache resets. After every step each lookup the step made is compared
-with the longest hit the pool's cached set served just before it
-(``models/prefix_cache_hybrid_hit.py``: every full-attention block of the prefix and the Mamba
-state at its end), every event published so far is replayed and compared with the pool,
-and each block's reference count and the free queue are read against the request tables;
-each reset's answer against the blocks held before it; what each request the step allocated
-for holds in the Mamba group, against what it had processed (``passed-states-retired``,
-``live-state-held``: ``properties/mamba_holdings_check.py``).
-There is no model of the pool itself here: the hit and event properties are read off the pool's own
-cached set, which is what a lookup and a consumer of the events rely on.
+accepts, whether the engine schedules asynchronously (``AsyncScheduler``, named as the
+scheduler-pass worlds name it: a step scheduled while the last is in flight), requests over
+two documents (prompts of one share its prefix), their output lengths, whether each asks for
+its KV events in full (``kv_cache_report_mode``), and between them scheduler steps and cache
+resets. After every step each lookup the step made is compared with the longest hit the
+pool's cached set served just before it (``models/prefix_cache_hybrid_hit.py``: every
+full-attention block of the prefix and the Mamba state at its end), every event published so
+far is replayed and compared with the pool, each block's reference count and the free queue
+are read against the request tables, and what each request the step allocated for holds in
+the Mamba group against what it had processed (``passed-states-retired``,
+``live-state-held``: ``properties/mamba_holdings_check.py``); each reset's answer against the
+blocks held before it. There is no model of the pool itself here: the hit and event
+properties are read off the pool's own cached set, which is what a lookup and a consumer of
+the events rely on.
 
 vLLM only (the world is vLLM's own); without vLLM these skip, under ``LCH_REQUIRE_TARGETS=1``
 (``nox -s vllm``) they fail instead; a release before 0.33.0 skips as absent (the world is
@@ -65,9 +67,10 @@ class Run:
     step."""
 
     def __init__(self, budget: int, retention_interval: int | None,
-                 prefix_match_unit: int | None, acceptances: list[int] | None = None):
+                 prefix_match_unit: int | None, acceptances: list[int] | None = None,
+                 async_scheduling: bool = False):
         from sim.vllm import hybrid_world
-        built = world(budget, retention_interval, prefix_match_unit)
+        built = world(budget, retention_interval, prefix_match_unit, async_scheduling)
         self.retention_interval = retention_interval
         assert built.block_size == BLOCK, f"vLLM built blocks of {built.block_size} tokens"
         self.block, self.unit = built.block_size, built.hash_block_size
@@ -98,7 +101,7 @@ class Run:
 
     def step(self) -> None:
         before = self.sched.cached_prefixes()
-        processed = {rid: self.sched.computed(rid) for rid in self.sched.scheduler.requests}
+        processed = {rid: self.sched.processed(rid) for rid in self.sched.scheduler.requests}
         accepted = None if self.acceptances is None else \
             self.acceptances[self.steps % len(self.acceptances)]
         self.steps += 1
@@ -106,6 +109,8 @@ class Run:
         scheduled = self.sched.step(accepted)
         if self.sched.verified:
             event("drafts verified" if accepted else "drafts verified, every one rejected")
+        if any(processed.get(rid, 0) < (self.sched.computed(rid) or 0) for rid in scheduled):
+            event("a request scheduled with a step of its own in flight")
         published = self.sched.take_published()
         for kind in {type(e).__name__ for e in published}:
             event(f"published {kind}")        # what a run reached: --hypothesis-show-statistics
@@ -161,8 +166,8 @@ class Run:
 
     def check_holdings(self, scheduled, processed: dict, lookups) -> None:
         """What each request the step allocated for holds in the Mamba group, against what
-        it had processed then: its computed tokens before the step, or, admitted in it, the
-        hit it was admitted on (no request here has tokens in flight between steps)."""
+        it had processed then: its computed tokens before the pass, less those of a step still
+        in flight (pipelined), or, admitted in it, the hit it was admitted on."""
         admitted_on = {lookup.request_id: lookup.hit_tokens for lookup in lookups}
         for group in self.state_groups:
             tables = self.sched.tables(group)
@@ -205,8 +210,8 @@ def _since_the_world():
 @_since_the_world()
 @given(traces(full_reports=False))
 def test_with_incremental_reports(trace):
-    *world_settings, requests, acceptances = trace
-    Run(*world_settings, acceptances).play(requests)
+    *world_settings, requests, acceptances, async_scheduling = trace
+    Run(*world_settings, acceptances, async_scheduling).play(requests)
 
 
 def _full_report_marks():
@@ -234,9 +239,9 @@ def _the_known_report(error: BaseException) -> bool:
 @settings(report_multiple_bugs=False, phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(trace=traces(full_reports=True))
 def test_with_full_reports(report, trace):
-    *world_settings, requests, acceptances = trace
+    *world_settings, requests, acceptances, async_scheduling = trace
     try:
-        Run(*world_settings, acceptances).play(requests)
+        Run(*world_settings, acceptances, async_scheduling).play(requests)
     except Exception as error:
         if not _the_known_report(error):    # outside the expected failure: an error
             raise RuntimeError(f"a divergence besides the full report's: {error!r}") from error

@@ -42,6 +42,7 @@ import contextlib
 import functools
 import json
 import tempfile
+from collections import deque
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -50,6 +51,8 @@ from unittest import mock
 from attrs import frozen
 
 from models.prefix_cache_values import Lookup
+from models.scheduler_pass_values import SchedulerOutputView
+from sim.engine_turn import engine_turn
 from sim.errors import AdapterError, HarnessError, TargetUnavailable
 from sim.vllm import release, scheduler_pass_compat
 
@@ -149,7 +152,7 @@ def _check_imports() -> None:
 def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_tokens: int,
           max_model_len: int = 8192, kv_events: bool = False,
           num_gpu_blocks: int | None = None, retention_interval: int | None = 0,
-          prefix_match_unit: int | None = None) -> HybridWorld:
+          prefix_match_unit: int | None = None, async_scheduling: bool = False) -> HybridWorld:
     """The world of the model in ``model_dir`` (a ``config.json``) with an MTP drafter of
     ``num_speculative_tokens``, prefix caching and chunked prefill on, the given token budget
     and ``max_num_seqs``; ``kv_events``: KV cache events on (``KVEventsConfig``, the null
@@ -160,7 +163,11 @@ def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_
     and shared-prefix junctions; None, every state computed; N, one per N tokens);
     ``prefix_match_unit``: the tokens a prefix-cache key covers where it is finer than the
     block (``CacheConfig.prefix_match_unit``: hits, and the Mamba states kept, land on its
-    multiples inside a block; None, vLLM's choice, the groups' common block). Every
+    multiples inside a block; None, vLLM's choice, the groups' common block);
+    ``async_scheduling``: the engine's ``AsyncScheduler``, as a GPU's engine runs it beside an
+    MTP drafter (the CPU platform turns ``async_scheduling`` off in the config, so the class
+    is named in ``SchedulerConfig.scheduler_cls``, as ``sim/vllm/scheduler_pass.py`` does;
+    ``HybridScheduler`` then keeps a step in flight while it schedules the next). Every
     value passes vLLM's validators (a bad one raises there: fewer blocks than the model's
     length needs, say).
     One build per process and key (~15 s; the first per architecture also inspects the
@@ -171,7 +178,7 @@ def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_
         with declared_cpu():
             return _build(model_dir, token_budget, max_num_seqs, num_speculative_tokens,
                           max_model_len, kv_events, num_gpu_blocks, retention_interval,
-                          prefix_match_unit)
+                          prefix_match_unit, async_scheduling)
     except HarnessError:
         raise
     except Exception as error:  # noqa: BLE001 - whatever stopped vLLM building the world
@@ -188,9 +195,15 @@ def build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_
 
 def _build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative_tokens: int,
            max_model_len: int, kv_events: bool, num_gpu_blocks: int | None,
-           retention_interval: int | None, prefix_match_unit: int | None) -> HybridWorld:
+           retention_interval: int | None, prefix_match_unit: int | None,
+           async_scheduling: bool) -> HybridWorld:
     import torch
     config = release.import_module("vllm.config")
+    async_cls = scheduler_pass_compat.async_scheduler_cls(
+        release.import_module("vllm.v1.core.sched.scheduler")) if async_scheduling else None
+    if async_scheduling and async_cls is None:
+        raise TargetUnavailable(f"vLLM {release.release()} has no AsyncScheduler of the kind "
+                                "this world drives")
     model_config = config.ModelConfig(
         model=model_dir, seed=0, skip_tokenizer_init=True, max_model_len=max_model_len)
     parallel = config.ParallelConfig()
@@ -200,7 +213,9 @@ def _build(model_dir: str, token_budget: int, max_num_seqs: int, num_speculative
     scheduler_config = config.SchedulerConfig(
         max_num_seqs=max_num_seqs, max_num_batched_tokens=token_budget,
         max_model_len=max_model_len, enable_chunked_prefill=True,
-        is_encoder_decoder=model_config.is_encoder_decoder)
+        is_encoder_decoder=model_config.is_encoder_decoder,
+        **({} if async_cls is None else
+           {"scheduler_cls": f"{async_cls.__module__}.{async_cls.__qualname__}"}))
     with release.cpu_build():
         vllm_config = config.VllmConfig(
             model_config=model_config, parallel_config=parallel,
@@ -316,6 +331,12 @@ class HybridScheduler:
         self.published: list[Any] = []
         self.lookups: list[Lookup] = []
         self.verified: dict[str, int] = {}     # request -> drafts the last pass verified
+        # Steps scheduled and run whose outputs are not applied yet, oldest first, each with
+        # what its runner samples (fixed when it is scheduled: a later pass moves on).
+        self.pipelined = issubclass(scheduler_cls, release.import_module(
+            "vllm.v1.core.sched.async_scheduler").AsyncScheduler)
+        self._in_flight: deque[tuple[Any, list[str], list[list[int]]]] = deque()
+        self._accepted: int | None = None
         if self.scheduler.enable_kv_cache_events:
             # The engine's seam for its events: the scheduler publishes each step's batch
             # (``update_from_output``) to this object, as it would to a ZMQ publisher.
@@ -421,26 +442,52 @@ class HybridScheduler:
                      .free_block_queue.get_all_free_blocks())
 
     def step(self, accepted: int | None = None) -> dict[str, int]:
-        """One pass and its output applied; returns the tokens scheduled per request.
+        """One engine turn (``sim/engine_turn.py``: scheduled, run, and the oldest output
+        applied as the engine would, at once or, pipelined, once two steps are in flight);
+        returns the tokens the turn's pass scheduled per request.
 
-        ``accepted``: the drafter runs, as the engine's does between steps: each decoding
-        request of the pass gets the world's speculative tokens to verify in the next, and
-        the pass's verification accepts the first ``accepted`` of those scheduled (the rest
-        are rejected: the scheduler rolls its computed tokens back). None: no drafter runs
-        (no draft is ever scheduled)."""
+        ``accepted``: the drafter runs. Each pass's verification accepts the first
+        ``accepted`` of the drafts it scheduled and rejects the rest (the scheduler rolls its
+        computed tokens back). Synchronously the engine hands the scheduler each decoding
+        request's drafts after the output (``update_draft_token_ids``); pipelined, the
+        scheduler schedules placeholders for them itself. None: no drafter runs (no draft
+        is ever scheduled)."""
+        self._accepted = accepted
+        turn = engine_turn(self, open_requests=self.scheduler.has_requests(),
+                           async_scheduling=self.pipelined,
+                           in_flight=lambda: len(self._in_flight),
+                           apply_oldest=self._apply_oldest)
+        return dict(turn.output.num_scheduled_tokens)
+
+    def schedule(self) -> SchedulerOutputView:
         out = self.scheduler.schedule()
         ids = list(out.num_scheduled_tokens)
         drafts = out.scheduled_spec_decode_tokens
         self.verified = {r: len(d) for r, d in drafts.items() if d}
-        sampled = [[] if self.scheduler.requests[r].is_prefill_chunk else
-                   [*drafts.get(r, ())[:accepted or 0], SAMPLED_TOKEN] for r in ids]
+        accepted = self._accepted or 0
+        self._in_flight.append((out, ids, [
+            [] if self.scheduler.requests[r].is_prefill_chunk else
+            [SAMPLED_TOKEN] * (1 + min(accepted, len(drafts.get(r, ())))) for r in ids]))
+        return SchedulerOutputView(dict(out.num_scheduled_tokens), {}, ())
+
+    def execute_model(self, output: SchedulerOutputView) -> tuple:
+        return ()                   # no worker: the runner's output is made up when applied
+
+    def _apply_oldest(self) -> tuple[str, ...]:
+        out, ids, sampled = self._in_flight.popleft()
         self.scheduler.update_from_output(
             out, scheduler_pass_compat.runner_output(self._outputs, ids, sampled))
-        if accepted is not None:
+        if self._accepted is not None and not self.pipelined:
             width = self.scheduler.num_spec_tokens
             self.scheduler.update_draft_token_ids(self._outputs.DraftTokenIds(
                 ids, [[DRAFT_TOKEN] * width for _ in ids]))
-        return dict(out.num_scheduled_tokens)
+        return ()
+
+    def processed(self, request_id: str) -> int:
+        """The request's computed tokens whose step's output was applied (a pipelined step in
+        flight has moved ``num_computed_tokens`` on already)."""
+        request = self.scheduler.requests[request_id]
+        return request.num_computed_tokens - request.num_in_flight_tokens
 
     def computed(self, request_id: str) -> int | None:
         """The request's computed tokens, None once it finished."""
