@@ -58,9 +58,12 @@ def subjects(Subject: type) -> dict:  # noqa: N803 - the class, passed in
         "vllm.v1.core.kv_cache_utils:FreeKVCacheBlockQueue": Subject(
             harness=(QUEUE, SCENARIOS, MACHINE),
             upstream=UPSTREAM_CORE[1:2], support=SUPPORT),
+        # Its retirement on the processed tokens (computed less those in flight) is reached
+        # only where a step is in flight: the Mamba world's asynchronous runs, last.
         "vllm.v1.core.kv_cache_manager:KVCacheManager": Subject(
-            harness=(SCENARIOS, MACHINE),
+            harness=(SCENARIOS, MACHINE, MAMBA_WORLD),
             upstream=UPSTREAM_CORE, support=SUPPORT,
+            warm=("properties.prefix_cache_mamba_worlds:build_worlds",),
             methods=("__init__", "get_computed_blocks", "allocate_slots", "free",
                      "reset_prefix_cache", "take_events", "get_blocks", "get_block_ids",
                      "create_kv_cache_blocks", "cache_blocks", "prefix_cache_lookup_enabled",
