@@ -95,6 +95,7 @@ class HybridWorld:
             "max_num_batched_tokens": vc.scheduler_config.max_num_batched_tokens,
             "max_num_seqs": vc.scheduler_config.max_num_seqs,
             "enable_chunked_prefill": vc.scheduler_config.enable_chunked_prefill,
+            "scheduler": vc.scheduler_config.get_scheduler_cls().__name__,
             "mamba_spec": {"shapes": [list(s) for s in spec.shapes],
                            "dtypes": [str(d) for d in spec.dtypes],
                            "num_speculative_blocks": spec.num_speculative_blocks,
