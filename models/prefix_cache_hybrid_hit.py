@@ -49,3 +49,26 @@ def keeps_state_at(position: int, boundary: int, block: int,
         return False
     return retention_interval is None or bool(retention_interval) and \
         position % retention_interval == 0
+
+
+def may_keep_state_at(position: int, prompt_tokens: int, block: int, unit: int,
+                      retention_interval: int | None, junction: int = 0) -> bool:
+    """Whether sparse retention may keep the Mamba state a request computed at ``position``
+    (the converse bound of ``keeps_state_at``): dense retention (None) keeps every one;
+    otherwise only a state a later request can resume at. That is a multiple of a positive
+    interval, or where a repeat or an extension of the prompt can stop: its replay boundary
+    (below its last token), on a block's end or a key unit's, or one block or one unit below
+    it, or below its whole length (a drafter drops its hit back by one); or the request's
+    ``junction``, where at its lookup full attention alone would have served more than the
+    Mamba state let it (a sibling diverging there resumes at it), on the block's end below
+    it or one block lower, or at it. An over-approximation: it flags a state kept where no
+    later request can resume, never one vLLM has reason to keep."""
+    if retention_interval is None or retention_interval and position % retention_interval == 0:
+        return True
+    reachable = set()
+    for step in (block, unit):
+        replay, whole = (prompt_tokens - 1) // step * step, prompt_tokens // step * step
+        reachable |= {replay, replay - step, whole - step}
+    if junction:
+        reachable |= {junction // block * block, junction // block * block - block, junction}
+    return position in reachable

@@ -6,7 +6,9 @@
 - ``hit-blocks-cached``: the hit's blocks are the ones cached there;
 - ``state-computed-before-read``: no request is scheduled on a state cached in the same step;
 - ``kept-state-cached``: where a prompt's chunk ends on a state the cache keeps, a repeat of
-  the prompt is served up to there.
+  the prompt is served up to there;
+- ``kept-state-reachable``: and under sparse retention the cache keeps no state where no
+  later request can resume.
 
 Each reads a recorded lookup (``Lookup`` in ``models/prefix_cache_values.py``) or the cached
 set, so this module imports neither vLLM nor torch."""
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from models.prefix_cache_hybrid_hit import longest_hit
+from models.prefix_cache_hybrid_hit import longest_hit, may_keep_state_at
 from properties.scenarios import holds
 
 HIT = "hit-is-longest-cached"
@@ -119,3 +121,21 @@ def check_state_computed(lookup: Any, cached_before_step: Any, scheduled: bool, 
         f"{lookup.request_id} was scheduled on a hit of {lookup.hit_tokens} tokens whose "
         f"state in group(s) {fresh} was first cached in the same step, before any step "
         "computed it"))
+
+
+REACHABLE = "kept-state-reachable"
+
+
+def check_kept_reachable(key: Any, position: int, keepers: Sequence[tuple[str, int, int]],
+                         block: int, *, unit: int, retention_interval: int | None,
+                         name: Callable[[Any], str] = str) -> None:
+    """A Mamba state the pool newly caches under ``key`` (``position`` tokens), sparse
+    retention on, is one a later request can resume at (``may_keep_state_at``) for one of
+    the requests whose prefix it is (``keepers``: request, prompt tokens, its lookup's
+    junction)."""
+    holds(REACHABLE, any(may_keep_state_at(position, prompt, block, unit, retention_interval,
+                                           junction) for _, prompt, junction in keepers),
+          lambda: (f"the pool keeps the Mamba state at {name(key)} ({position} tokens) under "
+                   f"retention {retention_interval}, where none of its requests can resume: "
+                   + ", ".join(f"{rid} (prompt {prompt}, junction {junction})"
+                               for rid, prompt, junction in keepers)))

@@ -36,6 +36,10 @@ SCENARIO_PROPERTIES = {
                          "state (the replay boundary; block ends as retention says), a "
                          "repeat of the prompt is served up to there in every group "
                          "(properties/hybrid_hit_check.py)",
+    "kept-state-reachable": "under sparse Mamba state retention, the cache keeps no state "
+                            "where no later request can resume: only an interval's multiple, "
+                            "the replay boundary (or a drafter's block or unit below it), or a "
+                            "lookup's shared-prefix junction (properties/hybrid_hit_check.py)",
     "passed-states-retired": "once a step allocated for a request, its Mamba group holds no "
                              "block before the one of the state after its last processed "
                              "token (properties/mamba_holdings_check.py)",

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from models.prefix_cache_hybrid_hit import keeps_state_at, longest_hit
+from models.prefix_cache_hybrid_hit import keeps_state_at, longest_hit, may_keep_state_at
 from models.prefix_cache_values import Lookup
 from properties.harness import PropertyFailed
 from properties.hybrid_hit_check import (
     check_hit_blocks,
+    check_kept_reachable,
     check_kept_state,
     check_lookup,
     check_state_computed,
@@ -113,3 +114,21 @@ def test_a_request_scheduled_on_a_state_cached_in_the_same_step_fails():
     check_state_computed(hit, set(), False, state_groups=(MAMBA,), unit=2)   # it waited
     with pytest.raises(PropertyFailed, match="state-computed-before-read: r1 was scheduled"):
         check_state_computed(hit, {(FULL, "ab")}, True, state_groups=(MAMBA,), unit=2)
+
+
+def test_sparse_retention_may_keep_only_where_a_later_request_resumes():
+    # blocks of 8, keys of 4, a prompt of 27 tokens: a repeat resumes at 24 (or a drafter's
+    # one below, 16 or 20), an extension at 24 less one block or unit
+    kept = [p for p in range(4, 33, 4) if may_keep_state_at(p, 27, 8, 4, 0)]
+    assert kept == [16, 20, 24]
+    assert [p for p in range(4, 33, 4) if may_keep_state_at(p, 27, 8, 4, 16)] == [16, 20, 24, 32]
+    assert may_keep_state_at(8, 27, 8, 4, 0, junction=13)      # the junction's block end
+    assert all(may_keep_state_at(p, 27, 8, 4, None) for p in range(4, 33, 4))   # dense
+
+
+def test_a_state_kept_where_no_request_resumes_fails():
+    check_kept_reachable("abcd", 24, [("r1", 27, 0)], 8, unit=4, retention_interval=0)
+    with pytest.raises(PropertyFailed, match="kept-state-reachable: the pool keeps the Mamba "
+                                             "state at abcd \\(8 tokens\\)"):
+        check_kept_reachable("abcd", 8, [("r1", 27, 0), ("r2", 30, 0)], 8, unit=4,
+                             retention_interval=0)

@@ -48,6 +48,7 @@ from models.prefix_cache_hybrid_hit import keeps_state_at, longest_hit
 from properties.harness import PropertyFailed
 from properties.hybrid_hit_check import (
     check_hit_blocks,
+    check_kept_reachable,
     check_kept_state,
     check_lookup,
     check_state_computed,
@@ -85,6 +86,11 @@ class Run:
         self.reached: dict[str, int] = {}      # request -> its computed tokens at the last step
         self.acceptances = acceptances          # the drafter's, cycled; None: no drafter
         self.steps = 0
+        self.lengths: dict[str, int] = {}      # request -> its prompt's tokens
+        self.keys: dict[str, tuple] = {}        # request -> its keys, as far as its tokens go
+        self.positions: dict = {}               # key -> the tokens its prefix holds
+        self.junctions: dict[str, int] = {}     # request -> where its last lookup's full
+                                                # attention alone ran past the Mamba state
 
     def add(self, doc: int, length: int, max_tokens: int, full: bool) -> None:
         rid = f"r{self.requests}"
@@ -95,11 +101,13 @@ class Run:
         for i, key in enumerate(keys):
             self.names[key] = f"doc {doc}[:{(i + 1) * self.unit}]"
         self.prompts[rid] = (keys, length)
+        self.lengths[rid] = length
 
     def name(self, key) -> str:
         return self.names.get(key, str(key))
 
     def step(self) -> None:
+        self.learn_keys()          # a request that finishes in the step keeps its last keys
         before = self.sched.cached_prefixes()
         processed = {rid: self.sched.processed(rid) for rid in self.sched.scheduler.requests}
         accepted = None if self.acceptances is None else \
@@ -119,11 +127,12 @@ class Run:
         lookups = self.sched.take_lookups()
         for lookup in lookups:
             event("a hit" if lookup.hit_tokens else "a lookup without a hit")
-            if self.unit * longest_hit(lookup.prefixes, lookup.cached, state_groups=(),
-                                       full_groups=self.full_groups,
-                                       cap_units=lookup.cap_tokens // self.unit,
-                                       units_per_block=self.block // self.unit) \
-                    > lookup.hit_tokens:
+            alone = self.unit * longest_hit(lookup.prefixes, lookup.cached, state_groups=(),
+                                            full_groups=self.full_groups,
+                                            cap_units=lookup.cap_tokens // self.unit,
+                                            units_per_block=self.block // self.unit)
+            self.junctions[lookup.request_id] = alone if alone > lookup.hit_tokens else 0
+            if alone > lookup.hit_tokens:
                 event("full attention alone would serve more: the Mamba state cuts the hit")
             if lookup.hit_tokens % self.block:
                 event("a hit ending inside a block")
@@ -135,6 +144,8 @@ class Run:
             check_state_computed(lookup, before, lookup.request_id in scheduled,
                                  state_groups=self.state_groups, unit=self.unit)
         self.check_kept_states()
+        self.learn_keys()
+        self.check_kept_reachable(before)
         self.check_holdings(scheduled, processed, lookups)
         self.check_pool()
         self.mirror.apply(published)
@@ -163,6 +174,28 @@ class Run:
                 check_kept_state(rid, keys, position, cached, self.block,
                                  full_groups=self.full_groups, state_groups=self.state_groups,
                                  unit=self.unit, name=self.name)
+
+    def learn_keys(self) -> None:
+        """Each open request's keys as far as its tokens go now (its outputs' too)."""
+        for rid in self.sched.scheduler.requests:
+            keys = self.keys[rid] = self.sched.prefix_keys(rid)
+            self.positions.update((key, (i + 1) * self.unit) for i, key in enumerate(keys))
+
+    def check_kept_reachable(self, cached_before: set) -> None:
+        """Each Mamba state the step newly cached, under sparse retention, is one a later
+        request can resume at, for a request whose prefix it is (a state of a key no request
+        is known to hold is left unjudged)."""
+        if self.retention_interval is None:
+            return
+        for group, key in self.sched.cached_prefixes() - cached_before:
+            keepers = [(rid, self.lengths[rid], self.junctions.get(rid, 0))
+                       for rid, keys in self.keys.items() if key in keys]
+            if group not in self.state_groups or key not in self.positions or not keepers:
+                continue
+            event("a newly kept state checked for reach")
+            check_kept_reachable(key, self.positions[key], keepers, self.block,
+                                 unit=self.unit, retention_interval=self.retention_interval,
+                                 name=self.name)
 
     def check_holdings(self, scheduled, processed: dict, lookups) -> None:
         """What each request the step allocated for holds in the Mamba group, against what
