@@ -26,8 +26,9 @@ full-attention block of the prefix and the Mamba state at its end), every event 
 far is replayed and compared with the pool, each block's reference count and the free queue
 are read against the request tables, and what each request the step allocated for holds in
 the Mamba group against what it had processed (``passed-states-retired``,
-``live-state-held``: ``properties/mamba_holdings_check.py``); each reset's answer against the
-blocks held before it. There is no model of the pool itself here: the hit and event
+``live-state-held``: ``properties/mamba_holdings_check.py``), and under sparse retention
+each state newly kept against where a later request can resume (``kept-state-reachable``);
+each reset's answer against the blocks held before it. There is no model of the pool itself here: the hit and event
 properties are read off the pool's own cached set, which is what a lookup and a consumer of
 the events rely on.
 
