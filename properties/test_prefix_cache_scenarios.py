@@ -308,6 +308,22 @@ def test_a_connector_load_takes_blocks_before_the_step_and_is_cached_with_it(tar
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_a_finishing_request_hands_its_connector_only_the_blocks_of_its_computed_tokens(
+        target):
+    """Scenario: blocks of 2, a KV connector. r0's three tokens are scheduled with a
+    drafter's two lookahead slots, so it holds three blocks; it finishes having computed
+    its three tokens, and the connector is handed the two blocks that hold them, not the
+    lookahead's block (nothing was computed there)."""
+    cache = make_or_skip(target, "prefix_cache", drives="kv_connector", num_blocks=6,
+                         block_size=2, max_model_len=8, kv_connector=True)
+    cache.add_request(PrefixRequest("r0", (1, 2, 3)))
+    hit = cache.get_computed_blocks("r0")
+    agrees(FIT, cache.allocate_slots("r0", 3, hit=hit, num_lookahead_tokens=2), (1, 2, 3))
+    agrees(CONNECTOR, cache.connector_finished("r0"), (1, 2))
+    _valid(cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_a_finishing_request_hands_its_connector_only_the_blocks_inside_its_window(target):
     """Scenario: blocks of one token, a window of 2, a KV connector. r0 computes its three
     tokens in one step (nothing is behind its window before that step). When it finishes
