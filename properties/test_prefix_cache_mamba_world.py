@@ -28,9 +28,9 @@ are read against the request tables, and what each request the step allocated fo
 the Mamba group against what it had processed (``passed-states-retired``,
 ``live-state-held``: ``properties/mamba_holdings_check.py``), and under sparse retention
 each state newly kept against where a later request can resume (``kept-state-reachable``);
-each reset's answer against the blocks held before it. There is no model of the pool itself here: the hit and event
-properties are read off the pool's own cached set, which is what a lookup and a consumer of
-the events rely on.
+each reset's answer against the blocks held before it. There is no model of the pool
+itself here: the hit and event properties are read off the pool's own cached set, which is
+what a lookup and a consumer of the events rely on.
 
 vLLM only (the world is vLLM's own); without vLLM these skip, under ``LCH_REQUIRE_TARGETS=1``
 (``nox -s vllm``) they fail instead; a release before 0.33.0 skips as absent (the world is
