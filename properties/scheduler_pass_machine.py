@@ -539,13 +539,16 @@ class SchedulerPassMachine(HarnessMachine):
             return
         device = self.sched.worker.device
         # Rows come item by item in prompt order from the scheduled range: a request's next
-        # item there with the hash is the one read (a reused identifier names two contents).
+        # item there with the hash is the one read (a reused identifier names two contents),
+        # the next with an embed left to read: one whose last positions in the range take
+        # none (a mask's tail) is read no more.
         after: dict[str, int] = {}
         for g, got in zip(actual.gathered, tensors, strict=True):
             items = self.history[g.request_id].items
             start = self._computed_before[g.request_id]
             k = next(k for k in range(after.get(g.request_id, 0), len(items))
-                     if items[k].mm_hash == g.mm_hash and items[k].end > start)
+                     if items[k].mm_hash == g.mm_hash
+                     and any(p >= start for p in items[k].embed_positions))
             after[g.request_id], item = k + 1, items[k]
             want = encoder_output(item.mm_item(), device)[g.start:g.end]
             if not got.equal(want):
