@@ -16,7 +16,7 @@ import pytest
 from lch import forked, mutate
 from properties.run import unavailable
 from properties.witnesses import MUTANTS
-from properties.witnesses.scenario import run_program
+from properties.witnesses.scenario import program_reproducer, reproducer_test, run_program
 from sim.errors import TargetUnavailable
 from sim.outcomes import classify, property_of
 
@@ -53,8 +53,17 @@ def _run(witness, module, cls, mutant) -> dict:
     if error is None:
         return {"outcome": "passed"}
     verdict = classify(error)
+    # The reproducer the failure writes, run here, on the mutant: it must fail as well.
+    text = program_reproducer(witness.machine, "vllm", witness.world, witness.actions,
+                              witness.ends, witness.diff)
+    try:
+        reproducer_test(text)("vllm")
+        on_mutant = "passed"
+    except AssertionError:
+        on_mutant = "failed"
     return {"outcome": verdict.kind, "property": property_of(error),
-            "message": f"{type(error).__name__}: {error}"[:600]}
+            "message": f"{type(error).__name__}: {error}"[:600],
+            "reproducer": text, "reproducer_on_mutant": on_mutant}
 
 
 @pytest.mark.parametrize("witness", MUTANTS, ids=[f"{m.subsystem}-{m.property}" for m in MUTANTS])
@@ -82,6 +91,12 @@ def test_a_planted_vllm_bug_fails_its_property(target, witness, tmp_path):
     assert result["property"] == witness.property, (
         f"with {witness.diff!r} the machine failed {result['property']}, not "
         f"{witness.property}: {result['message']}")
+    # Its reproducer fails on the mutant, and passes on the model and vLLM's real class.
+    assert result["reproducer_on_mutant"] == "failed", (
+        f"with {witness.diff!r} the reproducer passed:\n{result['reproducer']}")
+    test = reproducer_test(result["reproducer"])
+    test("model")
+    test("vllm")
 
 
 def test_the_one_mutant_lookup_names_mutants_as_the_campaign_does():

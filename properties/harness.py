@@ -75,6 +75,12 @@ class Trace:
     # Why the world is outside what vLLM builds (the vllm target's ``outside_vllm``; empty for
     # a world it builds, and on other targets): a failure there is no finding against vLLM.
     outside: list[str] = field(factory=list)
+    # Replays (``Recorder.keep_state``): the state checks right after setup, which a
+    # reproducer of a program that fails before its first call ends with; and whether the
+    # target has a structural self-check (``check-valid``), which a reproducer then runs last.
+    setup_state: tuple[str, ...] = ()
+    self_checked: bool = False
+    ends: bool = False       # the program fails only in the run's closing steps (end_of_run)
 
     def actions(self) -> list[tuple]:
         """The replayable program: one entry per machine action. An action that records

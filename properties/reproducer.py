@@ -35,18 +35,23 @@ def render(machine: type[HarnessMachine], failure: Failure, target: str) -> str:
     targets = ["model"] if target == "model" else ["model", target]
     body = [f"    {machine.reproducer_subject(trace.config)}"]
     body += [f"    {line}" for line in trace.setup]
+    # The whole state after the last call (after setup, for a program that fails before
+    # one): every invariant's check, so the file fails wherever a check did.
+    state = trace.steps[-1].state if trace.steps else trace.setup_state
     for step in trace.steps:
         call = step.call
         if step.expect is not None:
             op = "is" if step.expect in ("True", "False", "None") else "=="
             call = f"assert {call} {op} {step.expect}"
         body.append(f"    {call}  # {step.comment}")
-        if step.check and step is not trace.steps[-1]:
+        # The last call's check, unless the state lines that end the file make it anyway.
+        if step.check and (step is not trace.steps[-1] or step.check not in state):
             body.append(f"    {step.check}")
-    if trace.steps:
-        dropped = [machine.STATE_LINES_OF.get(f.split("/")[1]) for _, f, _ in trace.adopted]
-        body += [f"    {line}" for line in trace.steps[-1].state
-                 if not any(d and d in line for d in dropped)]
+    dropped = [machine.STATE_LINES_OF.get(f.split("/")[1]) for _, f, _ in trace.adopted]
+    body += [f"    {line}" for line in state if not any(d and d in line for d in dropped)]
+    if trace.self_checked:     # the model has no self-check; the target's runs last
+        body += ['    if target != "model":',
+                 f"        {machine.SUBJECT}.check_valid()  # its own structural self-check"]
     message = failure.message.splitlines()[0] if failure.message else failure.property
     past = [f"    step {n}: {f} ({what})" for n, f, what in trace.adopted]
     if past:

@@ -155,16 +155,24 @@ INVALID = InvalidAction("replayed program is not valid")
 
 
 def replay(machine: type[HarnessMachine], target: str, world: object,
-           actions: list[tuple], accepted: frozenset[str] = frozenset()
+           actions: list[tuple], accepted: frozenset[str] = frozenset(), ends: bool = False
            ) -> tuple[BaseException | None, Trace]:
-    """Run ``actions`` on a fresh machine; the error it raises (None: it passed)."""
+    """Run ``actions`` on a fresh machine, then (``ends``) the run's closing steps; the
+    error it raises (None: it passed)."""
     recorder = Recorder(report_events=False, keep_state=True)
     m = bind(machine, target, recorder, accepted)()
     try:
         m.setup(world=world)
+        recorder.trace.ends = ends
+        recorder.trace.setup_state = tuple(m.state_checks())
+        recorder.trace.self_checked = callable(
+            getattr(getattr(m, machine.SUBJECT, None), "check_valid", None))
         m.check_all_invariants()
         for action in actions:
             m.act(*action)
+            m.check_all_invariants()
+        if ends:
+            m.end_of_run()
             m.check_all_invariants()
     except InvalidAction as error:
         return error, recorder.trace
@@ -184,9 +192,18 @@ def _replayed(machine: type[HarnessMachine], target: str, failure: Failure,
     its teardown (``end_of_run``), where a run checks none: a program can then fail earlier,
     on another property. That failure is the one its reproducer shows, so it is the one
     reported and minimized (minimizing towards the run's property would keep the whole
-    program, as no shorter one reaches it past the earlier check)."""
+    program, as no shorter one reaches it past the earlier check).
+
+    A program that passes its steps and fails as the run did once the closing steps follow
+    failed in their checks (liveness): it is replayed with them, and minimized so
+    (``Trace.ends``). One that fails otherwise there (past an accepted divergence, its
+    consequence) keeps the run's trace."""
     actions = failure.trace.actions()
     error, trace = replay(machine, target, failure.trace.world, actions, accepted)
+    if error is None:
+        closing = replay(machine, target, failure.trace.world, actions, accepted, True)
+        if closing[0] is not None and same_failure(closing[0], failure.error):
+            error, trace = closing
     if error is None or isinstance(error, InvalidAction) \
             or classify(error).kind != "divergence":
         return failure
@@ -230,7 +247,8 @@ def _minimize(machine: type[HarnessMachine], failure: Failure, target: str,
             if stop is not None and stop():
                 raise _Stopped(best, "budget")
             try:
-                error, trace = replay(machine, target, world, actions, accepted)
+                error, trace = replay(machine, target, world, actions, accepted,
+                                      best.trace.ends)
             except KeyboardInterrupt:
                 raise _Stopped(best, "interrupted") from None
             if error is not None and not isinstance(error, InvalidAction) \

@@ -83,11 +83,12 @@ class Run:
         self.mirror = EventMirror()
         self.names: dict = {}          # a prefix's hash -> "doc D[:N]", for the message
         self.requests = 0
-        self.prompts: dict[str, tuple] = {}    # request -> its prompt's keys and length
+        self.prompts: dict[str, tuple] = {}    # open request -> its prompt's keys
         self.reached: dict[str, int] = {}      # request -> its computed tokens at the last step
         self.acceptances = acceptances          # the drafter's, cycled; None: no drafter
         self.steps = 0
-        self.lengths: dict[str, int] = {}      # request -> its prompt's tokens
+        self.lengths: dict[str, int] = {}      # request -> its prompt's tokens (kept once
+                                                # it finishes, as its keys are)
         self.keys: dict[str, tuple] = {}        # request -> its keys, as far as its tokens go
         self.positions: dict = {}               # key -> the tokens its prefix holds
         self.junctions: dict[str, int] = {}     # request -> where its last lookup's full
@@ -101,7 +102,7 @@ class Run:
         keys = self.sched.prefix_keys(rid)
         for i, key in enumerate(keys):
             self.names[key] = f"doc {doc}[:{(i + 1) * self.unit}]"
-        self.prompts[rid] = (keys, length)
+        self.prompts[rid] = keys
         self.lengths[rid] = length
 
     def name(self, key) -> str:
@@ -159,9 +160,9 @@ class Run:
         """Each prompt chunk the step ended on a state the cache keeps (a request that
         finished in the step ended its last chunk: its blocks are freed, not yet evicted)."""
         cached = self.sched.cached_prefixes()
-        for rid, (keys, prompt_tokens) in list(self.prompts.items()):
+        for rid, keys in list(self.prompts.items()):
             request = self.sched.scheduler.requests.get(rid)
-            boundary = replay_boundary(keys, prompt_tokens, self.unit)
+            boundary = replay_boundary(keys, self.lengths[rid], self.unit)
             if request is None:     # finished in the step: it went on from below the boundary
                 del self.prompts[rid]           # (a hit to it, or a chunk stopped on it)
                 position = boundary if self.reached.get(rid, 0) < boundary else 0

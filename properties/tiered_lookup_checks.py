@@ -181,14 +181,20 @@ class TieredLookupChecks:
             return []
         m = self.model
         keys = list(self.keys)
+        # Every check ``state_agrees`` makes, in its order: the file fails where it did.
+        policy = [f"assert mgr.request_policy() == {m.request_policy()!r}"] \
+            if m.secondary == "none" and self.mgr.request_policy() is not None else []
         order = [f"assert mgr.eviction_order() == {m.eviction_order()!r}",
                  f"assert mgr.arc_memory() == {m.arc_memory()!r}"] \
             if self._orders_evictions() else []
         if order and m.eviction_policy == "lru":
             order.append(f"assert mgr.recency_order() == {m.recency_order()!r}")
-        return [*order, f"assert mgr.num_free_chunks == {m.num_free_chunks}",
+        pending = [f"assert mgr.has_pending_work() is {m.has_pending_work()}"] \
+            if "has_pending_work" not in self.missing_calls else []
+        return [*policy, *order, f"assert mgr.num_free_chunks == {m.num_free_chunks}",
                 f"assert [mgr.ref_cnt(k) for k in {keys}] == {[m.ref_cnt(k) for k in keys]}",
                 f"assert [mgr.read_chunk(k) for k in {keys}] == "
                 f"{[m.read_chunk(k) for k in keys]}",
                 f"assert mgr.pending_jobs() == {m.pending_jobs()!r}",
+                f"assert mgr.tier_touches() == {m.tier_touches()!r}", *pending,
                 f"assert mgr.secondary_keys() == {m.secondary_keys()!r}"]

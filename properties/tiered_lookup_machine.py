@@ -48,7 +48,8 @@ class TieredLookupMachine(TieredLookupChecks, HarnessMachine):
     SUBJECT = "mgr"
     PROPERTIES = PROPERTIES
     HAZARDS = HAZARDS
-    REPRODUCER_IMPORTS = ("from models.tiered_lookup_values import Job, LookupResult, "
+    REPRODUCER_IMPORTS = ("from models.tiered_lookup_stats import CacheStats",
+                          "from models.tiered_lookup_values import Job, LookupResult, "
                           "OffloadEvent, Scan, StoreOutput",)
     REPRODUCER_HELPERS = '''
 

@@ -33,6 +33,23 @@ def encoder_output(item: MmItem, device: torch.device) -> torch.Tensor:
     return (rows + float(base) * 1024.0).reshape(item.num_embeds, HIDDEN_SIZE)
 
 
+def misread_rows(target, reads: list[tuple[MmItem, int, int]]) -> list[str]:
+    """What ``target``'s last step gathered wrongly: one line per gathered tensor that is not
+    rows ``[start, end)`` of its item's encoder output, ``reads`` naming the item and rows of
+    each tensor in order (a count that differs is one line too). A reproducer asserts it
+    empty after each step that gathers (``gathered-equals-encoded``). A target with no worker
+    (the model) gathers no tensors: its rows are the step's ``gathered`` ranges."""
+    tensors = getattr(target, "last_gathered_tensors", None)
+    if tensors is None:
+        return []
+    if len(tensors) != len(reads):
+        return [f"{len(tensors)} tensors gathered for {len(reads)} reads"]
+    device = target.worker.device
+    return [f"{item.mm_hash} rows {start}:{end} differ from the encoder's output"
+            for (item, start, end), got in zip(reads, tensors, strict=True)
+            if not got.equal(encoder_output(item, device)[start:end])]
+
+
 class EncoderWorker:
     def __init__(self, device: torch.device | None = None):
         self.device = device or pick_device()

@@ -12,10 +12,12 @@ import contextlib
 from collections.abc import Iterator
 
 from fixtures.broken import replaced, resolve
-from properties.harness import InvalidAction, Recorder
-from properties.run import NOT_FINDINGS, bind
+from properties.harness import Failure, InvalidAction, Recorder
+from properties.reproducer import render
+from properties.run import NOT_FINDINGS, bind, replay
 from properties.witnesses.kinds import Scenario
 from sim.errors import HarnessError
+from sim.outcomes import message_of, property_of
 
 
 @contextlib.contextmanager
@@ -42,6 +44,33 @@ def run_scenario(scenario: Scenario, broken: bool = True) -> BaseException | Non
     with swapped(scenario.broken if broken else None):
         return run_program(scenario.machine, "native", world, scenario.actions, scenario.ends,
                            scenario.name)
+
+
+def scenario_reproducer(scenario: Scenario) -> str:
+    """The reproducer the harness writes for the scenario's failure on its stand-in; its
+    target is ``native``, which builds the stand-in inside ``swapped``."""
+    with swapped(scenario.broken):
+        return program_reproducer(scenario.machine, "native", scenario.world,
+                                  scenario.actions, scenario.ends, scenario.name)
+
+
+def program_reproducer(machine_path: str, target: str, world, actions: tuple[tuple, ...],
+                       ends: bool = False, name: str = "") -> str:
+    """The reproducer the harness writes for ``actions``' failure on ``target`` (replayed
+    with the state checks a reproducer ends with), as a file's text."""
+    machine = resolve(machine_path)
+    error, trace = replay(machine, target, world, list(actions), ends=ends)
+    if error is None:
+        raise HarnessError(f"witness {name}: its program passed; nothing to reproduce")
+    return render(machine, Failure(property_of(error), message_of(error), trace, error),
+                  target)
+
+
+def reproducer_test(text: str):
+    """The test function of a reproducer's text, compiled as its file would be."""
+    namespace: dict = {}
+    exec(compile(text, "<reproducer>", "exec"), namespace)
+    return next(v for k, v in namespace.items() if k.startswith("test_"))
 
 
 def run_program(machine_path: str, target: str, world, actions: tuple[tuple, ...],
