@@ -572,6 +572,7 @@ class PrefixCacheMachine(HarnessMachine):
     def state_checks(self) -> list[str]:
         model = self.model
         lines = [f"assert cache.free_queue() == {model.free_queue()!r}",
+                 f"assert cache.num_free_blocks == {model.num_free_blocks}",
                  f"assert [cache.ref_cnt(b) for b in range(1, {model.num_blocks})] == "
                  f"{[model.ref_cnt(b) for b in range(1, model.num_blocks)]!r}"]
         lines += [f"assert cache.get_block_ids({self._rid(r)!r}) == "

@@ -479,6 +479,9 @@ def make_tiering(target, num_chunks, tiers):
                       # the reproducer never clears a tier's record: every call since setup
                       f"assert tiering.tiers[{i}].calls == {m.tier_calls(i, NEVER)!r}",
                       f"assert tiering.tiers[{i}].answers == {m.peer_answers(i)!r}"]
+        refs = m.ref_counts()          # every readable key's source, per live request
+        lines += [f"assert tiering.load_source({key}, {req!r}) == {m.load_source(key, req)!r}"
+                  for req in self.live for key, ref in refs.items() if ref >= 0]
         return [*lines, "assert tiering.poll_faults == []"]
 
     # -- helpers ------------------------------------------------------------------------------
