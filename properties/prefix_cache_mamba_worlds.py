@@ -26,7 +26,6 @@ DOCUMENTS = 2
 BLOCK = 1152                  # the block vLLM computes for the world (the test checks it)
 LONGEST_PROMPT = 4 * BLOCK + 600
 SPECULATIVE_TOKENS = 2                # the MTP drafter's, per step
-DRAIN_STEPS = 40                      # every request finishes well inside it
 
 
 def world(budget: int, retention_interval: int | None, prefix_match_unit: int | None,

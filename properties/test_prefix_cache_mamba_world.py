@@ -28,7 +28,9 @@ are read against the request tables, and what each request the step allocated fo
 the Mamba group against what it had processed (``passed-states-retired``,
 ``live-state-held``: ``properties/mamba_holdings_check.py``), and under sparse retention
 each state newly kept against where a later request can resume (``kept-state-reachable``);
-each reset's answer against the blocks held before it. There is no model of the pool
+each reset's answer against the blocks held before it; and in a test of its own, that
+every request finishes (``liveness``: vLLM's two-module MTP stall, ``sched-mamba-mtp-stall``,
+is its expected failure). There is no model of the pool
 itself here: the hit and event properties are read off the pool's own cached set, which is
 what a lookup and a consumer of the events rely on.
 
@@ -58,7 +60,7 @@ from properties.hybrid_hit_check import (
 from properties.kv_event_mirror import EventMirror
 from properties.mamba_holdings_check import check_holdings
 from properties.pool_checks import check_free, check_refs, check_reset
-from properties.prefix_cache_mamba_worlds import BLOCK, DRAIN_STEPS, document, traces, world
+from properties.prefix_cache_mamba_worlds import BLOCK, document, traces, world
 from properties.scenarios import holds
 
 CLAIMS = "events-claim-only-cached"
@@ -223,18 +225,50 @@ class Run:
         event("a reset" if done else "a reset refused: blocks held")
         check_reset(done, held, self.sched.cached_prefixes())
 
-    def play(self, trace) -> None:
+    def play(self, trace, liveness: bool = False) -> None:
+        """The trace's requests, steps and resets, then steps until every request finished
+        (``liveness``: within ``drain_bound`` steps, or the run fails)."""
         for doc, length, max_tokens, full, steps, reset in trace:
             self.add(doc, length, max_tokens, full)
             for _ in range(steps):
                 self.step()
             if reset:
                 self.reset()
-        for _ in range(DRAIN_STEPS):
+        bound = self.drain_bound()
+        for _ in range(bound):
             if not self.sched.unfinished():
                 break
             self.step()
+        if liveness:
+            holds("liveness", not self.sched.unfinished(), lambda: ", ".join(
+                f"{rid} at {r.num_computed_tokens} of {r.num_tokens} tokens"
+                for rid, r in self.sched.scheduler.requests.items())
+                + f": unfinished after {bound} more steps")
         self.step()                    # a reset after the last step is published here
+
+    def parked_as_known(self) -> bool:
+        """The run ended as the known stall leaves it (``sched-mamba-mtp-stall``: a
+        two-module MTP drafter's runway and the Mamba alignment): every request still running
+        is a prefill parked one prompt token past a block, two short of the prompt's end,
+        and holds its blocks forever; the others wait behind it, never started."""
+        from vllm.v1.request import RequestStatus
+        left = list(self.sched.scheduler.requests.values())
+        parked = [r for r in left if r.status == RequestStatus.RUNNING
+                  and (r.num_prompt_tokens - 1) % BLOCK == 0
+                  and r.num_computed_tokens == r.num_prompt_tokens - 2]
+        return bool(parked) and all(r in parked or r.status != RequestStatus.RUNNING
+                                    for r in left)
+
+    def drain_bound(self) -> int:
+        """The steps the open requests need at most: alone, a request computes at least a
+        block a step until its prompt is done (a chunk ends on a block, or at the prompt's
+        end), then a token a step (a rejected draft costs one more: one per output token);
+        a request preempted for blocks computes its tokens again, at most once per request
+        ahead of it; and under asynchronous scheduling a step may apply only the one
+        before it."""
+        need = sum(-(-(request.num_tokens - request.num_computed_tokens) // BLOCK)
+                   + 2 * request.max_tokens for request in self.sched.scheduler.requests.values())
+        return (need + 2) * (len(self.sched.scheduler.requests) + 1)
 
 
 def _since_the_world():
@@ -247,6 +281,31 @@ def _since_the_world():
 def test_with_incremental_reports(trace):
     *world_settings, requests, acceptances, async_scheduling = trace
     Run(*world_settings, acceptances, async_scheduling).play(requests)
+
+
+def _stall_marks():
+    from sim.vllm.release import xfail_before
+    return xfail_before(None, "a two-module MTP drafter's runway and the Mamba alignment leave "
+                        "a prefill one token past a block no token forever "
+                        "(sched-mamba-mtp-stall; "
+                        "fixtures/reproducers/test_scheduler_pass_vllm_mamba_mtp_stall.py)",
+                        since="0.33.0")
+
+
+@pytest.mark.parametrize("drafter", [pytest.param("two-module-mtp", marks=_stall_marks())])
+# Apart from the incremental test: the known stall, met within a few examples, would end
+# every run of it there. Unshrunk: the first stall met is shown.
+@settings(report_multiple_bugs=False, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@given(trace=traces(full_reports=False))
+def test_every_request_finishes(drafter, trace):
+    *world_settings, requests, acceptances, async_scheduling = trace
+    run = Run(*world_settings, acceptances, async_scheduling)
+    try:
+        run.play(requests, liveness=True)
+    except PropertyFailed as error:
+        if error.property != "liveness" or not run.parked_as_known():
+            raise RuntimeError(f"a divergence besides the known stall: {error!r}") from error
+        raise
 
 
 def _full_report_marks():
