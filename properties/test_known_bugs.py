@@ -7,8 +7,6 @@ bug and passes on the model and on ``native``; with the switch off the machine p
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 from hypothesis import Phase, settings
 
@@ -16,6 +14,7 @@ from fixtures.known_bugs import CATALOGUE
 from properties.machines import MACHINES, catalogue_machine, machine_for
 from properties.reproducer import write_reproducer
 from properties.run import run_machine
+from properties.witnesses.scenario import reproducer_test
 from sim.native.bugs import BUG_SWITCHES, bug_subsystems
 
 BUGS = [b for b in CATALOGUE if b.subsystem in MACHINES]
@@ -74,7 +73,4 @@ def test_switch_off_passes_with_the_same_budget(subsystem, max_examples):
 
 
 def _load_test(path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, path.stem)
+    return reproducer_test(path.read_text())
