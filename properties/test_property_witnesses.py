@@ -25,7 +25,7 @@ from properties.harness import COMMON_PROPERTIES, HarnessMachine, PropertyFailed
 from properties.machines import MACHINES
 from properties.witnesses import MUTANTS, SCENARIOS, TESTS
 from properties.witnesses.coverage import declared, declaring_machines, unwitnessed, witnesses
-from properties.witnesses.scenario import run_scenario
+from properties.witnesses.scenario import run_scenario, scenario_reproducer, swapped
 from sim.manifests import vllm_suites as manifest_vllm_suites
 from sim.outcomes import ROOT, classify, property_of
 
@@ -95,6 +95,23 @@ def test_scenario_fails_its_property_and_passes_without_the_bug(scenario):
         f"{scenario.name} failed {property_of(error)}, not {scenario.property}: {error}")
     control = run_scenario(scenario, broken=False)
     assert control is None, f"{scenario.name}: the program fails without its bug too: {control}"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_scenario_reproducer_fails_with_the_bug_and_passes_without(scenario):
+    """The reproducer a failure writes is what a user pastes into their own suite: it must
+    fail where the property did (its asserted values and closing state cover every check the
+    machine makes), and pass on the model and, without the bug, on the native target."""
+    text = scenario_reproducer(scenario)
+    namespace: dict = {}
+    exec(compile(text, f"<reproducer of {scenario.name}>", "exec"), namespace)
+    test = next(v for k, v in namespace.items() if k.startswith("test_"))
+    with swapped(scenario.broken):
+        with pytest.raises(AssertionError):
+            test("native")
+    test("model")
+    if scenario.broken is not None:
+        test("native")
 
 
 def test_catalogue_witnesses_run_in_the_catalogue_test():

@@ -12,10 +12,12 @@ import contextlib
 from collections.abc import Iterator
 
 from fixtures.broken import replaced, resolve
-from properties.harness import InvalidAction, Recorder
-from properties.run import NOT_FINDINGS, bind
+from properties.harness import Failure, InvalidAction, Recorder
+from properties.reproducer import render
+from properties.run import NOT_FINDINGS, bind, replay
 from properties.witnesses.kinds import Scenario
 from sim.errors import HarnessError
+from sim.outcomes import message_of, property_of
 
 
 @contextlib.contextmanager
@@ -42,6 +44,21 @@ def run_scenario(scenario: Scenario, broken: bool = True) -> BaseException | Non
     with swapped(scenario.broken if broken else None):
         return run_program(scenario.machine, "native", world, scenario.actions, scenario.ends,
                            scenario.name)
+
+
+def scenario_reproducer(scenario: Scenario) -> str:
+    """The reproducer the harness writes for the scenario's failure on its stand-in (the
+    failure replayed with the state checks a reproducer ends with), as a file's text; its
+    target is ``native``, which builds the stand-in inside ``swapped``. (At this commit a
+    replay has no closing steps: a scenario that fails only in them has no reproducer.)"""
+    machine = resolve(scenario.machine)
+    with swapped(scenario.broken):
+        error, trace = replay(machine, "native", scenario.world, list(scenario.actions))
+    if error is None:
+        raise HarnessError(f"witness {scenario.name}: its program passed; nothing to "
+                           f"reproduce (run_scenario says why)")
+    return render(machine, Failure(property_of(error), message_of(error), trace, error),
+                  "native")
 
 
 def run_program(machine_path: str, target: str, world, actions: tuple[tuple, ...],
